@@ -1,0 +1,253 @@
+/*
+ * The executor's public life cycle: configuration, creation, submission, statistics, and
+ * destruction (drain or cancel, then join and free everything).
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+void tdm_config_init(tdm_config *cfg)
+{
+	if (cfg == NULL)
+		return;
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->shutdown = TDM_SHUTDOWN_DRAIN;
+}
+
+static unsigned allowed_cpus(cpu_set_t *set)
+{
+	CPU_ZERO(set);
+	if (sched_getaffinity(0, sizeof(*set), set) != 0)
+		return 1;
+	int n = CPU_COUNT(set);
+	return n > 0 ? (unsigned)n : 1;
+}
+
+/* The i-th CPU (round robin) of the affinity mask. */
+static int nth_cpu(const cpu_set_t *set, unsigned i, unsigned ncpus)
+{
+	unsigned want = i % ncpus, seen = 0;
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, set) && seen++ == want)
+			return c;
+	return -1;
+}
+
+static void *worker_start(void *arg)
+{
+	struct tdm__worker *w = arg;
+	char name[32];
+	snprintf(name, sizeof(name), "%s%u", w->ex->name_prefix, w->index);
+	name[15] = '\0'; /* the kernel's limit for thread names */
+	pthread_setname_np(pthread_self(), name);
+	return tdm__worker_main(w);
+}
+
+static void stop_workers(struct tdm_executor *ex, unsigned started)
+{
+	pthread_mutex_lock(&ex->idle_lock);
+	atomic_store_explicit(&ex->terminate, 1, memory_order_release);
+	pthread_mutex_unlock(&ex->idle_lock);
+	for (unsigned i = 0; i < started; i++) {
+		atomic_store_explicit(&ex->workers[i].notified, true, memory_order_release);
+		ck_ec32_inc(&ex->workers[i].ec, &tdm__ec_mode);
+	}
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(ex->workers[i].thread, NULL);
+}
+
+static void free_executor(struct tdm_executor *ex, unsigned ndeques)
+{
+	for (unsigned i = 0; i < ndeques; i++)
+		tdm__deque_fini(&ex->workers[i].deque);
+	tdm__task_pool_fini(ex);
+	pthread_mutex_destroy(&ex->pool_lock);
+	pthread_mutex_destroy(&ex->idle_lock);
+	free(ex->sleepers);
+	free(ex->workers);
+	free(ex);
+}
+
+int tdm_executor_create(tdm_executor **out, const tdm_config *cfg_in)
+{
+	tdm_config cfg;
+	if (out == NULL)
+		return -EINVAL;
+	if (cfg_in != NULL)
+		cfg = *cfg_in;
+	else
+		tdm_config_init(&cfg);
+	if (cfg.workers > TDM_MAX_WORKERS ||
+	    (cfg.shutdown != TDM_SHUTDOWN_DRAIN && cfg.shutdown != TDM_SHUTDOWN_CANCEL))
+		return -EINVAL;
+	cpu_set_t cpus;
+	unsigned ncpus = allowed_cpus(&cpus);
+	unsigned n = cfg.workers != 0 ? cfg.workers : ncpus;
+	if (n > TDM_MAX_WORKERS)
+		n = TDM_MAX_WORKERS;
+	if (cfg.max_searching > n)
+		return -EINVAL;
+
+	struct tdm_executor *ex = aligned_alloc(TDM__CACHELINE, sizeof(*ex));
+	if (ex == NULL)
+		return -ENOMEM;
+	memset(ex, 0, sizeof(*ex));
+	ex->cfg = cfg;
+	ex->nworkers = n;
+	ex->max_searching = cfg.max_searching != 0 ? cfg.max_searching : (n + 1) / 2;
+	snprintf(ex->name_prefix, sizeof(ex->name_prefix), "%s",
+		 cfg.thread_name_prefix != NULL ? cfg.thread_name_prefix : "tdm-w");
+	ex->cfg.thread_name_prefix = NULL; /* the caller's string need not outlive the call */
+	pthread_mutex_init(&ex->idle_lock, NULL);
+	pthread_mutex_init(&ex->pool_lock, NULL);
+	atomic_init(&ex->idle_state, n * TDM__IDLE_UNPARKED);
+	ex->sleepers = calloc(n, sizeof(*ex->sleepers));
+	ex->workers = aligned_alloc(TDM__CACHELINE, n * sizeof(struct tdm__worker));
+	if (ex->sleepers == NULL || ex->workers == NULL) {
+		free_executor(ex, 0);
+		return -ENOMEM;
+	}
+	memset(ex->workers, 0, n * sizeof(struct tdm__worker));
+	uint64_t seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)ex;
+	for (unsigned i = 0; i < n; i++) {
+		struct tdm__worker *w = &ex->workers[i];
+		if (tdm__deque_init(&w->deque, 8) != 0) {
+			free_executor(ex, i);
+			return -ENOMEM;
+		}
+		w->ex = ex;
+		w->index = i;
+		w->rng = (seed + 0x9E3779B97F4A7C15ULL * (i + 1)) | 1;
+		ck_ec32_init(&w->ec, 0);
+	}
+
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	for (unsigned i = 0; i < n; i++) {
+		struct tdm__worker *w = &ex->workers[i];
+		int cpu = cfg.pin_workers ? nth_cpu(&cpus, i, ncpus) : -1;
+		if (cpu >= 0) {
+			cpu_set_t one;
+			CPU_ZERO(&one);
+			CPU_SET(cpu, &one);
+			pthread_attr_setaffinity_np(&attr, sizeof(one), &one);
+		}
+		if (pthread_create(&w->thread, &attr, worker_start, w) != 0) {
+			pthread_attr_destroy(&attr);
+			stop_workers(ex, i);
+			free_executor(ex, n);
+			return -EAGAIN;
+		}
+	}
+	pthread_attr_destroy(&attr);
+	*out = ex;
+	return 0;
+}
+
+int tdm_executor_destroy(tdm_executor *ex)
+{
+	if (ex == NULL)
+		return -EINVAL;
+	if (tdm__self_of(ex) != NULL)
+		return -EDEADLK;
+	if (ex->cfg.shutdown == TDM_SHUTDOWN_CANCEL)
+		atomic_store_explicit(&ex->cancelling, 1, memory_order_relaxed);
+	/* Release: cancelling is set before any worker can see shutdown. */
+	atomic_store_explicit(&ex->shutdown, 1, memory_order_seq_cst);
+	/* Workers that are all asleep already will not park again: decide for them. */
+	tdm__try_terminate(ex);
+	for (unsigned i = 0; i < ex->nworkers; i++)
+		pthread_join(ex->workers[i].thread, NULL);
+	/* Termination requires empty queues and nothing suspended: nothing is left to run. */
+	free_executor(ex, ex->nworkers);
+	return 0;
+}
+
+int tdm_executor_workers(const tdm_executor *ex)
+{
+	return ex != NULL ? (int)ex->nworkers : -EINVAL;
+}
+
+int tdm_worker_index(const tdm_executor *ex)
+{
+	struct tdm__worker *w = tdm__self_of(ex);
+	return w != NULL ? (int)w->index : -1;
+}
+
+int tdm__submit_to(struct tdm_executor *ex, tdm_fn fn, void *arg, struct tdm__group *g)
+{
+	struct tdm__worker *w = tdm__self_of(ex);
+	if (w == NULL && atomic_load_explicit(&ex->shutdown, memory_order_acquire))
+		return -ESHUTDOWN;
+	struct tdm__task *t = tdm__task_alloc(ex, w);
+	if (t == NULL)
+		return -ENOMEM;
+	t->fn = fn;
+	t->arg = arg;
+	t->group = g;
+	t->home = -1;
+	int rc = tdm__enqueue(ex, t);
+	if (rc != 0)
+		tdm__task_free(ex, w, t);
+	return rc;
+}
+
+int tdm_submit(tdm_executor *ex, tdm_fn fn, void *arg)
+{
+	if (ex == NULL || fn == NULL)
+		return -EINVAL;
+	return tdm__submit_to(ex, fn, arg, NULL);
+}
+
+int tdm_executor_stats(const tdm_executor *ex, unsigned worker, tdm_worker_stats *out)
+{
+	if (ex == NULL || out == NULL || worker >= ex->nworkers)
+		return -EINVAL;
+	const struct tdm__worker_counters *c = &ex->workers[worker].stats;
+#define TDM__READ(f) out->f = atomic_load_explicit(&c->f, memory_order_relaxed)
+	TDM__READ(tasks_run);
+	TDM__READ(tasks_cancelled);
+	TDM__READ(steals_tried);
+	TDM__READ(steals_won);
+	TDM__READ(injected);
+	TDM__READ(inbox);
+	TDM__READ(parks);
+	TDM__READ(wakeups);
+#undef TDM__READ
+	return 0;
+}
+
+const char *tdm_strerror(int err)
+{
+	switch (err) {
+	case 0:
+		return "success";
+	case -EINVAL:
+		return "invalid argument";
+	case -ENOMEM:
+		return "out of memory";
+	case -EAGAIN:
+		return "could not start a thread";
+	case -ESHUTDOWN:
+		return "executor is shutting down";
+	case -ECANCELED:
+		return "task cancelled by shutdown";
+	case -EDEADLK:
+		return "call would wait for the calling worker itself";
+	case -ENODEV:
+		return "no such device, or no GPU backend";
+	case -EIO:
+		return "device error";
+	case -ETIMEDOUT:
+		return "deadline passed";
+	case -EBUSY:
+		return "resource busy";
+	default:
+		return "unknown error";
+	}
+}

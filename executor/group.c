@@ -1,0 +1,138 @@
+/*
+ * Task groups (fork-join).
+ *
+ * pending counts the group's unfinished tasks plus one reference held by the group's owner,
+ * dropped when it waits. Whoever drops the count to zero finishes the group by exchanging
+ * `waiter` to TDM__GROUP_DONE; that exchange is the last access any task makes to the group, so
+ * a waiter that sees DONE may free the group at once (it usually lives on the waiter's stack).
+ * A waiter on a worker runs other tasks until it sees DONE; any other waiter publishes a record
+ * in `waiter` and sleeps on it, and the finisher signals that record.
+ */
+#include <errno.h>
+#include <sched.h>
+
+#include "internal.h"
+
+_Static_assert(sizeof(struct tdm__group) <= sizeof(tdm_group), "tdm_group holds a tdm__group");
+_Static_assert(_Alignof(struct tdm__group) <= _Alignof(tdm_group), "and is aligned for it");
+
+struct blocked_waiter {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done; /* lock */
+};
+
+static struct tdm__group *group_of(tdm_group *g)
+{
+	struct tdm__group *ig = (struct tdm__group *)(void *)g;
+	return (g != NULL && ig->magic == TDM__GROUP_MAGIC && ig->ex != NULL) ? ig : NULL;
+}
+
+int tdm_group_init(tdm_group *g, tdm_executor *ex)
+{
+	if (g == NULL || ex == NULL)
+		return -EINVAL;
+	struct tdm__group *ig = (struct tdm__group *)(void *)g;
+	ig->ex = ex;
+	atomic_init(&ig->pending, 1);
+	atomic_init(&ig->waiter, 0);
+	atomic_init(&ig->cancelled, 0);
+	ig->magic = TDM__GROUP_MAGIC;
+	return 0;
+}
+
+int tdm_group_spawn(tdm_group *g, tdm_fn fn, void *arg)
+{
+	struct tdm__group *ig = group_of(g);
+	if (ig == NULL || fn == NULL)
+		return -EINVAL;
+	/* Relaxed: the spawner holds a reference (its own task's, or the owner's), so the count
+	 * cannot reach zero concurrently; the enqueue publishes the task itself. */
+	atomic_fetch_add_explicit(&ig->pending, 1, memory_order_relaxed);
+	int rc = tdm__submit_to(ig->ex, fn, arg, ig);
+	if (rc != 0)
+		atomic_fetch_sub_explicit(&ig->pending, 1, memory_order_relaxed);
+	return rc;
+}
+
+static void finish(struct tdm__group *g)
+{
+	/* Acq_rel: acquire the waiter's record (its CAS is release); release everything the
+	 * group's tasks did to the waiter's acquire load of DONE. Last access to g. */
+	uintptr_t w = atomic_exchange_explicit(&g->waiter, TDM__GROUP_DONE, memory_order_acq_rel);
+	if (w == 0)
+		return;
+	struct blocked_waiter *bw = (struct blocked_waiter *)w;
+	pthread_mutex_lock(&bw->lock);
+	bw->done = true;
+	pthread_cond_signal(&bw->cond);
+	pthread_mutex_unlock(&bw->lock);
+}
+
+void tdm__group_task_done(struct tdm__group *g, bool cancelled)
+{
+	if (cancelled)
+		atomic_store_explicit(&g->cancelled, 1, memory_order_relaxed);
+	/* Acq_rel: the last decrement acquires every earlier task's release, then finish()
+	 * passes it all on to the waiter. */
+	if (atomic_fetch_sub_explicit(&g->pending, 1, memory_order_acq_rel) == 1)
+		finish(g);
+}
+
+static void wait_helping(struct tdm__worker *w, struct tdm__group *g)
+{
+	unsigned idle = 0;
+	/* Acquire: pairs with the exchange in finish(). */
+	while (atomic_load_explicit(&g->waiter, memory_order_acquire) != TDM__GROUP_DONE) {
+		struct tdm__task *t = tdm__find_task(w, true);
+		if (t != NULL) {
+			tdm__run_task(w, t);
+			idle = 0;
+		} else if (++idle < 64) {
+			tdm__cpu_relax();
+		} else {
+			/* The group's last tasks run elsewhere; let them have the CPU. */
+			sched_yield();
+		}
+	}
+}
+
+static void wait_blocking(struct tdm__group *g)
+{
+	struct blocked_waiter bw = {.done = false};
+	pthread_mutex_init(&bw.lock, NULL);
+	pthread_cond_init(&bw.cond, NULL);
+	uintptr_t expected = 0;
+	/* Release: the record is initialised before the finisher can see it. On failure the
+	 * value is DONE and the acquire pairs with the exchange in finish(). */
+	if (atomic_compare_exchange_strong_explicit(&g->waiter, &expected, (uintptr_t)&bw,
+						    memory_order_acq_rel, memory_order_acquire)) {
+		pthread_mutex_lock(&bw.lock);
+		while (!bw.done)
+			pthread_cond_wait(&bw.cond, &bw.lock);
+		pthread_mutex_unlock(&bw.lock);
+	}
+	pthread_cond_destroy(&bw.cond);
+	pthread_mutex_destroy(&bw.lock);
+}
+
+int tdm_group_wait(tdm_group *g)
+{
+	struct tdm__group *ig = group_of(g);
+	if (ig == NULL)
+		return -EINVAL;
+	/* Drop the owner's reference; if it was the last, every task already finished. */
+	if (atomic_fetch_sub_explicit(&ig->pending, 1, memory_order_acq_rel) != 1) {
+		struct tdm__worker *w = tdm__self_of(ig->ex);
+		if (w != NULL)
+			wait_helping(w, ig);
+		else
+			wait_blocking(ig);
+	}
+	int rc = atomic_load_explicit(&ig->cancelled, memory_order_relaxed) ? -ECANCELED : 0;
+	/* Ready for reuse: no task refers to the group any more. */
+	atomic_store_explicit(&ig->pending, 1, memory_order_relaxed);
+	atomic_store_explicit(&ig->waiter, 0, memory_order_relaxed);
+	atomic_store_explicit(&ig->cancelled, 0, memory_order_relaxed);
+	return rc;
+}

@@ -1,0 +1,231 @@
+/*
+ * The executor's internal header: the layout of executors, workers and tasks, and the one seam
+ * through which the GPU layer plugs in ("here is a task that is suspended; here is how to wake
+ * it"). Nothing here is API.
+ *
+ * Lock rules: the only lock on a worker's path is the idle lock (ex->idle_lock), taken to park,
+ * to wake a sleeper and to decide termination; the task pool lock is taken only to move batches
+ * of free tasks. No thread ever holds both.
+ */
+#ifndef TDM_INTERNAL_H
+#define TDM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <ck_ec.h>
+
+#include "deque.h"
+#include "tandem.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define tdm__cpu_relax() __builtin_ia32_pause()
+#else
+#define tdm__cpu_relax() ((void)0)
+#endif
+
+/*
+ * An intrusive multi-producer stack whose consumer takes everything at once (the injection
+ * queue and the inboxes). ck_stack offers the same (push_upmc, batch_pop_upmc) but loads its
+ * head with plain volatile reads, which ThreadSanitizer reports as races; these few lines in C11
+ * atomics are the same algorithm, checkable by the sanitizer. Taking the whole stack at once
+ * is immune to ABA.
+ */
+struct tdm__link {
+	struct tdm__link *next;
+};
+
+struct tdm__stack {
+	_Atomic(struct tdm__link *) head;
+};
+
+/* Pushes first..last, already linked, at once. */
+static inline void tdm__stack_push_chain(struct tdm__stack *s, struct tdm__link *first,
+					 struct tdm__link *last)
+{
+	struct tdm__link *h = atomic_load_explicit(&s->head, memory_order_relaxed);
+	do
+		last->next = h;
+	/* Release: the links and the tasks behind them reach the consumer's acquire exchange. */
+	while (!atomic_compare_exchange_weak_explicit(&s->head, &h, first, memory_order_release,
+						      memory_order_relaxed));
+}
+
+static inline void tdm__stack_push(struct tdm__stack *s, struct tdm__link *e)
+{
+	tdm__stack_push_chain(s, e, e);
+}
+
+/* Newest first. Acquire pairs with the release CAS of every push it takes. */
+static inline struct tdm__link *tdm__stack_take_all(struct tdm__stack *s)
+{
+	if (atomic_load_explicit(&s->head, memory_order_relaxed) == NULL)
+		return NULL;
+	return atomic_exchange_explicit(&s->head, NULL, memory_order_acquire);
+}
+
+static inline bool tdm__stack_empty(struct tdm__stack *s)
+{
+	return atomic_load_explicit(&s->head, memory_order_relaxed) == NULL;
+}
+
+/* ---- tasks ---- */
+
+enum {
+	/* Set by a task's function while it runs: it suspended itself (the GPU layer owns it
+	 * now and will hand it back with tdm__task_wake), so the worker must not finish it. */
+	TDM__TASK_SUSPENDED = 1u << 0,
+};
+
+struct tdm__group;
+
+/* One cache line. Allocated from per-worker caches over the executor's slabs. */
+struct tdm__task {
+	struct tdm__link link; /* first: injection queue, inboxes, free lists */
+	tdm_fn fn;
+	void *arg;
+	struct tdm__group *group;
+	uint32_t flags;
+	int32_t home; /* worker that last ran it; where a wake sends it */
+	void *ext[3]; /* owned by the layer that set fn (resumable tasks of the GPU layer) */
+};
+
+#define tdm__task_of(l) ((struct tdm__task *)(void *)(l))
+
+/* ---- task groups (layout behind tdm_group) ---- */
+
+#define TDM__GROUP_MAGIC 0x7464676du /* "tdgm" */
+
+struct tdm__group {
+	struct tdm_executor *ex;
+	/* Tasks not finished, plus one held by the waiter until it waits (see group.c). */
+	_Atomic int64_t pending;
+	/* NULL, a blocked waiter's record, or TDM__GROUP_DONE once the count reached zero. */
+	_Atomic(uintptr_t) waiter;
+	_Atomic uint32_t cancelled;
+	uint32_t magic;
+};
+
+#define TDM__GROUP_DONE ((uintptr_t)1)
+
+void tdm__group_task_done(struct tdm__group *g, bool cancelled);
+
+/* ---- workers ---- */
+
+struct tdm__worker_counters {
+	_Atomic uint64_t tasks_run, tasks_cancelled, steals_tried, steals_won, injected, inbox,
+		parks, wakeups;
+};
+
+/* Owner-only increment: a plain load and store, readers see a possibly stale value. */
+#define tdm__count(w, field)                                                                      \
+	atomic_store_explicit(&(w)->stats.field,                                                  \
+			      atomic_load_explicit(&(w)->stats.field, memory_order_relaxed) + 1, \
+			      memory_order_relaxed)
+
+struct tdm__worker {
+	struct tdm__deque deque; /* cache-line aligned inside */
+
+	/* Written by other threads (wakers, the GPU poller): a line of its own. */
+	_Alignas(TDM__CACHELINE) struct tdm__stack inbox;
+	_Alignas(TDM__CACHELINE) struct ck_ec32 ec; /* parking: one sleeper, this worker */
+	_Atomic bool notified;                       /* set by the waker before ec is bumped */
+
+	/* Owner only from here. */
+	_Alignas(TDM__CACHELINE) struct tdm_executor *ex;
+	unsigned index;
+	bool searching;
+	uint32_t tick;
+	uint64_t rng;
+	struct tdm__link *free; /* task cache */
+	unsigned nfree;
+	pthread_t thread;
+	struct tdm__worker_counters stats;
+};
+
+struct tdm__slab {
+	struct tdm__slab *next;
+};
+
+struct tdm_executor {
+	struct tdm__worker *workers;
+	unsigned nworkers;
+	unsigned max_searching;
+	tdm_config cfg;
+	char name_prefix[16];
+
+	/* Submissions from threads that are not workers. */
+	_Alignas(TDM__CACHELINE) struct tdm__stack inject;
+
+	/*
+	 * Idle accounting as in Tokio's scheduler: the number of workers searching for work
+	 * (low 16 bits) and the number not parked (high 16 bits), changed atomically so that a
+	 * publisher can decide with one load whether anyone must be woken.
+	 */
+	_Alignas(TDM__CACHELINE) _Atomic uint32_t idle_state;
+	pthread_mutex_t idle_lock;
+	unsigned nsleepers; /* idle_lock */
+	unsigned *sleepers; /* idle_lock: stack of parked worker indices */
+
+	_Alignas(TDM__CACHELINE) _Atomic int shutdown;   /* destroy has begun */
+	_Atomic int cancelling;                           /* ... in TDM_SHUTDOWN_CANCEL mode */
+	_Atomic int terminate;                            /* workers must exit */
+	_Atomic int64_t suspended;                        /* tasks held by the GPU layer */
+
+	/* Task memory: free tasks beyond the workers' caches, and every slab for destroy. */
+	_Alignas(TDM__CACHELINE) pthread_mutex_t pool_lock;
+	struct tdm__link *pool_free; /* pool_lock */
+	struct tdm__slab *slabs;     /* pool_lock */
+};
+
+#define TDM__IDLE_SEARCHING 1u
+#define TDM__IDLE_UNPARKED (1u << 16)
+#define tdm__idle_searching(s) ((s)&0xffffu)
+#define tdm__idle_unparked(s) ((s) >> 16)
+
+/* The worker the calling thread is, or NULL. */
+extern _Thread_local struct tdm__worker *tdm__self;
+
+static inline struct tdm__worker *tdm__self_of(const struct tdm_executor *ex)
+{
+	struct tdm__worker *w = tdm__self;
+	return (w != NULL && w->ex == ex) ? w : NULL;
+}
+
+/* task.c */
+struct tdm__task *tdm__task_alloc(struct tdm_executor *ex, struct tdm__worker *w);
+void tdm__task_free(struct tdm_executor *ex, struct tdm__worker *w, struct tdm__task *t);
+void tdm__task_pool_fini(struct tdm_executor *ex);
+
+/* executor.c */
+int tdm__submit_to(struct tdm_executor *ex, tdm_fn fn, void *arg, struct tdm__group *g);
+
+/* worker.c */
+void *tdm__worker_main(void *arg);
+int tdm__enqueue(struct tdm_executor *ex, struct tdm__task *t);
+void tdm__run_task(struct tdm__worker *w, struct tdm__task *t);
+struct tdm__task *tdm__find_task(struct tdm__worker *w, bool steal);
+void tdm__after_local_push(struct tdm__worker *w);
+
+/* park.c */
+extern const struct ck_ec_mode tdm__ec_mode;
+void tdm__notify_parked(struct tdm_executor *ex);
+bool tdm__work_pending(struct tdm_executor *ex);
+void tdm__try_terminate(struct tdm_executor *ex);
+bool tdm__transition_to_searching(struct tdm__worker *w);
+void tdm__transition_from_searching(struct tdm__worker *w);
+bool tdm__park(struct tdm__worker *w);
+
+/*
+ * The seam for the GPU layer. A task that suspends itself calls tdm__task_suspend() while it
+ * runs; later, exactly once, any thread calls tdm__task_wake() to make it runnable again on the
+ * worker that suspended it (its inbox), from where idle workers may steal it. While tasks are
+ * suspended the executor does not terminate.
+ */
+void tdm__task_suspend(struct tdm__task *t);
+void tdm__task_wake(struct tdm_executor *ex, struct tdm__task *t);
+struct tdm__task *tdm__current_task(void);
+
+#endif /* TDM_INTERNAL_H */

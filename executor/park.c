@@ -1,0 +1,208 @@
+/*
+ * Parking and waking workers, and deciding when a shutting-down executor may stop.
+ *
+ * The protocol is Tokio's: a shared word counts searching workers and unparked workers. A
+ * publisher of work wakes one sleeper only when nobody is searching (a searcher would find the
+ * work); a searcher that finds work and was the last searcher wakes one more (so parallelism
+ * ramps up one worker at a time, without a thundering herd); the last searcher to park looks at
+ * every queue once more before sleeping. At most max_searching workers search at once.
+ *
+ * No lost wake-up, by a Dekker argument: a publisher stores its work, then a seq_cst fence, then
+ * loads idle_state; a parking worker changes idle_state with a seq_cst RMW, then a seq_cst
+ * fence, then loads every queue. One of the two sees the other's store.
+ *
+ * Each worker sleeps on its own ConcurrencyKit event count, so a wake-up reaches exactly one
+ * thread. ck_ec spins briefly, then sleeps in futex_wait with no timeout: zero CPU when idle.
+ */
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static int ec_gettime(const struct ck_ec_ops *ops, struct timespec *out)
+{
+	(void)ops;
+	return clock_gettime(CLOCK_MONOTONIC, out);
+}
+
+static void ec_wait32(const struct ck_ec_wait_state *st, const uint32_t *addr, uint32_t expected,
+		      const struct timespec *deadline)
+{
+	struct timespec rel, *relp = NULL;
+	if (deadline != NULL) {
+		/* FUTEX_WAIT takes a relative timeout; val3 stays 0 (a bitset there would turn
+		 * a wait without timeout into a busy loop, the known ck_ec pitfall). */
+		rel.tv_sec = deadline->tv_sec - st->now.tv_sec;
+		rel.tv_nsec = deadline->tv_nsec - st->now.tv_nsec;
+		if (rel.tv_nsec < 0) {
+			rel.tv_nsec += 1000000000L;
+			rel.tv_sec--;
+		}
+		if (rel.tv_sec < 0)
+			return;
+		relp = &rel;
+	}
+	syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, expected, relp, NULL, 0);
+}
+
+static void ec_wake32(const struct ck_ec_ops *ops, const uint32_t *addr)
+{
+	(void)ops;
+	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+static const struct ck_ec_ops ec_ops = {
+	.gettime = ec_gettime,
+	.wait32 = ec_wait32,
+	.wake32 = ec_wake32,
+};
+
+const struct ck_ec_mode tdm__ec_mode = {.ops = &ec_ops, .single_producer = false};
+
+static void unpark(struct tdm__worker *w)
+{
+	/* Release: pairs with the acquire exchange in tdm__park; the event count bump below
+	 * only ends the futex sleep, the flag carries the ordering. */
+	atomic_store_explicit(&w->notified, true, memory_order_release);
+	ck_ec32_inc(&w->ec, &tdm__ec_mode);
+}
+
+static bool should_wake(struct tdm_executor *ex, uint32_t s)
+{
+	return tdm__idle_searching(s) == 0 && tdm__idle_unparked(s) < ex->nworkers;
+}
+
+void tdm__notify_parked(struct tdm_executor *ex)
+{
+	/* Seq_cst fence: the caller's publication of work (a queue push) is ordered before the
+	 * load of idle_state. Pairs with the fence in tdm__park after its idle_state RMW. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!should_wake(ex, atomic_load_explicit(&ex->idle_state, memory_order_seq_cst)))
+		return;
+	pthread_mutex_lock(&ex->idle_lock);
+	struct tdm__worker *w = NULL;
+	if (ex->nsleepers > 0 &&
+	    should_wake(ex, atomic_load_explicit(&ex->idle_state, memory_order_relaxed))) {
+		/* The woken worker starts as a searcher; count it now so that concurrent
+		 * publishers do not wake a second one for the same work. */
+		atomic_fetch_add_explicit(&ex->idle_state, TDM__IDLE_UNPARKED | TDM__IDLE_SEARCHING,
+					  memory_order_seq_cst);
+		w = &ex->workers[ex->sleepers[--ex->nsleepers]];
+	}
+	pthread_mutex_unlock(&ex->idle_lock);
+	if (w != NULL)
+		unpark(w);
+}
+
+bool tdm__work_pending(struct tdm_executor *ex)
+{
+	if (!tdm__stack_empty(&ex->inject))
+		return true;
+	for (unsigned i = 0; i < ex->nworkers; i++) {
+		struct tdm__worker *w = &ex->workers[i];
+		if (!tdm__stack_empty(&w->inbox) || tdm__deque_size(&w->deque) > 0)
+			return true;
+	}
+	return false;
+}
+
+bool tdm__transition_to_searching(struct tdm__worker *w)
+{
+	if (w->searching)
+		return true;
+	struct tdm_executor *ex = w->ex;
+	/* The bound is approximate (load, then add), as in Tokio: it limits contention, it is
+	 * not needed for correctness. */
+	uint32_t s = atomic_load_explicit(&ex->idle_state, memory_order_relaxed);
+	if (tdm__idle_searching(s) >= ex->max_searching)
+		return false;
+	atomic_fetch_add_explicit(&ex->idle_state, TDM__IDLE_SEARCHING, memory_order_seq_cst);
+	w->searching = true;
+	return true;
+}
+
+void tdm__transition_from_searching(struct tdm__worker *w)
+{
+	w->searching = false;
+	uint32_t prev = atomic_fetch_sub_explicit(&w->ex->idle_state, TDM__IDLE_SEARCHING,
+						  memory_order_seq_cst);
+	/* The last searcher found work: there may be more, let one more worker look. */
+	if (tdm__idle_searching(prev) == 1)
+		tdm__notify_parked(w->ex);
+}
+
+/*
+ * Stops the workers if the executor is shutting down and no task can appear any more: every
+ * worker is parked (none runs a task that could spawn), no task is queued, and none is
+ * suspended in the GPU layer. Decided under idle_lock, which also guards every transition of
+ * a worker from parked to unparked, so the decision cannot race with a wake-up. Called by
+ * whoever changes one of those conditions: the last worker to park, destroy, and the GPU layer
+ * when its count of suspended tasks reaches zero.
+ */
+void tdm__try_terminate(struct tdm_executor *ex)
+{
+	if (!atomic_load_explicit(&ex->shutdown, memory_order_acquire))
+		return;
+	bool stop = false;
+	pthread_mutex_lock(&ex->idle_lock);
+	/* Seq_cst fence: the loads of suspended and of the queues come after the caller's own
+	 * updates (a park, a dec of suspended); pairs with the fence in tdm__notify_parked. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (tdm__idle_unparked(atomic_load_explicit(&ex->idle_state, memory_order_relaxed)) == 0 &&
+	    atomic_load_explicit(&ex->suspended, memory_order_acquire) == 0 &&
+	    !tdm__work_pending(ex) && !atomic_load_explicit(&ex->terminate, memory_order_relaxed)) {
+		atomic_store_explicit(&ex->terminate, 1, memory_order_release);
+		stop = true;
+	}
+	pthread_mutex_unlock(&ex->idle_lock);
+	if (stop)
+		for (unsigned i = 0; i < ex->nworkers; i++)
+			unpark(&ex->workers[i]);
+	else if (tdm__work_pending(ex))
+		tdm__notify_parked(ex);
+}
+
+/* Returns false when the worker must exit. */
+bool tdm__park(struct tdm__worker *w)
+{
+	struct tdm_executor *ex = w->ex;
+	tdm__count(w, parks);
+
+	pthread_mutex_lock(&ex->idle_lock);
+	uint32_t dec = TDM__IDLE_UNPARKED | (w->searching ? TDM__IDLE_SEARCHING : 0);
+	uint32_t prev = atomic_fetch_sub_explicit(&ex->idle_state, dec, memory_order_seq_cst);
+	ex->sleepers[ex->nsleepers++] = w->index;
+	pthread_mutex_unlock(&ex->idle_lock);
+	bool last_searcher = w->searching && tdm__idle_searching(prev) == 1;
+	bool last_unparked = tdm__idle_unparked(prev) == 1;
+	w->searching = false;
+
+	if (last_searcher || last_unparked) {
+		/* Seq_cst fence: the idle_state RMW above is ordered before these queue loads;
+		 * pairs with the fence in tdm__notify_parked (Dekker, see the file comment). */
+		atomic_thread_fence(memory_order_seq_cst);
+		if (tdm__work_pending(ex))
+			tdm__notify_parked(ex);
+	}
+	if (last_unparked)
+		tdm__try_terminate(ex);
+
+	for (;;) {
+		/* Acquire: pairs with the release store in unpark. */
+		if (atomic_exchange_explicit(&w->notified, false, memory_order_acquire))
+			break;
+		uint32_t snap = ck_ec32_value(&w->ec);
+		if (atomic_load_explicit(&w->notified, memory_order_acquire))
+			continue;
+		ck_ec32_wait(&w->ec, &tdm__ec_mode, snap, NULL);
+	}
+	if (atomic_load_explicit(&ex->terminate, memory_order_acquire))
+		return false;
+	/* The waker counted us as unparked and searching. */
+	w->searching = true;
+	tdm__count(w, wakeups);
+	return true;
+}

@@ -1,0 +1,141 @@
+/*
+ * tandem: a C11 task runtime for host programs that keep many GPU tasks in flight.
+ *
+ * This header is the whole public surface of the CPU executor. Names with the `tdm_` prefix are
+ * API; names with `tdm__` are private even where they appear here. Every call that can fail
+ * returns 0 or a negative errno value; tdm_strerror() turns any such code into a message. A call
+ * that fails has no effect and leaves the executor usable.
+ */
+#ifndef TANDEM_H
+#define TANDEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TDM_VERSION_MAJOR 0
+#define TDM_VERSION_MINOR 1
+#define TDM_VERSION_PATCH 0
+
+/* Largest number of workers one executor may have. */
+#define TDM_MAX_WORKERS 1024
+
+typedef struct tdm_executor tdm_executor;
+
+/* A task: a function and its argument, run once on some worker. */
+typedef void (*tdm_fn)(void *arg);
+
+/*
+ * Called once for each task that shutdown cancels instead of running (TDM_SHUTDOWN_CANCEL), on
+ * the thread that cancels it, so that the owner of `arg` can release it. It must not submit work.
+ */
+typedef void (*tdm_cancel_fn)(void *user, tdm_fn fn, void *arg);
+
+/* What tdm_executor_destroy() does with tasks that are queued and have not started. */
+typedef enum tdm_shutdown_mode {
+	/* Run every queued task, and every task those tasks spawn, then stop. The default. */
+	TDM_SHUTDOWN_DRAIN = 0,
+	/*
+	 * Let running tasks finish; every task not yet started (queued, or spawned during the
+	 * shutdown) is reported to on_cancel instead of run, and counted in tasks_cancelled. A task
+	 * group whose tasks were cancelled reports -ECANCELED from tdm_group_wait().
+	 */
+	TDM_SHUTDOWN_CANCEL = 1,
+} tdm_shutdown_mode;
+
+typedef struct tdm_config {
+	/* Worker threads. 0: one per CPU this process may run on (sched_getaffinity). */
+	unsigned workers;
+	/* Nonzero: pin worker i to the i-th CPU of the process's affinity mask (round robin). */
+	int pin_workers;
+	/* Worker thread names are "<prefix><index>", cut to 15 bytes. NULL: "tdm-w". */
+	const char *thread_name_prefix;
+	/* Workers allowed to look for work (steal) at once. 0: half the workers, at least 1. */
+	unsigned max_searching;
+	tdm_shutdown_mode shutdown;
+	tdm_cancel_fn on_cancel; /* may be NULL */
+	void *on_cancel_user;
+} tdm_config;
+
+/* Fills *cfg with the defaults documented above. */
+void tdm_config_init(tdm_config *cfg);
+
+/*
+ * Starts an executor and its workers. cfg may be NULL for the defaults.
+ * -EINVAL: out is NULL, workers > TDM_MAX_WORKERS, max_searching > workers, or shutdown is not a
+ *          tdm_shutdown_mode.
+ * -ENOMEM: out of memory.   -EAGAIN: a worker thread could not be started.
+ */
+int tdm_executor_create(tdm_executor **out, const tdm_config *cfg);
+
+/*
+ * Finishes or cancels every task (see tdm_shutdown_mode), joins every thread and frees
+ * everything. Must not be called from one of the executor's own workers (-EDEADLK), nor while
+ * other threads still call into the executor. Submissions from outside threads after the call
+ * began get -ESHUTDOWN; tasks spawned by running tasks are still accepted and run or cancelled.
+ * -EINVAL: ex is NULL.
+ */
+int tdm_executor_destroy(tdm_executor *ex);
+
+/* Number of workers of ex, or -EINVAL. */
+int tdm_executor_workers(const tdm_executor *ex);
+
+/* Index of the calling thread among ex's workers, or -1 when it is not one of them. */
+int tdm_worker_index(const tdm_executor *ex);
+
+/*
+ * Runs fn(arg) once on some worker. From a worker of ex the task goes to that worker's own
+ * deque (cheapest); from any other thread, through the injection queue, which never fills.
+ * -EINVAL: ex or fn is NULL.  -ENOMEM: no memory for the task.  -ESHUTDOWN: ex is being
+ * destroyed and the caller is not one of its workers.
+ */
+int tdm_submit(tdm_executor *ex, tdm_fn fn, void *arg);
+
+/*
+ * A task group: fork-join. The caller owns its memory (a stack variable is typical); its layout
+ * is private. Tasks spawned into a group may spawn more into the same group. One thread at a
+ * time waits on a group; after a wait returns the group may be reused or simply dropped.
+ */
+typedef struct tdm_group {
+	uint64_t tdm__opaque[4];
+} tdm_group;
+
+/* -EINVAL: g or ex is NULL. */
+int tdm_group_init(tdm_group *g, tdm_executor *ex);
+
+/* Like tdm_submit(), counted in g. Same errors; -EINVAL also for an uninitialised group. */
+int tdm_group_spawn(tdm_group *g, tdm_fn fn, void *arg);
+
+/*
+ * Returns once every task spawned into g has finished. On a worker of g's executor the wait runs
+ * other tasks meanwhile and never blocks the thread; on any other thread it blocks.
+ * 0: all ran.  -ECANCELED: at least one was cancelled by shutdown.  -EINVAL: g is NULL or not
+ * initialised.
+ */
+int tdm_group_wait(tdm_group *g);
+
+/* Per-worker counters, each written only by its worker and read without stopping it. */
+typedef struct tdm_worker_stats {
+	uint64_t tasks_run;       /* tasks executed */
+	uint64_t tasks_cancelled; /* tasks reported cancelled at shutdown */
+	uint64_t steals_tried;    /* attempts to take a task from another worker */
+	uint64_t steals_won;      /* attempts that got one */
+	uint64_t injected;        /* tasks taken from the injection queue */
+	uint64_t inbox;           /* tasks taken from an inbox */
+	uint64_t parks;           /* times the worker went to sleep */
+	uint64_t wakeups;         /* times it was woken to look for work */
+} tdm_worker_stats;
+
+/* -EINVAL: ex or out is NULL, or worker >= tdm_executor_workers(ex). */
+int tdm_executor_stats(const tdm_executor *ex, unsigned worker, tdm_worker_stats *out);
+
+/* A message for any value tandem returns; never NULL. */
+const char *tdm_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TANDEM_H */
