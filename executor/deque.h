@@ -46,8 +46,7 @@ struct tdm__deque {
 
 static inline struct tdm__deque_buf *tdm__deque_buf_new(int64_t capacity)
 {
-	struct tdm__deque_buf *b =
-		malloc(sizeof(*b) + (size_t)capacity * sizeof(_Atomic(void *)));
+	struct tdm__deque_buf *b = malloc(sizeof(*b) + (size_t)capacity * sizeof(_Atomic(void *)));
 	if (b == NULL)
 		return NULL;
 	b->mask = capacity - 1;
@@ -82,18 +81,17 @@ static inline void tdm__deque_fini(struct tdm__deque *d)
 }
 
 /* Owner only. Copies the live range [t, b) into a buffer twice the size. */
-static inline struct tdm__deque_buf *tdm__deque_grow(struct tdm__deque *d,
-						     struct tdm__deque_buf *old, int64_t t,
-						     int64_t b)
+static inline struct tdm__deque_buf *
+tdm__deque_grow(struct tdm__deque *d, struct tdm__deque_buf *old, int64_t t, int64_t b)
 {
 	struct tdm__deque_buf *n = tdm__deque_buf_new((old->mask + 1) * 2);
 	if (n == NULL)
 		return NULL;
 	for (int64_t i = t; i < b; i++)
-		atomic_store_explicit(&n->slot[i & n->mask],
-				      atomic_load_explicit(&old->slot[i & old->mask],
-							   memory_order_relaxed),
-				      memory_order_relaxed);
+		atomic_store_explicit(
+		    &n->slot[i & n->mask],
+		    atomic_load_explicit(&old->slot[i & old->mask], memory_order_relaxed),
+		    memory_order_relaxed);
 	/*
 	 * Release: a thief that loads the new buffer (acquire, in steal) sees the copied slots.
 	 * The old buffer stays readable (retired, not freed) for thieves that loaded it before.
@@ -142,9 +140,8 @@ static inline void *tdm__deque_take(struct tdm__deque *d)
 		x = atomic_load_explicit(&a->slot[b & a->mask], memory_order_relaxed);
 		if (t == b) {
 			/* Last item: race the thieves for it through top. */
-			if (!atomic_compare_exchange_strong_explicit(&d->top, &t, t + 1,
-								     memory_order_seq_cst,
-								     memory_order_relaxed))
+			if (!atomic_compare_exchange_strong_explicit(
+			        &d->top, &t, t + 1, memory_order_seq_cst, memory_order_relaxed))
 				x = NULL;
 			atomic_store_explicit(&d->bottom, b + 1, memory_order_relaxed);
 		}
@@ -168,7 +165,7 @@ static inline void *tdm__deque_steal(struct tdm__deque *d)
 	void *x = atomic_load_explicit(&a->slot[t & a->mask], memory_order_relaxed);
 	/* The CAS claims slot t; on failure someone else did and x must not be used. */
 	if (!atomic_compare_exchange_strong_explicit(&d->top, &t, t + 1, memory_order_seq_cst,
-						     memory_order_relaxed))
+	                                             memory_order_relaxed))
 		return TDM__DEQUE_ABORT;
 	return x;
 }

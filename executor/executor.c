@@ -101,7 +101,7 @@ int tdm_executor_create(tdm_executor **out, const tdm_config *cfg_in)
 	ex->nworkers = n;
 	ex->max_searching = cfg.max_searching != 0 ? cfg.max_searching : (n + 1) / 2;
 	snprintf(ex->name_prefix, sizeof(ex->name_prefix), "%s",
-		 cfg.thread_name_prefix != NULL ? cfg.thread_name_prefix : "tdm-w");
+	         cfg.thread_name_prefix != NULL ? cfg.thread_name_prefix : "tdm-w");
 	ex->cfg.thread_name_prefix = NULL; /* the caller's string need not outlive the call */
 	pthread_mutex_init(&ex->idle_lock, NULL);
 	pthread_mutex_init(&ex->pool_lock, NULL);
@@ -179,7 +179,8 @@ int tdm_worker_index(const tdm_executor *ex)
 	return w != NULL ? (int)w->index : -1;
 }
 
-int tdm__submit_to(struct tdm_executor *ex, tdm_fn fn, void *arg, struct tdm__group *g)
+int tdm__submit_to(struct tdm_executor *ex, tdm_fn fn, tdm_resume_fn resume, void *arg,
+                   struct tdm__group *g)
 {
 	struct tdm__worker *w = tdm__self_of(ex);
 	if (w == NULL && atomic_load_explicit(&ex->shutdown, memory_order_acquire))
@@ -187,10 +188,15 @@ int tdm__submit_to(struct tdm_executor *ex, tdm_fn fn, void *arg, struct tdm__gr
 	struct tdm__task *t = tdm__task_alloc(ex, w);
 	if (t == NULL)
 		return -ENOMEM;
-	t->fn = fn;
+	if (resume != NULL) {
+		t->resume = resume;
+		t->flags = TDM__TASK_RESUMABLE;
+	} else {
+		t->fn = fn;
+	}
 	t->arg = arg;
 	t->group = g;
-	t->home = -1;
+	t->home = w != NULL ? (uint16_t)w->index : 0;
 	int rc = tdm__enqueue(ex, t);
 	if (rc != 0)
 		tdm__task_free(ex, w, t);
@@ -201,7 +207,7 @@ int tdm_submit(tdm_executor *ex, tdm_fn fn, void *arg)
 {
 	if (ex == NULL || fn == NULL)
 		return -EINVAL;
-	return tdm__submit_to(ex, fn, arg, NULL);
+	return tdm__submit_to(ex, fn, NULL, arg, NULL);
 }
 
 int tdm_executor_stats(const tdm_executor *ex, unsigned worker, tdm_worker_stats *out)

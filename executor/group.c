@@ -41,27 +41,39 @@ int tdm_group_init(tdm_group *g, tdm_executor *ex)
 	return 0;
 }
 
-int tdm_group_spawn(tdm_group *g, tdm_fn fn, void *arg)
+int tdm__group_add(tdm_group *g, tdm_fn fn, tdm_resume_fn resume, void *arg)
 {
 	struct tdm__group *ig = group_of(g);
-	if (ig == NULL || fn == NULL)
+	if (ig == NULL)
 		return -EINVAL;
 	/* Relaxed: the spawner holds a reference (its own task's, or the owner's), so the count
 	 * cannot reach zero concurrently; the enqueue publishes the task itself. */
 	atomic_fetch_add_explicit(&ig->pending, 1, memory_order_relaxed);
-	int rc = tdm__submit_to(ig->ex, fn, arg, ig);
+	int rc = tdm__submit_to(ig->ex, fn, resume, arg, ig);
 	if (rc != 0)
 		atomic_fetch_sub_explicit(&ig->pending, 1, memory_order_relaxed);
 	return rc;
 }
 
+int tdm_group_spawn(tdm_group *g, tdm_fn fn, void *arg)
+{
+	if (fn == NULL)
+		return -EINVAL;
+	return tdm__group_add(g, fn, NULL, arg);
+}
+
 static void finish(struct tdm__group *g)
 {
+	int result = atomic_load_explicit(&g->cancelled, memory_order_relaxed) ? -ECANCELED : 0;
 	/* Acq_rel: acquire the waiter's record (its CAS is release); release everything the
 	 * group's tasks did to the waiter's acquire load of DONE. Last access to g. */
 	uintptr_t w = atomic_exchange_explicit(&g->waiter, TDM__GROUP_DONE, memory_order_acq_rel);
 	if (w == 0)
 		return;
+	if (w & TDM__WAITER_TASK) {
+		tdm__task_wake((struct tdm__task *)(w & ~TDM__WAITER_TASK), result);
+		return;
+	}
 	struct blocked_waiter *bw = (struct blocked_waiter *)w;
 	pthread_mutex_lock(&bw->lock);
 	bw->done = true;
@@ -106,7 +118,7 @@ static void wait_blocking(struct tdm__group *g)
 	/* Release: the record is initialised before the finisher can see it. On failure the
 	 * value is DONE and the acquire pairs with the exchange in finish(). */
 	if (atomic_compare_exchange_strong_explicit(&g->waiter, &expected, (uintptr_t)&bw,
-						    memory_order_acq_rel, memory_order_acquire)) {
+	                                            memory_order_acq_rel, memory_order_acquire)) {
 		pthread_mutex_lock(&bw.lock);
 		while (!bw.done)
 			pthread_cond_wait(&bw.cond, &bw.lock);
@@ -114,6 +126,35 @@ static void wait_blocking(struct tdm__group *g)
 	}
 	pthread_cond_destroy(&bw.cond);
 	pthread_mutex_destroy(&bw.lock);
+}
+
+int tdm_await_group(tdm_task *pub, tdm_group *g)
+{
+	struct tdm__task *t = tdm__task_cast(pub);
+	struct tdm__group *ig = group_of(g);
+	if (t == NULL || ig == NULL) {
+		if (t != NULL)
+			t->result = -EINVAL;
+		return -EINVAL;
+	}
+	if (atomic_load_explicit(&ig->waiter, memory_order_relaxed) != 0)
+		return t->result = -EBUSY;
+	/* Drop the owner's reference; if it was the last, every task already finished. */
+	if (atomic_fetch_sub_explicit(&ig->pending, 1, memory_order_acq_rel) == 1)
+		return t->result = atomic_load_explicit(&ig->cancelled, memory_order_relaxed)
+		                       ? -ECANCELED
+		                       : 0;
+	tdm__task_suspend(t);
+	uintptr_t expected = 0;
+	/* Release: publishes the suspended task to finish(). On failure the group is DONE: the
+	 * acquire pairs with finish()'s exchange, and the task goes on without suspending. */
+	if (atomic_compare_exchange_strong_explicit(&ig->waiter, &expected,
+	                                            (uintptr_t)t | TDM__WAITER_TASK,
+	                                            memory_order_acq_rel, memory_order_acquire))
+		return TDM_SUSPENDED;
+	tdm__task_wake(t,
+	               atomic_load_explicit(&ig->cancelled, memory_order_relaxed) ? -ECANCELED : 0);
+	return TDM_SUSPENDED;
 }
 
 int tdm_group_wait(tdm_group *g)

@@ -43,14 +43,14 @@ struct tdm__stack {
 
 /* Pushes first..last, already linked, at once. */
 static inline void tdm__stack_push_chain(struct tdm__stack *s, struct tdm__link *first,
-					 struct tdm__link *last)
+                                         struct tdm__link *last)
 {
 	struct tdm__link *h = atomic_load_explicit(&s->head, memory_order_relaxed);
 	do
 		last->next = h;
 	/* Release: the links and the tasks behind them reach the consumer's acquire exchange. */
 	while (!atomic_compare_exchange_weak_explicit(&s->head, &h, first, memory_order_release,
-						      memory_order_relaxed));
+	                                              memory_order_relaxed));
 }
 
 static inline void tdm__stack_push(struct tdm__stack *s, struct tdm__link *e)
@@ -74,22 +74,35 @@ static inline bool tdm__stack_empty(struct tdm__stack *s)
 /* ---- tasks ---- */
 
 enum {
-	/* Set by a task's function while it runs: it suspended itself (the GPU layer owns it
-	 * now and will hand it back with tdm__task_wake), so the worker must not finish it. */
-	TDM__TASK_SUSPENDED = 1u << 0,
+	TDM__TASK_RESUMABLE = 1u << 0, /* fn is a tdm_resume_fn, re-entered after awaits */
+};
+
+/* A resumable task's run state: who owns it between an await and its wake-up. */
+enum {
+	TDM__RUNNING = 0, /* a worker runs it */
+	TDM__PARKED = 1,  /* suspended: the waker owns it and will enqueue it */
+	TDM__WOKEN = 2,   /* woken before its worker finished suspending it: resume at once */
 };
 
 struct tdm__group;
 
 /* One cache line. Allocated from per-worker caches over the executor's slabs. */
 struct tdm__task {
-	struct tdm__link link; /* first: injection queue, inboxes, free lists */
-	tdm_fn fn;
+	struct tdm__link link; /* first: injection queue, inboxes, free lists, await FIFOs */
+	union {
+		tdm_fn fn;
+		tdm_resume_fn resume;
+	};
 	void *arg;
 	struct tdm__group *group;
-	uint32_t flags;
-	int32_t home; /* worker that last ran it; where a wake sends it */
-	void *ext[3]; /* owned by the layer that set fn (resumable tasks of the GPU layer) */
+	/* Owned by the layer the task awaits in (the GPU poller: its stream and sequence). */
+	void *await_obj;
+	uint64_t await_seq;
+	_Atomic uint32_t rstate;
+	uint16_t flags;
+	uint16_t home; /* worker that last ran it; where a wake sends it */
+	unsigned pc;   /* resume point (TDM_AWAIT) */
+	int32_t result;
 };
 
 #define tdm__task_of(l) ((struct tdm__task *)(void *)(l))
@@ -109,6 +122,7 @@ struct tdm__group {
 };
 
 #define TDM__GROUP_DONE ((uintptr_t)1)
+#define TDM__WAITER_TASK ((uintptr_t)2) /* tag bit: waiter is a suspended resumable task */
 
 void tdm__group_task_done(struct tdm__group *g, bool cancelled);
 
@@ -116,14 +130,14 @@ void tdm__group_task_done(struct tdm__group *g, bool cancelled);
 
 struct tdm__worker_counters {
 	_Atomic uint64_t tasks_run, tasks_cancelled, steals_tried, steals_won, injected, inbox,
-		parks, wakeups;
+	    parks, wakeups;
 };
 
 /* Owner-only increment: a plain load and store, readers see a possibly stale value. */
-#define tdm__count(w, field)                                                                      \
-	atomic_store_explicit(&(w)->stats.field,                                                  \
-			      atomic_load_explicit(&(w)->stats.field, memory_order_relaxed) + 1, \
-			      memory_order_relaxed)
+#define tdm__count(w, field)                                                                       \
+	atomic_store_explicit(&(w)->stats.field,                                                   \
+	                      atomic_load_explicit(&(w)->stats.field, memory_order_relaxed) + 1,   \
+	                      memory_order_relaxed)
 
 struct tdm__worker {
 	struct tdm__deque deque; /* cache-line aligned inside */
@@ -131,7 +145,7 @@ struct tdm__worker {
 	/* Written by other threads (wakers, the GPU poller): a line of its own. */
 	_Alignas(TDM__CACHELINE) struct tdm__stack inbox;
 	_Alignas(TDM__CACHELINE) struct ck_ec32 ec; /* parking: one sleeper, this worker */
-	_Atomic bool notified;                       /* set by the waker before ec is bumped */
+	_Atomic bool notified;                      /* set by the waker before ec is bumped */
 
 	/* Owner only from here. */
 	_Alignas(TDM__CACHELINE) struct tdm_executor *ex;
@@ -145,9 +159,21 @@ struct tdm__worker {
 	struct tdm__worker_counters stats;
 };
 
+/*
+ * Slabs are TDM__SLAB_BYTES long and aligned to their size, so a task finds its executor by
+ * masking its own address: tasks need no executor pointer of their own.
+ */
+#define TDM__SLAB_BYTES 32768u
+
 struct tdm__slab {
 	struct tdm__slab *next;
+	struct tdm_executor *ex;
 };
+
+static inline struct tdm_executor *tdm__task_executor(const struct tdm__task *t)
+{
+	return ((const struct tdm__slab *)((uintptr_t)t & ~(uintptr_t)(TDM__SLAB_BYTES - 1)))->ex;
+}
 
 struct tdm_executor {
 	struct tdm__worker *workers;
@@ -169,10 +195,10 @@ struct tdm_executor {
 	unsigned nsleepers; /* idle_lock */
 	unsigned *sleepers; /* idle_lock: stack of parked worker indices */
 
-	_Alignas(TDM__CACHELINE) _Atomic int shutdown;   /* destroy has begun */
-	_Atomic int cancelling;                           /* ... in TDM_SHUTDOWN_CANCEL mode */
-	_Atomic int terminate;                            /* workers must exit */
-	_Atomic int64_t suspended;                        /* tasks held by the GPU layer */
+	_Alignas(TDM__CACHELINE) _Atomic int shutdown; /* destroy has begun */
+	_Atomic int cancelling;                        /* ... in TDM_SHUTDOWN_CANCEL mode */
+	_Atomic int terminate;                         /* workers must exit */
+	_Atomic int64_t suspended;                     /* tasks held by the GPU layer */
 
 	/* Task memory: free tasks beyond the workers' caches, and every slab for destroy. */
 	_Alignas(TDM__CACHELINE) pthread_mutex_t pool_lock;
@@ -200,7 +226,9 @@ void tdm__task_free(struct tdm_executor *ex, struct tdm__worker *w, struct tdm__
 void tdm__task_pool_fini(struct tdm_executor *ex);
 
 /* executor.c */
-int tdm__submit_to(struct tdm_executor *ex, tdm_fn fn, void *arg, struct tdm__group *g);
+/* Exactly one of fn and resume is set. */
+int tdm__submit_to(struct tdm_executor *ex, tdm_fn fn, tdm_resume_fn resume, void *arg,
+                   struct tdm__group *g);
 
 /* worker.c */
 void *tdm__worker_main(void *arg);
@@ -219,13 +247,19 @@ void tdm__transition_from_searching(struct tdm__worker *w);
 bool tdm__park(struct tdm__worker *w);
 
 /*
- * The seam for the GPU layer. A task that suspends itself calls tdm__task_suspend() while it
- * runs; later, exactly once, any thread calls tdm__task_wake() to make it runnable again on the
- * worker that suspended it (its inbox), from where idle workers may steal it. While tasks are
- * suspended the executor does not terminate.
+ * The seam for the GPU layer (and every other awaitable). A resumable task that awaits calls
+ * tdm__task_suspend() on itself while it runs, before it publishes itself to whoever will wake
+ * it, and then returns TDM_SUSPENDED from the await call. Later, exactly once, any thread calls
+ * tdm__task_wake() with the await's result: the task runs again on the worker that suspended it
+ * (through its inbox), unless an idle worker steals it first. The wake may come before the task
+ * has returned to its worker; the run states above make that safe. While tasks are suspended the
+ * executor does not terminate.
  */
 void tdm__task_suspend(struct tdm__task *t);
-void tdm__task_wake(struct tdm_executor *ex, struct tdm__task *t);
-struct tdm__task *tdm__current_task(void);
+void tdm__task_wake(struct tdm__task *t, int result);
+/* Several at once: one inbox push per worker and one wake-up decision for the batch. */
+void tdm__task_wake_batch(struct tdm__task **tasks, const int *results, unsigned n);
+struct tdm__task *tdm__task_cast(tdm_task *t); /* NULL unless t is a running resumable task */
+extern _Thread_local struct tdm__task *tdm__current;
 
 #endif /* TDM_INTERNAL_H */

@@ -29,7 +29,7 @@ static int ec_gettime(const struct ck_ec_ops *ops, struct timespec *out)
 }
 
 static void ec_wait32(const struct ck_ec_wait_state *st, const uint32_t *addr, uint32_t expected,
-		      const struct timespec *deadline)
+                      const struct timespec *deadline)
 {
 	struct timespec rel, *relp = NULL;
 	if (deadline != NULL) {
@@ -55,9 +55,9 @@ static void ec_wake32(const struct ck_ec_ops *ops, const uint32_t *addr)
 }
 
 static const struct ck_ec_ops ec_ops = {
-	.gettime = ec_gettime,
-	.wait32 = ec_wait32,
-	.wake32 = ec_wake32,
+    .gettime = ec_gettime,
+    .wait32 = ec_wait32,
+    .wake32 = ec_wake32,
 };
 
 const struct ck_ec_mode tdm__ec_mode = {.ops = &ec_ops, .single_producer = false};
@@ -89,7 +89,7 @@ void tdm__notify_parked(struct tdm_executor *ex)
 		/* The woken worker starts as a searcher; count it now so that concurrent
 		 * publishers do not wake a second one for the same work. */
 		atomic_fetch_add_explicit(&ex->idle_state, TDM__IDLE_UNPARKED | TDM__IDLE_SEARCHING,
-					  memory_order_seq_cst);
+		                          memory_order_seq_cst);
 		w = &ex->workers[ex->sleepers[--ex->nsleepers]];
 	}
 	pthread_mutex_unlock(&ex->idle_lock);
@@ -128,10 +128,20 @@ void tdm__transition_from_searching(struct tdm__worker *w)
 {
 	w->searching = false;
 	uint32_t prev = atomic_fetch_sub_explicit(&w->ex->idle_state, TDM__IDLE_SEARCHING,
-						  memory_order_seq_cst);
-	/* The last searcher found work: there may be more, let one more worker look. */
-	if (tdm__idle_searching(prev) == 1)
-		tdm__notify_parked(w->ex);
+	                                          memory_order_seq_cst);
+	/*
+	 * The last searcher found work; if more is queued, let one more worker look. Unlike
+	 * Tokio, which wakes one unconditionally, look first: a worker that resumes a woken GPU
+	 * task must not pay for a futex wake on the latency path when nothing else is queued.
+	 * Seq_cst fence: the searching decrement above is ordered before the queue loads; pairs
+	 * with the fence in tdm__notify_parked, so a publisher that saw us searching (and woke
+	 * nobody) has its work seen here.
+	 */
+	if (tdm__idle_searching(prev) == 1) {
+		atomic_thread_fence(memory_order_seq_cst);
+		if (tdm__work_pending(w->ex))
+			tdm__notify_parked(w->ex);
+	}
 }
 
 /*

@@ -1,5 +1,5 @@
 /*
- * Task memory. Tasks are one cache line each, carved from slabs of TDM__SLAB_TASKS. Each worker
+ * Task memory. Tasks are one cache line each, carved from aligned slabs (internal.h). Each worker
  * keeps a private free list (no atomics on the hot path); a worker whose list grows long (it
  * frees tasks that others allocated) gives a batch back to the executor's pool, and a worker
  * whose list is empty takes a batch from the pool or a new slab. Threads that are not workers
@@ -10,7 +10,7 @@
 
 #include "internal.h"
 
-#define TDM__SLAB_TASKS 256
+#define TDM__SLAB_TASKS (TDM__SLAB_BYTES / TDM__CACHELINE - 1) /* the first line is the header */
 #define TDM__CACHE_BATCH 128
 
 _Static_assert(sizeof(struct tdm__task) == TDM__CACHELINE, "a task is one cache line");
@@ -18,14 +18,14 @@ _Static_assert(sizeof(struct tdm__task) == TDM__CACHELINE, "a task is one cache 
 /* pool_lock held. Links a new slab's tasks and returns the first; NULL on ENOMEM. */
 static struct tdm__link *pool_new_slab(struct tdm_executor *ex)
 {
-	size_t bytes = TDM__CACHELINE + TDM__SLAB_TASKS * sizeof(struct tdm__task);
-	struct tdm__slab *slab = aligned_alloc(TDM__CACHELINE, bytes);
+	struct tdm__slab *slab = aligned_alloc(TDM__SLAB_BYTES, TDM__SLAB_BYTES);
 	if (slab == NULL)
 		return NULL;
+	slab->ex = ex;
 	slab->next = ex->slabs;
 	ex->slabs = slab;
 	struct tdm__task *tasks = (struct tdm__task *)(void *)((char *)slab + TDM__CACHELINE);
-	for (int i = 0; i < TDM__SLAB_TASKS - 1; i++)
+	for (unsigned i = 0; i < TDM__SLAB_TASKS - 1; i++)
 		tasks[i].link.next = &tasks[i + 1].link;
 	tasks[TDM__SLAB_TASKS - 1].link.next = NULL;
 	return &tasks[0].link;

@@ -8,13 +8,14 @@
  * woken and submitted tasks.
  */
 #include <sched.h>
+#include <time.h>
 
 #include "internal.h"
 
 #define TDM__GLOBAL_TICK 61
 
 _Thread_local struct tdm__worker *tdm__self;
-static _Thread_local struct tdm__task *current_task;
+_Thread_local struct tdm__task *tdm__current;
 
 static uint64_t next_rand(struct tdm__worker *w)
 {
@@ -130,25 +131,51 @@ void tdm__after_local_push(struct tdm__worker *w)
 		tdm__notify_parked(ex);
 }
 
+/* Runs a resumable task until it finishes or parks; true when it finished. */
+static bool resume(struct tdm__worker *w, struct tdm__task *t)
+{
+	for (;;) {
+		atomic_store_explicit(&t->rstate, TDM__RUNNING, memory_order_relaxed);
+		int rc = t->resume((tdm_task *)t, t->arg);
+		if (rc != TDM_PENDING) {
+			t->result = rc;
+			return true;
+		}
+		uint32_t expect = TDM__RUNNING;
+		/* Release: hands the task to its waker (acquire exchange in tdm__task_wake). */
+		if (atomic_compare_exchange_strong_explicit(&t->rstate, &expect, TDM__PARKED,
+		                                            memory_order_acq_rel,
+		                                            memory_order_acquire))
+			return false;
+		/* Woken while it was returning: the await is over, go on at once. The acquire
+		 * above pairs with the waker's exchange and makes its result visible. */
+		(void)w;
+	}
+}
+
 void tdm__run_task(struct tdm__worker *w, struct tdm__task *t)
 {
 	struct tdm_executor *ex = w->ex;
 	bool cancelled = atomic_load_explicit(&ex->cancelling, memory_order_relaxed) != 0;
 	if (cancelled) {
 		if (ex->cfg.on_cancel != NULL)
-			ex->cfg.on_cancel(ex->cfg.on_cancel_user, t->fn, t->arg);
+			ex->cfg.on_cancel(ex->cfg.on_cancel_user,
+			                  (t->flags & TDM__TASK_RESUMABLE) ? NULL : t->fn, t->arg);
 		tdm__count(w, tasks_cancelled);
 	} else {
-		t->home = (int32_t)w->index;
-		t->flags &= ~(uint32_t)TDM__TASK_SUSPENDED;
+		t->home = (uint16_t)w->index;
 		/* Saved and restored: a group wait inside t runs other tasks on this thread. */
-		struct tdm__task *outer = current_task;
-		current_task = t;
-		t->fn(t->arg);
-		current_task = outer;
+		struct tdm__task *outer = tdm__current;
+		tdm__current = t;
+		bool finished = true;
+		if (t->flags & TDM__TASK_RESUMABLE)
+			finished = resume(w, t);
+		else
+			t->fn(t->arg);
+		tdm__current = outer;
 		tdm__count(w, tasks_run);
-		if (t->flags & TDM__TASK_SUSPENDED)
-			return; /* owned by the GPU layer until tdm__task_wake */
+		if (!finished)
+			return; /* parked: its waker owns it now */
 	}
 	struct tdm__group *g = t->group;
 	tdm__task_free(ex, w, t);
@@ -170,14 +197,41 @@ int tdm__enqueue(struct tdm_executor *ex, struct tdm__task *t)
 	return 0;
 }
 
+#define TDM__SPIN_BEFORE_PARK_NS 100000
+
+static uint64_t spin_deadline(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
+	       TDM__SPIN_BEFORE_PARK_NS;
+}
+
+static bool spin_expired(uint64_t until)
+{
+	return spin_deadline() - TDM__SPIN_BEFORE_PARK_NS >= until;
+}
+
 void *tdm__worker_main(void *arg)
 {
 	struct tdm__worker *w = arg;
 	tdm__self = w;
 	for (;;) {
 		struct tdm__task *t = tdm__find_task(w, false);
-		if (t == NULL && tdm__transition_to_searching(w))
+		if (t == NULL && tdm__transition_to_searching(w)) {
 			t = tdm__find_task(w, true);
+			/* Tasks await the GPU: one will be woken soon, likely into this worker's
+			 * inbox. Looking for a while costs less than a futex sleep and wake-up on
+			 * the await's round trip. */
+			if (t == NULL &&
+			    atomic_load_explicit(&w->ex->suspended, memory_order_relaxed) > 0) {
+				uint64_t until = spin_deadline();
+				while (t == NULL && !spin_expired(until)) {
+					tdm__cpu_relax();
+					t = tdm__find_task(w, true);
+				}
+			}
+		}
 		if (t != NULL) {
 			if (w->searching)
 				tdm__transition_from_searching(w);
@@ -191,26 +245,81 @@ void *tdm__worker_main(void *arg)
 	return NULL;
 }
 
-/* ---- the seam for the GPU layer ---- */
+/* ---- the seam for awaitables ---- */
 
-struct tdm__task *tdm__current_task(void)
+struct tdm__task *tdm__task_cast(tdm_task *pub)
 {
-	return current_task;
+	struct tdm__task *t = (struct tdm__task *)(void *)pub;
+	/* Only the task running on this thread may await. */
+	return (t != NULL && t == tdm__current && (t->flags & TDM__TASK_RESUMABLE)) ? t : NULL;
 }
 
 void tdm__task_suspend(struct tdm__task *t)
 {
-	struct tdm_executor *ex = tdm__self->ex;
-	t->flags |= TDM__TASK_SUSPENDED;
-	atomic_fetch_add_explicit(&ex->suspended, 1, memory_order_relaxed);
+	/* Counted before the task is published to its waker, so the count cannot drop first. */
+	atomic_fetch_add_explicit(&tdm__task_executor(t)->suspended, 1, memory_order_relaxed);
 }
 
-void tdm__task_wake(struct tdm_executor *ex, struct tdm__task *t)
+/* Returns whether the caller now owns t and must enqueue it. */
+static bool claim_woken(struct tdm__task *t, int result)
 {
-	unsigned home = t->home >= 0 ? (unsigned)t->home % ex->nworkers : 0;
-	tdm__stack_push(&ex->workers[home].inbox, &t->link);
-	tdm__notify_parked(ex);
-	/* Release: the push above is visible to whoever sees the count drop (try_terminate). */
-	if (atomic_fetch_sub_explicit(&ex->suspended, 1, memory_order_release) == 1)
+	t->result = result;
+	/* Acq_rel: releases result to the runner (its CAS fails and acquires) or to whoever runs
+	 * the task next; acquires the runner's release of a parked task. */
+	if (atomic_exchange_explicit(&t->rstate, TDM__WOKEN, memory_order_acq_rel) != TDM__PARKED)
+		return false; /* still returning on its worker, which resumes it itself */
+	atomic_store_explicit(&t->rstate, TDM__RUNNING, memory_order_relaxed);
+	return true;
+}
+
+static void suspended_done(struct tdm_executor *ex, unsigned n)
+{
+	/* Release: the inbox pushes before are visible to whoever sees the count drop
+	 * (tdm__try_terminate reads it under the idle lock, after a seq_cst fence). */
+	if (atomic_fetch_sub_explicit(&ex->suspended, n, memory_order_release) == n)
 		tdm__try_terminate(ex);
+}
+
+void tdm__task_wake(struct tdm__task *t, int result)
+{
+	struct tdm_executor *ex = tdm__task_executor(t);
+	if (claim_woken(t, result)) {
+		tdm__stack_push(&ex->workers[t->home % ex->nworkers].inbox, &t->link);
+		tdm__notify_parked(ex);
+	}
+	suspended_done(ex, 1);
+}
+
+void tdm__task_wake_batch(struct tdm__task **tasks, const int *results, unsigned n)
+{
+	if (n == 0)
+		return;
+	/* One batch belongs to one executor (the poller serves one). */
+	struct tdm_executor *ex = tdm__task_executor(tasks[0]);
+	/* Chain the claimed tasks per home worker, in wake order, then push each chain once. */
+	struct tdm__link *first[64] = {0}, *last[64] = {0};
+	unsigned nw = ex->nworkers < 64 ? ex->nworkers : 64;
+	bool any = false;
+	for (unsigned i = 0; i < n; i++) {
+		struct tdm__task *t = tasks[i];
+		if (!claim_woken(t, results != NULL ? results[i] : 0))
+			continue;
+		unsigned h = t->home % ex->nworkers;
+		if (h >= nw) {
+			tdm__stack_push(&ex->workers[h].inbox, &t->link);
+		} else {
+			/* Newest first, as a stack would hold them. */
+			t->link.next = first[h];
+			first[h] = &t->link;
+			if (last[h] == NULL)
+				last[h] = &t->link;
+		}
+		any = true;
+	}
+	for (unsigned h = 0; h < nw; h++)
+		if (first[h] != NULL)
+			tdm__stack_push_chain(&ex->workers[h].inbox, first[h], last[h]);
+	if (any)
+		tdm__notify_parked(ex);
+	suspended_done(ex, n);
 }

@@ -9,6 +9,7 @@
 #ifndef TANDEM_H
 #define TANDEM_H
 
+#include <errno.h> /* the codes tandem returns, negated */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -116,6 +117,101 @@ int tdm_group_spawn(tdm_group *g, tdm_fn fn, void *arg);
  * initialised.
  */
 int tdm_group_wait(tdm_group *g);
+
+/*
+ * Resumable tasks: async/await in C.
+ *
+ * A resumable task is a function re-entered after each await until it finishes. The macros make
+ * it read top to bottom, in the manner of protothreads:
+ *
+ *     struct job { int i; tdm_stream *s; };           // everything that lives across awaits
+ *     static int job(tdm_task *t, void *arg) {
+ *             struct job *j = arg;
+ *             TDM_BEGIN(t);
+ *             ... enqueue GPU work on j->s ...
+ *             TDM_AWAIT(t, tdm_await_stream(t, j->s));
+ *             if (tdm_task_result(t) != 0) ...        // the await's outcome
+ *             TDM_END(t);
+ *     }
+ *
+ * The one rule: a local variable does not survive an await (the function returns and is called
+ * again); what must live across an await lives in the task's state (`arg`). TDM_AWAIT may not
+ * appear inside a `switch` of the task's own, and each TDM_AWAIT must be on its own line.
+ *
+ * The function returns TDM_PENDING only through TDM_AWAIT; any other value finishes the task and
+ * becomes its result (0 or a negative errno). A task resumes on the worker that suspended it
+ * unless an idle worker steals it first.
+ */
+typedef struct tdm_task tdm_task;
+typedef int (*tdm_resume_fn)(tdm_task *t, void *arg);
+
+#define TDM_PENDING 1   /* returned by a resume function that awaits */
+#define TDM_SUSPENDED 1 /* returned by a tdm_await_* call that suspended the task */
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TDM__FALLTHROUGH __attribute__((fallthrough))
+#else
+#define TDM__FALLTHROUGH ((void)0)
+#endif
+
+#define TDM_BEGIN(t)                                                                               \
+	switch (*tdm__task_pc(t)) {                                                                \
+	case 0:
+#define TDM_AWAIT(t, call)                                                                         \
+	do {                                                                                       \
+		*tdm__task_pc(t) = __LINE__;                                                       \
+		if ((call) == TDM_SUSPENDED)                                                       \
+			return TDM_PENDING;                                                        \
+		TDM__FALLTHROUGH;                                                                  \
+	case __LINE__:;                                                                            \
+	} while (0)
+#define TDM_END(t)                                                                                 \
+	}                                                                                          \
+	return 0
+
+/* Private: where the macros keep the resume point. */
+unsigned *tdm__task_pc(tdm_task *t);
+
+/*
+ * Starts a resumable task: fn(t, arg) runs on a worker and again after each await until it
+ * returns something other than TDM_PENDING. g may be NULL; else the task counts in g until it
+ * finishes, and the group's wait or await sees it. Errors as tdm_submit().
+ */
+int tdm_spawn(tdm_executor *ex, tdm_resume_fn fn, void *arg, tdm_group *g);
+
+/*
+ * The outcome of the task's last await: 0, or the negative errno it resumed with (-EIO for a
+ * failed GPU operation, -ECANCELED for cancelled tasks of an awaited group or a shutdown,
+ * -ETIMEDOUT is never an error for deadlines: they resume with 0).
+ */
+int tdm_task_result(const tdm_task *t);
+
+/* The executor running t. */
+tdm_executor *tdm_task_executor(const tdm_task *t);
+
+/*
+ * Awaits a task group: resumes t once every task spawned into g finished (result 0, or
+ * -ECANCELED if some were cancelled). Returns TDM_SUSPENDED, or, when that already holds, the
+ * result at once (the task continues without suspending). Afterwards the group must be
+ * re-initialised before it is used again. -EINVAL: bad t or g.
+ */
+int tdm_await_group(tdm_task *t, tdm_group *g);
+
+/*
+ * A one-shot host notification that any thread may fire, and at most one task awaits at a time.
+ * Once fired it stays fired until tdm_notify_init() again.
+ */
+typedef struct tdm_notify {
+	uint64_t tdm__opaque[2];
+} tdm_notify;
+
+/* -EINVAL: n or ex is NULL. */
+int tdm_notify_init(tdm_notify *n, tdm_executor *ex);
+/* Fires n, resuming its awaiting task if there is one. -EINVAL: n not initialised. */
+int tdm_notify_fire(tdm_notify *n);
+/* TDM_SUSPENDED, or 0 at once when n has fired. -EINVAL: bad t or n. -EBUSY: another task
+ * already awaits n. */
+int tdm_await_notify(tdm_task *t, tdm_notify *n);
 
 /* Per-worker counters, each written only by its worker and read without stopping it. */
 typedef struct tdm_worker_stats {

@@ -1,0 +1,78 @@
+# Thin wrapper over CMake (CMakeLists.txt, CMakePresets.json). Override any variable below:
+#   make build BUILD_TYPE=Debug BUILD_DIR=build-debug CMAKE_FLAGS=-DTANDEM_CUDA=OFF
+# CMAKE_PREFIX_PATH from the environment reaches cmake unchanged.
+BUILD_DIR   ?= build
+BUILD_TYPE  ?= Release
+CMAKE_FLAGS ?=
+JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
+CTEST_JOBS  ?= 2
+CMAKE       ?= cmake
+CTEST       ?= ctest
+
+# What clang-format checks and cppcheck reads; folders that do not exist yet are left out.
+FORMAT_FILES = $(shell find $(wildcard include executor gpu tests perf examples cmake) -type f \
+	\( -name '*.[ch]' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' \) | sort)
+LINT_DIRS    = $(wildcard include executor gpu examples)
+CPPCHECK_FLAGS = --error-exitcode=1 --enable=warning,performance,portability --inline-suppr \
+	--std=c11 -q --suppress=missingIncludeSystem -I include -I executor -I gpu
+VALGRIND_FLAGS = --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect
+stage = @printf '\n==== %s ====\n' "$(1)"
+
+MAKEFLAGS += --no-print-directory
+
+.PHONY: all deps build demo bench test clean format \
+	format-check cppcheck test-release test-tsan test-asan valgrind
+.NOTPARALLEL:
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+build:
+	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
+	$(CMAKE) --build $(BUILD_DIR) -j$(JOBS)
+
+demo: deps build
+	$(BUILD_DIR)/examples/demo
+
+bench: build
+	$(BUILD_DIR)/perf/tandem-bench all
+
+# Every stage CI runs, in order; the first failure stops the rest.
+test: deps
+	@$(MAKE) format-check cppcheck test-release test-tsan test-asan valgrind
+
+format-check:
+	$(call stage,format check (clang-format))
+	@if ! command -v clang-format >/dev/null; then echo "clang-format not found: skipped"; \
+	else clang-format --dry-run -Werror $(FORMAT_FILES) && echo "$(words $(FORMAT_FILES)) files clean"; fi
+
+cppcheck:
+	$(call stage,cppcheck)
+	@if ! command -v cppcheck >/dev/null; then echo "cppcheck not found: skipped"; \
+	else cppcheck $(CPPCHECK_FLAGS) $(LINT_DIRS) && echo "$(LINT_DIRS): clean"; fi
+
+test-release:
+	$(call stage,$(BUILD_TYPE) build + ctest in $(BUILD_DIR))
+	@$(MAKE) build
+	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -j$(CTEST_JOBS)
+
+# Presets tsan and asan build into build-tsan and build-asan.
+test-tsan test-asan: test-%:
+	$(call stage,$* build + ctest in build-$*)
+	$(CMAKE) --preset $* $(CMAKE_FLAGS)
+	$(CMAKE) --build --preset $* -j$(JOBS)
+	$(CTEST) --preset $* -j$(CTEST_JOBS)
+
+valgrind:
+	$(call stage,valgrind $(BUILD_DIR)/examples/demo)
+	@if ! command -v valgrind >/dev/null; then echo "valgrind not found: skipped"; \
+	elif [ ! -x $(BUILD_DIR)/examples/demo ]; then echo "no examples/demo.c yet: skipped"; \
+	else valgrind $(VALGRIND_FLAGS) $(BUILD_DIR)/examples/demo; fi
+
+format:
+	@if [ -n "$(FORMAT_FILES)" ]; then clang-format -i $(FORMAT_FILES); fi
+
+clean:
+	rm -rf $(BUILD_DIR) build-debug build-tsan build-asan

@@ -1,0 +1,103 @@
+/*
+ * Resumable tasks (async/await in C) and the awaitables that need nothing but the executor: host
+ * notifications. Task groups are awaited in group.c; GPU work and deadlines in gpu/.
+ */
+#include <errno.h>
+
+#include "internal.h"
+
+int tdm__group_add(tdm_group *g, tdm_fn fn, tdm_resume_fn resume, void *arg);
+
+int tdm_spawn(tdm_executor *ex, tdm_resume_fn fn, void *arg, tdm_group *g)
+{
+	if (ex == NULL || fn == NULL)
+		return -EINVAL;
+	if (g != NULL) {
+		if (((struct tdm__group *)(void *)g)->ex != ex)
+			return -EINVAL;
+		return tdm__group_add(g, NULL, fn, arg);
+	}
+	return tdm__submit_to(ex, NULL, fn, arg, NULL);
+}
+
+unsigned *tdm__task_pc(tdm_task *t)
+{
+	return &((struct tdm__task *)(void *)t)->pc;
+}
+
+int tdm_task_result(const tdm_task *t)
+{
+	return t != NULL ? ((const struct tdm__task *)(const void *)t)->result : -EINVAL;
+}
+
+tdm_executor *tdm_task_executor(const tdm_task *t)
+{
+	return t != NULL ? tdm__task_executor((const struct tdm__task *)(const void *)t) : NULL;
+}
+
+/* ---- host notifications ---- */
+
+#define NOTIFY_MAGIC 0x74646e66u /* "tdnf" */
+#define NOTIFY_FIRED ((uintptr_t)1)
+
+struct notify {
+	/* 0, the awaiting task, or NOTIFY_FIRED. */
+	_Atomic(uintptr_t) state;
+	uint32_t magic;
+};
+
+_Static_assert(sizeof(struct notify) <= sizeof(tdm_notify), "tdm_notify holds a notify");
+
+static struct notify *notify_of(tdm_notify *n)
+{
+	struct notify *in = (struct notify *)(void *)n;
+	return (n != NULL && in->magic == NOTIFY_MAGIC) ? in : NULL;
+}
+
+int tdm_notify_init(tdm_notify *n, tdm_executor *ex)
+{
+	if (n == NULL || ex == NULL)
+		return -EINVAL;
+	struct notify *in = (struct notify *)(void *)n;
+	atomic_init(&in->state, 0);
+	in->magic = NOTIFY_MAGIC;
+	return 0;
+}
+
+int tdm_notify_fire(tdm_notify *n)
+{
+	struct notify *in = notify_of(n);
+	if (in == NULL)
+		return -EINVAL;
+	/* Acq_rel: acquires the awaiting task (release CAS in tdm_await_notify); releases what
+	 * the firing thread wrote before to the task, through tdm__task_wake. */
+	uintptr_t prev = atomic_exchange_explicit(&in->state, NOTIFY_FIRED, memory_order_acq_rel);
+	if (prev != 0 && prev != NOTIFY_FIRED)
+		tdm__task_wake((struct tdm__task *)prev, 0);
+	return 0;
+}
+
+int tdm_await_notify(tdm_task *pub, tdm_notify *n)
+{
+	struct tdm__task *t = tdm__task_cast(pub);
+	struct notify *in = notify_of(n);
+	if (t == NULL || in == NULL) {
+		if (t != NULL)
+			t->result = -EINVAL;
+		return -EINVAL;
+	}
+	uintptr_t cur = atomic_load_explicit(&in->state, memory_order_acquire);
+	if (cur == NOTIFY_FIRED)
+		return t->result = 0; /* acquire above pairs with the fire's exchange */
+	if (cur != 0)
+		return t->result = -EBUSY;
+	tdm__task_suspend(t);
+	uintptr_t expected = 0;
+	/* Release: publishes the suspended task to tdm_notify_fire. */
+	if (atomic_compare_exchange_strong_explicit(&in->state, &expected, (uintptr_t)t,
+	                                            memory_order_acq_rel, memory_order_acquire))
+		return TDM_SUSPENDED;
+	/* Fired (or taken) meanwhile: undo the suspension through the normal wake path. */
+	tdm__task_wake(t, expected == NOTIFY_FIRED ? 0 : -EBUSY);
+	return TDM_SUSPENDED;
+}

@@ -1,0 +1,87 @@
+/*
+ * The backend interface of the GPU layer: what the poller, the pools and the work helpers need
+ * from a device, implemented by `cuda` (cuda.c + kernels.cu) and `sim` (sim.c). Everything above
+ * this line (poller, pools, awaits) is shared by both backends.
+ *
+ * Threading: every function may be called from any thread at once, except open/close. Streams
+ * and events are opaque pointers owned by the backend. All functions return 0 or -errno unless
+ * said otherwise; -EIO means a device error, -EAGAIN "not yet".
+ */
+#ifndef TDM_GPU_BACKEND_H
+#define TDM_GPU_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tandem_gpu.h"
+
+struct tdm__backend; /* a backend instance, one per tdm_gpu */
+
+struct tdm__device_info {
+	char name[96];
+	int sm_count;
+	int prio_least, prio_greatest; /* stream priority range: numerically least and greatest */
+	bool can_write_value64;        /* completion words possible */
+	int async_engines;
+};
+
+struct tdm__backend_ops {
+	const char *name;
+	/* -ENODEV when the backend has no device (or, for cuda, was not built in). */
+	int (*open)(struct tdm__backend **out, const tdm_gpu_config *cfg);
+	/* Every stream and event was destroyed and all memory freed before. */
+	void (*close)(struct tdm__backend *b);
+	int (*device_count)(struct tdm__backend *b);
+	int (*device_info)(struct tdm__backend *b, int dev, struct tdm__device_info *out);
+
+	/* Non-blocking streams; priority within [prio_greatest, prio_least] (cuda convention:
+	 * lower is higher priority). */
+	int (*stream_create)(struct tdm__backend *b, int dev, int priority, void **out);
+	/* Waits for the stream's work, then destroys it. */
+	void (*stream_destroy)(struct tdm__backend *b, void *stream);
+	/* 0: all work done; -EAGAIN: busy; -EIO: the device failed (sticky). */
+	int (*stream_query)(struct tdm__backend *b, void *stream);
+
+	/* Timing disabled. */
+	int (*event_create)(struct tdm__backend *b, int dev, void **out);
+	void (*event_destroy)(struct tdm__backend *b, void *ev);
+	int (*event_record)(struct tdm__backend *b, void *ev, void *stream);
+	/* 0: done; -EAGAIN: pending; -EIO: the captured work failed, or the device did. */
+	int (*event_query)(struct tdm__backend *b, void *ev);
+
+	/* Enqueues, after all earlier work on the stream, a store of `value` to `word`, which
+	 * lives in memory from host_alloc. Only where can_write_value64. */
+	int (*write_value)(struct tdm__backend *b, void *stream, uint64_t *word, uint64_t value);
+	/*
+	 * Called by the poller when the word of `stream` reached `value`: 0, or -EIO if work
+	 * enqueued before that write_value failed without failing the device (the sim's
+	 * TDM_SIM_FAULT_OP; cuda reports such errors at launch, so it returns 0). May be NULL.
+	 */
+	int (*word_status)(struct tdm__backend *b, void *stream, uint64_t value);
+
+	/* Pinned host memory (cudaHostAlloc, portable + mapped where available). */
+	int (*host_alloc)(struct tdm__backend *b, size_t bytes, void **out);
+	void (*host_free)(struct tdm__backend *b, void *p);
+	int (*device_alloc)(struct tdm__backend *b, int dev, size_t bytes, void **out);
+	void (*device_free)(struct tdm__backend *b, int dev, void *p);
+
+	int (*memcpy_async)(struct tdm__backend *b, void *stream, void *dst, const void *src,
+	                    size_t bytes, tdm_copy_kind kind);
+	/* A kernel that runs about ns nanoseconds; 0: empty kernel. */
+	int (*launch_spin)(struct tdm__backend *b, void *stream, uint32_t ns);
+	int (*launch_scale)(struct tdm__backend *b, void *stream, float *y, const float *x, float a,
+	                    size_t n);
+	/* A kernel that traps: a sticky device error. */
+	int (*launch_fault)(struct tdm__backend *b, void *stream);
+	/* The backend's native stream for users (cudaStream_t), or NULL. */
+	void *(*stream_native)(struct tdm__backend *b, void *stream);
+	/* sim only (NULL elsewhere): see tdm_sim_inject. */
+	int (*sim_inject)(struct tdm__backend *b, void *stream, tdm_sim_fault fault);
+};
+
+extern const struct tdm__backend_ops tdm__backend_sim;
+/* Present in every build; its open returns -ENODEV when CUDA was not built in. */
+extern const struct tdm__backend_ops tdm__backend_cuda;
+
+#endif /* TDM_GPU_BACKEND_H */

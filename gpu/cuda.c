@@ -1,0 +1,722 @@
+/*
+ * The `cuda` backend: tdm__backend_cuda over the CUDA runtime, with the kernels of kernels.cu.
+ * It owns the device selection of the threads that call it, the stream and event wrappers that
+ * remember their device, and the driver entry points it needs (cuStreamWriteValue64 and the
+ * device queries that decide whether completion words are possible).
+ *
+ * Present in every build. Without TANDEM_HAVE_CUDA only open() exists, and says -ENODEV. With it,
+ * the library links the static CUDA runtime and never libcuda itself: driver functions come
+ * through cudaGetDriverEntryPointByVersion, so a binary still loads, and open() fails quietly
+ * with -ENODEV, on a machine without a driver (libcuda.so.1 absent).
+ */
+#include <errno.h>
+#include <stddef.h>
+
+#include "backend.h"
+
+#ifndef TANDEM_HAVE_CUDA
+
+static int tdm__cuda_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
+{
+	(void)out;
+	(void)cfg;
+	return -ENODEV;
+}
+
+const struct tdm__backend_ops tdm__backend_cuda = {
+    .name = "cuda",
+    .open = tdm__cuda_open,
+};
+
+#else /* TANDEM_HAVE_CUDA */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h> /* driver types and enums only: no cu* function is linked */
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include "kernels.h"
+
+/*
+ * The driver ABI we ask for. A fixed version, not CUDA_VERSION, so that each pointer has exactly
+ * the signature of the versioned PFN typedef below whatever toolkit builds this file; 12.0 is
+ * below the 12.5 that cudaGetDriverEntryPointByVersion needs anyway.
+ */
+#define TDM__CUDA_ABI 12000
+
+struct tdm__cuda_dev {
+	int sm_count;
+	bool uva;      /* host pointers of mapped memory are device pointers too */
+	bool map_host; /* can map pinned host memory */
+	bool memops64; /* CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS */
+};
+
+/* Immutable after open(): every op reads it from any thread without a lock. */
+struct tdm__backend {
+	int ndev;
+	bool all_map_host;                             /* host_alloc may ask for mapped memory */
+	PFN_cuStreamWriteValue64_v11070 write_value64; /* NULL: completion words impossible */
+	struct tdm__cuda_dev *devs;
+};
+
+/* A stream or event remembers its device: launches must happen with that device current. */
+struct tdm__cuda_stream {
+	cudaStream_t s;
+	int dev;
+};
+
+struct tdm__cuda_event {
+	cudaEvent_t e;
+	int dev;
+};
+
+/* ---- errors ------------------------------------------------------------------------------ */
+
+static int tdm__cuda_errno(cudaError_t e)
+{
+	switch (e) {
+	case cudaSuccess:
+		return 0;
+	case cudaErrorMemoryAllocation:
+		return -ENOMEM;
+	case cudaErrorInvalidValue:
+		return -EINVAL;
+	case cudaErrorNotReady:
+		return -EAGAIN;
+	case cudaErrorNoDevice:
+	case cudaErrorInsufficientDriver:
+	case cudaErrorStubLibrary:
+	case cudaErrorSystemDriverMismatch:
+	case cudaErrorCompatNotSupportedOnDevice:
+	case cudaErrorDevicesUnavailable:
+		return -ENODEV;
+	default:
+		return -EIO;
+	}
+}
+
+/*
+ * For a call that failed: the runtime also keeps a non-sticky error as the thread's "last error",
+ * where user code on the same thread (a task on a worker) would find it with cudaGetLastError()
+ * and blame its own launch. Ours was reported through our return value, so take it back.
+ */
+static int tdm__cuda_fail(cudaError_t e)
+{
+	(void)cudaGetLastError();
+	return tdm__cuda_errno(e);
+}
+
+static int tdm__cu_errno(CUresult r)
+{
+	switch (r) {
+	case CUDA_SUCCESS:
+		return 0;
+	case CUDA_ERROR_OUT_OF_MEMORY:
+		return -ENOMEM;
+	case CUDA_ERROR_INVALID_VALUE:
+		return -EINVAL;
+	case CUDA_ERROR_NOT_READY:
+		return -EAGAIN;
+	case CUDA_ERROR_NOT_SUPPORTED:
+		return -ENOTSUP; /* not a device failure: the device is fine */
+	case CUDA_ERROR_NO_DEVICE:
+	case CUDA_ERROR_NOT_INITIALIZED:
+	case CUDA_ERROR_DEINITIALIZED:
+	case CUDA_ERROR_STUB_LIBRARY:
+		return -ENODEV;
+	default:
+		return -EIO;
+	}
+}
+
+/* ---- the calling thread's current device ------------------------------------------------- */
+
+/*
+ * The device this thread last made current through us; -1: unknown. It saves a cudaSetDevice
+ * on each hot-path call (launch, copy, write, record). It can go stale: a task running on this
+ * worker may call cudaSetDevice itself. Hot paths therefore trust it and recover through
+ * tdm__cuda_stale() when a call fails the way a wrong current device makes it fail; slow paths
+ * that would silently act on the wrong device (create, alloc) use tdm__cuda_use_exact().
+ */
+static _Thread_local int tdm__cuda_cur = -1;
+
+static cudaError_t tdm__cuda_set(int dev)
+{
+	cudaError_t e = cudaSetDevice(dev);
+
+	tdm__cuda_cur = e == cudaSuccess ? dev : -1;
+	return e;
+}
+
+static cudaError_t tdm__cuda_use(int dev)
+{
+	if (tdm__cuda_cur == dev)
+		return cudaSuccess;
+	return tdm__cuda_set(dev);
+}
+
+/* Asks the runtime, not the cache: for calls that create or allocate on "the current device". */
+static cudaError_t tdm__cuda_use_exact(int dev)
+{
+	int cur;
+
+	if (cudaGetDevice(&cur) == cudaSuccess && cur == dev) {
+		tdm__cuda_cur = dev;
+		return cudaSuccess;
+	}
+	return tdm__cuda_set(dev);
+}
+
+/*
+ * After a hot-path call for `dev` failed with an error a wrong current device produces (a launch
+ * into a stream of another device is cudaErrorInvalidResourceHandle): true when the cache had
+ * lied, the device is now really current, and the call, which enqueued nothing, may be retried.
+ */
+static bool tdm__cuda_stale(int dev)
+{
+	int cur;
+
+	if (cudaGetDevice(&cur) != cudaSuccess || cur == dev)
+		return false; /* the device was right: a genuine error */
+	(void)cudaGetLastError();
+	return tdm__cuda_set(dev) == cudaSuccess;
+}
+
+/* ---- driver entry points ----------------------------------------------------------------- */
+
+/*
+ * Looks up a driver function through the runtime (which has loaded libcuda.so.1 itself). fnp
+ * points to a function pointer of `size` bytes; it is left NULL when the driver lacks the symbol.
+ * The copy through a void * avoids converting an object pointer to a function pointer, which ISO
+ * C does not define; POSIX guarantees the representations agree.
+ */
+static void tdm__cuda_sym(const char *name, void *fnp, size_t size)
+{
+	enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+	void *p = NULL;
+
+	if (cudaGetDriverEntryPointByVersion(name, &p, TDM__CUDA_ABI, cudaEnableDefault, &q) !=
+	        cudaSuccess ||
+	    q != cudaDriverEntryPointSuccess)
+		p = NULL;
+	if (p == NULL)
+		(void)cudaGetLastError();
+	memcpy(fnp, &p, size);
+}
+
+/* ---- open, close, devices ---------------------------------------------------------------- */
+
+static int tdm__cuda_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
+{
+	PFN_cuDeviceGet_v2000 device_get = NULL;
+	PFN_cuDeviceGetAttribute_v2000 device_attr = NULL;
+	struct tdm__backend *b;
+	int n = 0;
+
+	_Static_assert(sizeof(void *) == sizeof(PFN_cuStreamWriteValue64_v11070),
+	               "driver entry points must fit a void *");
+	(void)cfg;
+	if (out == NULL)
+		return -EINVAL;
+	/* No driver (libcuda.so.1 absent), a driver too old, or no device: all are "no device", and
+	 * none of them prints anything, so that AUTO can fall back quietly. */
+	if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
+		(void)cudaGetLastError();
+		return -ENODEV;
+	}
+
+	b = calloc(1, sizeof(*b));
+	if (b == NULL)
+		return -ENOMEM;
+	b->devs = calloc((size_t)n, sizeof(*b->devs));
+	if (b->devs == NULL) {
+		free(b);
+		return -ENOMEM;
+	}
+	b->ndev = n;
+
+	tdm__cuda_sym("cuStreamWriteValue64", &b->write_value64, sizeof(b->write_value64));
+	tdm__cuda_sym("cuDeviceGet", &device_get, sizeof(device_get));
+	tdm__cuda_sym("cuDeviceGetAttribute", &device_attr, sizeof(device_attr));
+
+	/* Attribute queries need no context: open() creates none and changes no current device. */
+	b->all_map_host = true;
+	for (int i = 0; i < n; i++) {
+		struct tdm__cuda_dev *d = &b->devs[i];
+		int v = 0;
+		CUdevice cud;
+
+		if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, i) == cudaSuccess)
+			d->sm_count = v;
+		v = 0;
+		(void)cudaDeviceGetAttribute(&v, cudaDevAttrUnifiedAddressing, i);
+		d->uva = v != 0;
+		v = 0;
+		(void)cudaDeviceGetAttribute(&v, cudaDevAttrCanMapHostMemory, i);
+		d->map_host = v != 0;
+		b->all_map_host = b->all_map_host && d->map_host;
+		/* A driver attribute without a runtime twin; the runtime ordinal i names the same
+		 * device as the driver ordinal i (both see CUDA_VISIBLE_DEVICES). */
+		v = 0;
+		if (device_get != NULL && device_attr != NULL &&
+		    device_get(&cud, i) == CUDA_SUCCESS &&
+		    device_attr(&v, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, cud) ==
+		        CUDA_SUCCESS)
+			d->memops64 = v != 0;
+	}
+	(void)cudaGetLastError();
+	*out = b;
+	return 0;
+}
+
+/* Leaves the contexts alone: the application may use the same primary contexts. */
+static void tdm__cuda_close(struct tdm__backend *b)
+{
+	if (b == NULL)
+		return;
+	free(b->devs);
+	free(b);
+}
+
+static int tdm__cuda_device_count(struct tdm__backend *b)
+{
+	return b->ndev;
+}
+
+static bool tdm__cuda_bad_dev(const struct tdm__backend *b, int dev)
+{
+	return dev < 0 || dev >= b->ndev;
+}
+
+static int tdm__cuda_device_info(struct tdm__backend *b, int dev, struct tdm__device_info *out)
+{
+	const struct tdm__cuda_dev *d;
+	struct cudaDeviceProp prop;
+	int v = 0, prev = -1;
+	cudaError_t e;
+
+	if (out == NULL || tdm__cuda_bad_dev(b, dev))
+		return -EINVAL;
+	d = &b->devs[dev];
+	*out = (struct tdm__device_info){0};
+	e = cudaGetDeviceProperties(&prop, dev);
+	if (e != cudaSuccess)
+		return tdm__cuda_fail(e);
+	/* The runtime allows 256 bytes; ours keeps 95, cut if need be. */
+	snprintf(out->name, sizeof(out->name), "%.*s", (int)sizeof(out->name) - 1, prop.name);
+	out->sm_count = d->sm_count;
+	if (cudaDeviceGetAttribute(&v, cudaDevAttrAsyncEngineCount, dev) == cudaSuccess)
+		out->async_engines = v;
+	/* Completion words need the driver call, the device's 64-bit memory operations, and pinned
+	 * host memory the device can write (mapped by host_alloc). */
+	out->can_write_value64 = b->write_value64 != NULL && d->memops64 && b->all_map_host;
+
+	/* The priority range is asked of "the current device": make dev current for the query
+	 * and give the caller (often the application's own thread) its device back. */
+	if (cudaGetDevice(&prev) != cudaSuccess)
+		prev = -1;
+	e = tdm__cuda_use_exact(dev);
+	if (e == cudaSuccess)
+		e = cudaDeviceGetStreamPriorityRange(&out->prio_least, &out->prio_greatest);
+	if (prev >= 0 && prev != dev)
+		(void)tdm__cuda_set(prev);
+	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
+}
+
+/* ---- streams ----------------------------------------------------------------------------- */
+
+static int tdm__cuda_stream_create(struct tdm__backend *b, int dev, int priority, void **out)
+{
+	struct tdm__cuda_stream *st;
+	cudaError_t e;
+
+	if (out == NULL || tdm__cuda_bad_dev(b, dev))
+		return -EINVAL;
+	st = malloc(sizeof(*st));
+	if (st == NULL)
+		return -ENOMEM;
+	/* The runtime clamps a priority outside the device's range; the caller stays within it. */
+	e = tdm__cuda_use_exact(dev);
+	if (e == cudaSuccess)
+		e = cudaStreamCreateWithPriority(&st->s, cudaStreamNonBlocking, priority);
+	if (e != cudaSuccess) {
+		free(st);
+		return tdm__cuda_fail(e);
+	}
+	st->dev = dev;
+	*out = st;
+	return 0;
+}
+
+/* After a sticky error both calls fail; the handle is released all the same. */
+static void tdm__cuda_stream_destroy(struct tdm__backend *b, void *stream)
+{
+	struct tdm__cuda_stream *st = stream;
+
+	(void)b;
+	if (st == NULL)
+		return;
+	(void)tdm__cuda_use_exact(st->dev);
+	(void)cudaStreamSynchronize(st->s);
+	(void)cudaStreamDestroy(st->s);
+	(void)cudaGetLastError();
+	free(st);
+}
+
+/*
+ * The poller's hot path, over streams of every device: no cudaSetDevice, since cudaStreamQuery
+ * (like cudaEventQuery) works with any device current (CUDA programming guide, "Stream and Event
+ * Behavior"), and switching devices on each query would cost more than the query.
+ */
+static int tdm__cuda_stream_query(struct tdm__backend *b, void *stream)
+{
+	const struct tdm__cuda_stream *st = stream;
+	cudaError_t e;
+
+	(void)b;
+	e = cudaStreamQuery(st->s);
+	if (e == cudaSuccess)
+		return 0;
+	if (e == cudaErrorNotReady)
+		return -EAGAIN;
+	/* Sticky errors (cudaErrorLaunchFailure, IllegalAddress, IllegalInstruction, Assert) and
+	 * any other failure: the stream's work did not complete. */
+	(void)cudaGetLastError();
+	return -EIO;
+}
+
+static void *tdm__cuda_stream_native(struct tdm__backend *b, void *stream)
+{
+	const struct tdm__cuda_stream *st = stream;
+
+	(void)b;
+	return st == NULL ? NULL : (void *)st->s;
+}
+
+/* ---- events ------------------------------------------------------------------------------ */
+
+static int tdm__cuda_event_create(struct tdm__backend *b, int dev, void **out)
+{
+	struct tdm__cuda_event *ev;
+	cudaError_t e;
+
+	if (out == NULL || tdm__cuda_bad_dev(b, dev))
+		return -EINVAL;
+	ev = malloc(sizeof(*ev));
+	if (ev == NULL)
+		return -ENOMEM;
+	e = tdm__cuda_use_exact(dev);
+	if (e == cudaSuccess)
+		e = cudaEventCreateWithFlags(&ev->e, cudaEventDisableTiming);
+	if (e != cudaSuccess) {
+		free(ev);
+		return tdm__cuda_fail(e);
+	}
+	ev->dev = dev;
+	*out = ev;
+	return 0;
+}
+
+static void tdm__cuda_event_destroy(struct tdm__backend *b, void *event)
+{
+	struct tdm__cuda_event *ev = event;
+
+	(void)b;
+	if (ev == NULL)
+		return;
+	(void)tdm__cuda_use_exact(ev->dev);
+	(void)cudaEventDestroy(ev->e);
+	(void)cudaGetLastError();
+	free(ev);
+}
+
+static int tdm__cuda_event_record(struct tdm__backend *b, void *event, void *stream)
+{
+	const struct tdm__cuda_event *ev = event;
+	const struct tdm__cuda_stream *st = stream;
+	cudaError_t e;
+
+	(void)b;
+	if (ev == NULL || st == NULL || ev->dev != st->dev)
+		return -EINVAL;
+	e = tdm__cuda_use(st->dev);
+	if (e == cudaSuccess)
+		e = cudaEventRecord(ev->e, st->s);
+	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
+}
+
+/* Polled like stream_query, without a device switch. */
+static int tdm__cuda_event_query(struct tdm__backend *b, void *event)
+{
+	const struct tdm__cuda_event *ev = event;
+	cudaError_t e;
+
+	(void)b;
+	e = cudaEventQuery(ev->e);
+	if (e == cudaSuccess)
+		return 0;
+	if (e == cudaErrorNotReady)
+		return -EAGAIN;
+	(void)cudaGetLastError();
+	return -EIO;
+}
+
+/* ---- completion words -------------------------------------------------------------------- */
+
+static int tdm__cuda_write_value(struct tdm__backend *b, void *stream, uint64_t *word,
+                                 uint64_t value)
+{
+	const struct tdm__cuda_stream *st = stream;
+	void *dptr = word;
+	cudaError_t e;
+	CUresult r;
+
+	if (st == NULL || word == NULL || ((uintptr_t)word & 7u) != 0)
+		return -EINVAL;
+	if (b->write_value64 == NULL)
+		return -ENOTSUP;
+	for (int tries = 0;; tries++) {
+		e = tdm__cuda_use(st->dev);
+		if (e != cudaSuccess)
+			return tdm__cuda_fail(e);
+		/* With unified addressing (every 64-bit Linux system) the mapped host pointer is
+		 * the device pointer; otherwise ask, on the stream's device, since it differs per
+		 * device. */
+		if (!b->devs[st->dev].uva) {
+			e = cudaHostGetDevicePointer(&dptr, word, 0);
+			if (e != cudaSuccess)
+				return tdm__cuda_fail(e);
+		}
+		/* DEFAULT, not NO_MEMORY_BARRIER: the write is ordered after all earlier work on
+		 * the stream and fenced, so a reader who sees `value` sees that work's results. */
+		r = b->write_value64((CUstream)st->s, (CUdeviceptr)(uintptr_t)dptr,
+		                     (cuuint64_t)value, CU_STREAM_WRITE_VALUE_DEFAULT);
+		if (r == CUDA_SUCCESS)
+			return 0;
+		if (tries > 0 ||
+		    (r != CUDA_ERROR_INVALID_HANDLE && r != CUDA_ERROR_INVALID_CONTEXT) ||
+		    !tdm__cuda_stale(st->dev))
+			return tdm__cu_errno(r);
+	}
+}
+
+/* cuda reports a failed operation at its launch (non-sticky) or as a sticky error that
+ * stream_query sees; nothing can fail silently between the two. */
+static int tdm__cuda_word_status(struct tdm__backend *b, void *stream, uint64_t value)
+{
+	(void)b;
+	(void)stream;
+	(void)value;
+	return 0;
+}
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+/*
+ * Portable: usable by every device's context, whichever is current here. Mapped:
+ * cuStreamWriteValue64 needs a device address for the completion words.
+ */
+static int tdm__cuda_host_alloc(struct tdm__backend *b, size_t bytes, void **out)
+{
+	unsigned flags = cudaHostAllocPortable;
+	void *p = NULL;
+	cudaError_t e;
+
+	if (out == NULL || bytes == 0)
+		return -EINVAL;
+	if (b->all_map_host)
+		flags |= cudaHostAllocMapped;
+	e = cudaHostAlloc(&p, bytes, flags);
+	if (e != cudaSuccess)
+		return tdm__cuda_fail(e);
+	*out = p;
+	return 0;
+}
+
+static void tdm__cuda_host_free(struct tdm__backend *b, void *p)
+{
+	(void)b;
+	if (p != NULL && cudaFreeHost(p) != cudaSuccess)
+		(void)cudaGetLastError();
+}
+
+static int tdm__cuda_device_alloc(struct tdm__backend *b, int dev, size_t bytes, void **out)
+{
+	void *p = NULL;
+	cudaError_t e;
+
+	if (out == NULL || bytes == 0 || tdm__cuda_bad_dev(b, dev))
+		return -EINVAL;
+	e = tdm__cuda_use_exact(dev);
+	if (e == cudaSuccess)
+		e = cudaMalloc(&p, bytes);
+	if (e != cudaSuccess)
+		return tdm__cuda_fail(e);
+	*out = p;
+	return 0;
+}
+
+static void tdm__cuda_device_free(struct tdm__backend *b, int dev, void *p)
+{
+	if (p == NULL || tdm__cuda_bad_dev(b, dev))
+		return;
+	if (tdm__cuda_use_exact(dev) != cudaSuccess || cudaFree(p) != cudaSuccess)
+		(void)cudaGetLastError();
+}
+
+/* ---- work on a stream -------------------------------------------------------------------- */
+
+static int tdm__cuda_memcpy_async(struct tdm__backend *b, void *stream, void *dst, const void *src,
+                                  size_t bytes, tdm_copy_kind kind)
+{
+	const struct tdm__cuda_stream *st = stream;
+	enum cudaMemcpyKind k;
+	cudaError_t e;
+
+	(void)b;
+	switch (kind) {
+	case TDM_COPY_H2D:
+		k = cudaMemcpyHostToDevice;
+		break;
+	case TDM_COPY_D2H:
+		k = cudaMemcpyDeviceToHost;
+		break;
+	case TDM_COPY_D2D:
+		k = cudaMemcpyDeviceToDevice;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (st == NULL || (bytes > 0 && (dst == NULL || src == NULL)))
+		return -EINVAL;
+	if (bytes == 0)
+		return 0;
+	/* A copy works whichever device is current (unlike a launch), so a stale cache cannot
+	 * make it fail. */
+	e = tdm__cuda_use(st->dev);
+	if (e == cudaSuccess)
+		e = cudaMemcpyAsync(dst, src, bytes, k, st->s);
+	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
+}
+
+enum tdm__cuda_kernel { TDM__K_EMPTY, TDM__K_SPIN, TDM__K_SCALE, TDM__K_FAULT };
+
+struct tdm__cuda_launch {
+	enum tdm__cuda_kernel k;
+	uint32_t ns;
+	unsigned blocks;
+	float *y;
+	const float *x;
+	float a;
+	size_t n;
+};
+
+/*
+ * Every launch goes through here: the stream's device made current (a kernel launch, unlike a
+ * copy or a query, fails on a stream of another device), one retry if the cached device was
+ * stale, and -EIO for any launch error (nothing was enqueued).
+ */
+static int tdm__cuda_launch(const struct tdm__cuda_stream *st, const struct tdm__cuda_launch *l)
+{
+	cudaError_t e = cudaSuccess;
+
+	for (int tries = 0;; tries++) {
+		e = tdm__cuda_use(st->dev);
+		if (e != cudaSuccess)
+			break;
+		switch (l->k) {
+		case TDM__K_EMPTY:
+			e = tdm__kernel_empty(st->s);
+			break;
+		case TDM__K_SPIN:
+			e = tdm__kernel_spin(st->s, l->ns);
+			break;
+		case TDM__K_SCALE:
+			e = tdm__kernel_scale(st->s, l->blocks, l->y, l->x, l->a, l->n);
+			break;
+		case TDM__K_FAULT:
+			e = tdm__kernel_fault(st->s);
+			break;
+		}
+		if (e == cudaSuccess)
+			return 0;
+		if (tries > 0 || e != cudaErrorInvalidResourceHandle || !tdm__cuda_stale(st->dev))
+			break;
+	}
+	(void)cudaGetLastError();
+	return -EIO;
+}
+
+static int tdm__cuda_launch_spin(struct tdm__backend *b, void *stream, uint32_t ns)
+{
+	struct tdm__cuda_launch l = {.k = ns == 0 ? TDM__K_EMPTY : TDM__K_SPIN, .ns = ns};
+
+	(void)b;
+	if (stream == NULL)
+		return -EINVAL;
+	return tdm__cuda_launch(stream, &l);
+}
+
+static int tdm__cuda_launch_scale(struct tdm__backend *b, void *stream, float *y, const float *x,
+                                  float a, size_t n)
+{
+	const struct tdm__cuda_stream *st = stream;
+	struct tdm__cuda_launch l = {.k = TDM__K_SCALE, .y = y, .x = x, .a = a, .n = n};
+	size_t blocks, cap;
+
+	if (st == NULL || (n > 0 && (y == NULL || x == NULL)))
+		return -EINVAL;
+	if (n == 0)
+		return 0;
+	/* Enough blocks to fill the device several times over, and no more: the grid-stride loop
+	 * covers the rest, and a bounded grid keeps the launch cheap for any n. */
+	cap = (size_t)(b->devs[st->dev].sm_count > 0 ? b->devs[st->dev].sm_count : 1) * 8;
+	blocks = (n + TDM__SCALE_BLOCK - 1) / TDM__SCALE_BLOCK;
+	l.blocks = (unsigned)(blocks < cap ? blocks : cap);
+	return tdm__cuda_launch(st, &l);
+}
+
+/* The trap kills the device's context (sticky): every later call on the device fails. */
+static int tdm__cuda_launch_fault(struct tdm__backend *b, void *stream)
+{
+	struct tdm__cuda_launch l = {.k = TDM__K_FAULT};
+
+	(void)b;
+	if (stream == NULL)
+		return -EINVAL;
+	return tdm__cuda_launch(stream, &l);
+}
+
+const struct tdm__backend_ops tdm__backend_cuda = {
+    .name = "cuda",
+    .open = tdm__cuda_open,
+    .close = tdm__cuda_close,
+    .device_count = tdm__cuda_device_count,
+    .device_info = tdm__cuda_device_info,
+    .stream_create = tdm__cuda_stream_create,
+    .stream_destroy = tdm__cuda_stream_destroy,
+    .stream_query = tdm__cuda_stream_query,
+    .event_create = tdm__cuda_event_create,
+    .event_destroy = tdm__cuda_event_destroy,
+    .event_record = tdm__cuda_event_record,
+    .event_query = tdm__cuda_event_query,
+    .write_value = tdm__cuda_write_value,
+    .word_status = tdm__cuda_word_status,
+    .host_alloc = tdm__cuda_host_alloc,
+    .host_free = tdm__cuda_host_free,
+    .device_alloc = tdm__cuda_device_alloc,
+    .device_free = tdm__cuda_device_free,
+    .memcpy_async = tdm__cuda_memcpy_async,
+    .launch_spin = tdm__cuda_launch_spin,
+    .launch_scale = tdm__cuda_launch_scale,
+    .launch_fault = tdm__cuda_launch_fault,
+    .stream_native = tdm__cuda_stream_native,
+    .sim_inject = NULL,
+};
+
+#endif /* TANDEM_HAVE_CUDA */

@@ -1,0 +1,649 @@
+/*
+ * The GPU layer's front: choosing a backend, devices, the bounded stream sets and the workers'
+ * view of them, pooled events, the launch limit, work helpers, and the await calls that hand a
+ * suspended task to the poller.
+ *
+ * Streams: each device has TDM__PRIO_CLASSES sets of `nstreams` streams, created on first use.
+ * A worker's shared leases always go to "its" stream of a set (worker index modulo the set
+ * size): its thread-local pool is a fixed slice of the bounded set, so 16 workers on a set of 8
+ * make 8 streams, never 16, and a shared lease never takes a lock once the stream exists.
+ * Exclusive leases take any stream with no lease at all.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpu_internal.h"
+
+uint64_t tdm_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void tdm_gpu_config_init(tdm_gpu_config *cfg)
+{
+	if (cfg != NULL)
+		memset(cfg, 0, sizeof(*cfg));
+}
+
+static int pick_backend(tdm_gpu_config *cfg, const struct tdm__backend_ops **out)
+{
+	tdm_backend kind = cfg->backend;
+	if (kind == TDM_BACKEND_AUTO) {
+		const char *env = getenv("TANDEM_GPU");
+		kind = TDM_BACKEND_CUDA;
+		if (env != NULL && strcmp(env, "sim") == 0)
+			kind = TDM_BACKEND_SIM;
+		else if (env != NULL && strcmp(env, "none") == 0)
+			kind = TDM_BACKEND_NONE;
+		else if (env != NULL && *env != '\0' && strcmp(env, "cuda") != 0)
+			return -EINVAL;
+	}
+	cfg->backend = kind;
+	switch (kind) {
+	case TDM_BACKEND_CUDA:
+		*out = &tdm__backend_cuda;
+		return 0;
+	case TDM_BACKEND_SIM:
+		*out = &tdm__backend_sim;
+		return 0;
+	case TDM_BACKEND_NONE:
+		*out = NULL;
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+static unsigned default_streams(void)
+{
+	/* The hardware work queues a process gets (CUDA's default is 8): more streams than that
+	 * only alias onto the same queues ("fake concurrency"). */
+	const char *env = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	long n = env != NULL ? strtol(env, NULL, 10) : 0;
+	return (n >= 1 && n <= 32) ? (unsigned)n : 8;
+}
+
+static void destroy_devices(struct tdm_gpu *gpu)
+{
+	for (int i = 0; i < gpu->ndev; i++) {
+		struct tdm__gdev *d = &gpu->devs[i];
+		for (int c = 0; c < TDM__PRIO_CLASSES; c++) {
+			if (d->streams[c] == NULL)
+				continue;
+			for (unsigned k = 0; k < d->nstreams; k++) {
+				struct tdm_stream *s = atomic_load(&d->streams[c][k]);
+				if (s == NULL)
+					continue;
+				gpu->ops->stream_destroy(gpu->b, s->bs);
+				free(s);
+			}
+			free(d->streams[c]);
+		}
+		for (unsigned k = 0; k < d->nall_events; k++) {
+			gpu->ops->event_destroy(gpu->b, d->all_events[k]->be);
+			free(d->all_events[k]);
+		}
+		free(d->all_events);
+		if (d->word_block != NULL)
+			gpu->ops->host_free(gpu->b, d->word_block);
+		pthread_mutex_destroy(&d->lock);
+	}
+	free(gpu->devs);
+	gpu->devs = NULL;
+}
+
+static int init_device(struct tdm_gpu *gpu, int i)
+{
+	struct tdm__gdev *d = &gpu->devs[i];
+	d->gpu = gpu;
+	d->index = i;
+	pthread_mutex_init(&d->lock, NULL);
+	int rc = gpu->ops->device_info(gpu->b, i, &d->info);
+	if (rc != 0)
+		return rc;
+	d->nstreams =
+	    gpu->cfg.streams_per_device != 0 ? gpu->cfg.streams_per_device : default_streams();
+	d->prio[0] = d->info.prio_least;
+	d->prio[1] = d->info.prio_greatest;
+	d->words = d->info.can_write_value64 && gpu->ops->write_value != NULL &&
+	           gpu->cfg.completion != TDM_COMPLETION_EVENT;
+	if (gpu->cfg.completion == TDM_COMPLETION_WORD && !d->words)
+		return -ENOTSUP;
+	for (int c = 0; c < TDM__PRIO_CLASSES; c++) {
+		d->streams[c] = calloc(d->nstreams, sizeof(*d->streams[c]));
+		if (d->streams[c] == NULL)
+			return -ENOMEM;
+	}
+	if (d->words) {
+		size_t bytes = (size_t)d->nstreams * TDM__PRIO_CLASSES * TDM__CACHELINE;
+		rc = gpu->ops->host_alloc(gpu->b, bytes, (void **)&d->word_block);
+		if (rc != 0)
+			return rc;
+		memset(d->word_block, 0, bytes);
+	}
+	return 0;
+}
+
+int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in)
+{
+	if (out == NULL || ex == NULL)
+		return -EINVAL;
+	tdm_gpu_config cfg;
+	if (cfg_in != NULL)
+		cfg = *cfg_in;
+	else
+		tdm_gpu_config_init(&cfg);
+	if ((unsigned)cfg.completion > TDM_COMPLETION_EVENT || cfg.streams_per_device > 1024 ||
+	    cfg.launch_limit > 1024)
+		return -EINVAL;
+	const struct tdm__backend_ops *ops;
+	int rc = pick_backend(&cfg, &ops);
+	if (rc != 0)
+		return rc;
+	struct tdm_gpu *gpu = aligned_alloc(TDM__CACHELINE, sizeof(*gpu));
+	if (gpu == NULL)
+		return -ENOMEM;
+	memset(gpu, 0, sizeof(*gpu));
+	if (cfg.launch_limit == 0)
+		cfg.launch_limit = 4;
+	if (cfg.poll_spin_us == 0)
+		cfg.poll_spin_us = 200;
+	gpu->ex = ex;
+	gpu->cfg = cfg;
+	gpu->ops = ops;
+	ck_ec32_init(&gpu->ec, 0);
+	if (ops != NULL) {
+		rc = ops->open(&gpu->b, &cfg);
+		if (rc != 0) {
+			free(gpu);
+			return rc;
+		}
+		gpu->ndev = ops->device_count(gpu->b);
+		if (gpu->ndev < 0) {
+			rc = gpu->ndev;
+			gpu->ndev = 0;
+			goto fail;
+		}
+		gpu->devs = aligned_alloc(TDM__CACHELINE, (size_t)gpu->ndev * sizeof(*gpu->devs));
+		if (gpu->devs == NULL && gpu->ndev > 0) {
+			rc = -ENOMEM;
+			gpu->ndev = 0;
+			goto fail;
+		}
+		memset(gpu->devs, 0, (size_t)gpu->ndev * sizeof(*gpu->devs));
+		for (int i = 0; i < gpu->ndev; i++)
+			if ((rc = init_device(gpu, i)) != 0) {
+				gpu->ndev = i + 1;
+				goto fail;
+			}
+	}
+	if (pthread_create(&gpu->poller, NULL, tdm__poller_main, gpu) != 0) {
+		rc = -EAGAIN;
+		goto fail;
+	}
+	*out = gpu;
+	return 0;
+fail:
+	if (gpu->devs != NULL)
+		destroy_devices(gpu);
+	if (gpu->b != NULL)
+		ops->close(gpu->b);
+	free(gpu);
+	return rc;
+}
+
+int tdm_gpu_destroy(tdm_gpu *gpu)
+{
+	if (gpu == NULL)
+		return -EINVAL;
+	/* Seq_cst: pairs with the registration in register_await (Dekker on active/stopping):
+	 * either the registrant sees stopping, or the poller sees its count. */
+	atomic_store_explicit(&gpu->stopping, 1, memory_order_seq_cst);
+	ck_ec32_inc(&gpu->ec, &tdm__ec_mode);
+	pthread_join(gpu->poller, NULL);
+	free(gpu->heap);
+	free(gpu->wake);
+	free(gpu->wake_rc);
+	if (gpu->ops != NULL) {
+		destroy_devices(gpu);
+		gpu->ops->close(gpu->b);
+	}
+	free(gpu);
+	return 0;
+}
+
+const char *tdm_gpu_backend_name(const tdm_gpu *gpu)
+{
+	if (gpu == NULL || gpu->ops == NULL)
+		return "none";
+	return gpu->ops->name;
+}
+
+int tdm_gpu_device_count(const tdm_gpu *gpu)
+{
+	return gpu != NULL ? gpu->ndev : -EINVAL;
+}
+
+int tdm_gpu_completion(const tdm_gpu *gpu, int device)
+{
+	if (gpu == NULL || device < 0 || device >= gpu->ndev)
+		return -EINVAL;
+	return gpu->devs[device].words ? TDM_COMPLETION_WORD : TDM_COMPLETION_EVENT;
+}
+
+void tdm__device_fail(struct tdm__gdev *d)
+{
+	atomic_store_explicit(&d->failed, 1, memory_order_release);
+}
+
+/* ---- streams ---- */
+
+/* The stream at slot k of class c, created on first use. */
+static int stream_at(struct tdm__gdev *d, int c, unsigned k, struct tdm_stream **out)
+{
+	/* Acquire: pairs with the release store below; the stream's fields are initialised. */
+	struct tdm_stream *s = atomic_load_explicit(&d->streams[c][k], memory_order_acquire);
+	if (s != NULL) {
+		*out = s;
+		return 0;
+	}
+	struct tdm_gpu *gpu = d->gpu;
+	int rc = 0;
+	pthread_mutex_lock(&d->lock);
+	s = atomic_load_explicit(&d->streams[c][k], memory_order_relaxed);
+	if (s == NULL) {
+		s = aligned_alloc(TDM__CACHELINE, sizeof(*s));
+		if (s == NULL) {
+			rc = -ENOMEM;
+		} else {
+			memset(s, 0, sizeof(*s));
+			s->dev = d;
+			if (d->words)
+				s->word = d->word_block +
+				          ((size_t)c * d->nstreams + k) * (TDM__CACHELINE / 8);
+			rc = gpu->ops->stream_create(gpu->b, d->index, d->prio[c], &s->bs);
+			if (rc != 0) {
+				free(s);
+				s = NULL;
+			} else {
+				/* Release: publishes the initialised stream to lock-free readers.
+				 */
+				atomic_store_explicit(&d->streams[c][k], s, memory_order_release);
+			}
+		}
+	}
+	pthread_mutex_unlock(&d->lock);
+	*out = s;
+	return rc;
+}
+
+int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
+{
+	if (gpu == NULL || out == NULL ||
+	    (flags & ~(unsigned)(TDM_STREAM_EXCLUSIVE | TDM_STREAM_HIGH_PRIORITY)) != 0)
+		return -EINVAL;
+	if (gpu->ndev == 0)
+		return -ENODEV;
+	if (device < 0 || device >= gpu->ndev)
+		return -EINVAL;
+	if (atomic_load_explicit(&gpu->stopping, memory_order_relaxed))
+		return -ESHUTDOWN;
+	struct tdm__gdev *d = &gpu->devs[device];
+	if (atomic_load_explicit(&d->failed, memory_order_acquire))
+		return -ENODEV;
+	int c = (flags & TDM_STREAM_HIGH_PRIORITY) ? 1 : 0;
+	int wi = tdm_worker_index(gpu->ex);
+	unsigned first =
+	    wi >= 0 ? (unsigned)wi : atomic_fetch_add_explicit(&d->rr, 1, memory_order_relaxed);
+	for (unsigned i = 0; i < d->nstreams; i++) {
+		struct tdm_stream *s;
+		int rc = stream_at(d, c, (first + i) % d->nstreams, &s);
+		if (rc != 0)
+			return rc;
+		if (flags & TDM_STREAM_EXCLUSIVE) {
+			int none = 0;
+			if (atomic_compare_exchange_strong_explicit(
+			        &s->leases, &none, TDM__EXCLUSIVE, memory_order_acquire,
+			        memory_order_relaxed)) {
+				*out = s;
+				return 0;
+			}
+			continue;
+		}
+		/* Shared: take it unless someone holds it exclusively. */
+		int prev = atomic_fetch_add_explicit(&s->leases, 1, memory_order_acquire);
+		if (prev < TDM__EXCLUSIVE) {
+			*out = s;
+			return 0;
+		}
+		atomic_fetch_sub_explicit(&s->leases, 1, memory_order_relaxed);
+	}
+	return -EBUSY;
+}
+
+int tdm_stream_release(tdm_stream *s)
+{
+	if (s == NULL)
+		return -EINVAL;
+	int cur = atomic_load_explicit(&s->leases, memory_order_relaxed);
+	if (cur == 0)
+		return -EINVAL;
+	/* Release: the holder's use of the stream happens before the next exclusive lease. */
+	if (cur >= TDM__EXCLUSIVE)
+		atomic_fetch_sub_explicit(&s->leases, TDM__EXCLUSIVE, memory_order_release);
+	else
+		atomic_fetch_sub_explicit(&s->leases, 1, memory_order_release);
+	return 0;
+}
+
+void *tdm_stream_native(const tdm_stream *s)
+{
+	if (s == NULL || s->dev->gpu->ops->stream_native == NULL)
+		return NULL;
+	return s->dev->gpu->ops->stream_native(s->dev->gpu->b, s->bs);
+}
+
+int tdm_stream_device(const tdm_stream *s)
+{
+	return s != NULL ? s->dev->index : -EINVAL;
+}
+
+void tdm_launch_begin(tdm_stream *s)
+{
+	struct tdm__gdev *d = s->dev;
+	unsigned limit = d->gpu->cfg.launch_limit;
+	for (;;) {
+		int cur = atomic_load_explicit(&d->launching, memory_order_relaxed);
+		if ((unsigned)cur < limit &&
+		    atomic_compare_exchange_weak_explicit(
+		        &d->launching, &cur, cur + 1, memory_order_acquire, memory_order_relaxed))
+			return;
+		tdm__cpu_relax();
+	}
+}
+
+void tdm_launch_end(tdm_stream *s)
+{
+	atomic_fetch_sub_explicit(&s->dev->launching, 1, memory_order_release);
+}
+
+/* ---- work helpers ---- */
+
+/* An enqueue that failed with -EIO may have met a dead device: if so, mark it failed now, so
+ * that leases and awaits on it fail at once from here on. */
+static int enqueued(struct tdm_stream *s, int rc)
+{
+	if (rc == -EIO && s->dev->gpu->ops->stream_query(s->dev->gpu->b, s->bs) == -EIO)
+		tdm__device_fail(s->dev);
+	return rc;
+}
+
+#define LAUNCH(s, call)                                                                            \
+	do {                                                                                       \
+		if ((s) == NULL)                                                                   \
+			return -EINVAL;                                                            \
+		if (atomic_load_explicit(&(s)->dev->failed, memory_order_relaxed))                 \
+			return -EIO;                                                               \
+		tdm_launch_begin(s);                                                               \
+		int rc_ = (call);                                                                  \
+		tdm_launch_end(s);                                                                 \
+		return rc_;                                                                        \
+	} while (0)
+
+#define B(s) ((s)->dev->gpu)
+
+int tdm_memcpy_async(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind)
+{
+	if (dst == NULL || src == NULL || kind < TDM_COPY_H2D || kind > TDM_COPY_D2D)
+		return -EINVAL;
+	LAUNCH(s, B(s)->ops->memcpy_async(B(s)->b, s->bs, dst, src, bytes, kind));
+}
+
+int tdm_launch_spin(tdm_stream *s, uint32_t ns)
+{
+	LAUNCH(s, B(s)->ops->launch_spin(B(s)->b, s->bs, ns));
+}
+
+int tdm_launch_scale(tdm_stream *s, float *y, const float *x, float a, size_t n)
+{
+	if (y == NULL || x == NULL)
+		return -EINVAL;
+	LAUNCH(s, B(s)->ops->launch_scale(B(s)->b, s->bs, y, x, a, n));
+}
+
+int tdm_launch_fault(tdm_stream *s)
+{
+	LAUNCH(s, B(s)->ops->launch_fault(B(s)->b, s->bs));
+}
+
+int tdm_sim_inject(tdm_stream *s, tdm_sim_fault fault)
+{
+	if (s == NULL || B(s)->ops->sim_inject == NULL)
+		return -EINVAL;
+	return B(s)->ops->sim_inject(B(s)->b, s->bs, fault);
+}
+
+int tdm_device_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out)
+{
+	if (gpu == NULL || out == NULL || bytes == 0)
+		return -EINVAL;
+	if (gpu->ndev == 0)
+		return -ENODEV;
+	if (device < 0 || device >= gpu->ndev)
+		return -EINVAL;
+	return gpu->ops->device_alloc(gpu->b, device, bytes, out);
+}
+
+int tdm_device_free(tdm_gpu *gpu, int device, void *p)
+{
+	if (gpu == NULL || device < 0 || device >= gpu->ndev)
+		return -EINVAL;
+	if (p != NULL)
+		gpu->ops->device_free(gpu->b, device, p);
+	return 0;
+}
+
+int tdm_host_alloc(tdm_gpu *gpu, size_t bytes, void **out)
+{
+	if (gpu == NULL || out == NULL || bytes == 0)
+		return -EINVAL;
+	if (gpu->ops == NULL)
+		return -ENODEV;
+	return gpu->ops->host_alloc(gpu->b, bytes, out);
+}
+
+int tdm_host_free(tdm_gpu *gpu, void *p)
+{
+	if (gpu == NULL)
+		return -EINVAL;
+	if (gpu->ops == NULL)
+		return -ENODEV;
+	if (p != NULL)
+		gpu->ops->host_free(gpu->b, p);
+	return 0;
+}
+
+/* ---- events ---- */
+
+int tdm__event_take(struct tdm__gdev *d, struct tdm_event **out)
+{
+	struct tdm_gpu *gpu = d->gpu;
+	pthread_mutex_lock(&d->lock);
+	struct tdm_event *e = d->free_events;
+	if (e != NULL) {
+		d->free_events = e->next_free;
+		pthread_mutex_unlock(&d->lock);
+		*out = e;
+		return 0;
+	}
+	int rc = -ENOMEM;
+	if (d->nall_events == d->cap_events) {
+		unsigned cap = d->cap_events != 0 ? 2 * d->cap_events : 64;
+		struct tdm_event **all = realloc(d->all_events, cap * sizeof(*all));
+		if (all == NULL)
+			goto out;
+		d->all_events = all;
+		d->cap_events = cap;
+	}
+	e = aligned_alloc(TDM__CACHELINE, TDM__CACHELINE);
+	if (e == NULL)
+		goto out;
+	memset(e, 0, sizeof(*e));
+	e->dev = d;
+	rc = gpu->ops->event_create(gpu->b, d->index, &e->be);
+	if (rc != 0) {
+		free(e);
+		goto out;
+	}
+	d->all_events[d->nall_events++] = e;
+	*out = e;
+out:
+	pthread_mutex_unlock(&d->lock);
+	return rc;
+}
+
+void tdm__event_give(struct tdm_event *e)
+{
+	struct tdm__gdev *d = e->dev;
+	pthread_mutex_lock(&d->lock);
+	e->next_free = d->free_events;
+	d->free_events = e;
+	pthread_mutex_unlock(&d->lock);
+}
+
+int tdm_event_get(tdm_gpu *gpu, int device, tdm_event **out)
+{
+	if (gpu == NULL || out == NULL)
+		return -EINVAL;
+	if (gpu->ndev == 0)
+		return -ENODEV;
+	if (device < 0 || device >= gpu->ndev)
+		return -EINVAL;
+	return tdm__event_take(&gpu->devs[device], out);
+}
+
+int tdm_event_put(tdm_event *e)
+{
+	if (e == NULL)
+		return -EINVAL;
+	tdm__event_give(e);
+	return 0;
+}
+
+int tdm_event_record(tdm_event *e, tdm_stream *s)
+{
+	if (e == NULL || s == NULL || e->dev != s->dev)
+		return -EINVAL;
+	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
+		return -EIO;
+	return enqueued(s, B(s)->ops->event_record(B(s)->b, e->be, s->bs));
+}
+
+/* ---- awaits ---- */
+
+/*
+ * Counts an await as active unless the layer is stopping. Seq_cst on both sides: pairs with
+ * the store of stopping in tdm_gpu_destroy and the poller's load of active (Dekker).
+ */
+static int register_await(struct tdm_gpu *gpu)
+{
+	atomic_fetch_add_explicit(&gpu->active, 1, memory_order_seq_cst);
+	if (atomic_load_explicit(&gpu->stopping, memory_order_seq_cst)) {
+		atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_seq_cst);
+		return -ESHUTDOWN;
+	}
+	return 0;
+}
+
+static int fail_now(struct tdm__task *t, int rc)
+{
+	if (t != NULL)
+		t->result = rc;
+	return rc;
+}
+
+int tdm_await_stream(tdm_task *pub, tdm_stream *s)
+{
+	struct tdm__task *t = tdm__task_cast(pub);
+	if (t == NULL || s == NULL)
+		return fail_now(t, -EINVAL);
+	struct tdm__gdev *d = s->dev;
+	struct tdm_gpu *gpu = d->gpu;
+	if (tdm__task_executor(t) != gpu->ex)
+		return fail_now(t, -EINVAL);
+	if (atomic_load_explicit(&d->failed, memory_order_acquire))
+		return fail_now(t, -EIO);
+	int rc = register_await(gpu);
+	if (rc != 0)
+		return fail_now(t, rc);
+	if (d->words) {
+		/* The sequence is taken after the task's work was enqueued and before its write:
+		 * any later write of a larger value implies this task's work is done, so the
+		 * poller may complete by the largest value seen (see poller.c). */
+		uint64_t seq = atomic_fetch_add_explicit(&s->seq, 1, memory_order_relaxed) + 1;
+		rc = gpu->ops->write_value(gpu->b, s->bs, s->word, seq);
+		t->await_obj = s;
+		t->await_seq = seq;
+	} else {
+		struct tdm_event *e;
+		rc = tdm__event_take(d, &e);
+		if (rc == 0) {
+			rc = gpu->ops->event_record(gpu->b, e->be, s->bs);
+			if (rc != 0)
+				tdm__event_give(e);
+		}
+		t->await_obj = (void *)((uintptr_t)s | TDM__AW_STREAM_EVENT);
+		t->await_seq = rc == 0 ? (uint64_t)(uintptr_t)e : 0;
+	}
+	if (rc != 0) {
+		atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_relaxed);
+		return fail_now(t, enqueued(s, rc));
+	}
+	tdm__task_suspend(t);
+	tdm__poller_submit(gpu, t);
+	return TDM_SUSPENDED;
+}
+
+int tdm_await_event(tdm_task *pub, tdm_event *e)
+{
+	struct tdm__task *t = tdm__task_cast(pub);
+	if (t == NULL || e == NULL)
+		return fail_now(t, -EINVAL);
+	struct tdm_gpu *gpu = e->dev->gpu;
+	if (tdm__task_executor(t) != gpu->ex)
+		return fail_now(t, -EINVAL);
+	/* Already done: go on without a round trip through the poller. */
+	int q = gpu->ops->event_query(gpu->b, e->be);
+	if (q != -EAGAIN)
+		return fail_now(t, q);
+	int rc = register_await(gpu);
+	if (rc != 0)
+		return fail_now(t, rc);
+	t->await_obj = (void *)((uintptr_t)e | TDM__AW_EVENT);
+	tdm__task_suspend(t);
+	tdm__poller_submit(gpu, t);
+	return TDM_SUSPENDED;
+}
+
+int tdm_await_deadline(tdm_task *pub, tdm_gpu *gpu, uint64_t deadline_ns)
+{
+	struct tdm__task *t = tdm__task_cast(pub);
+	if (t == NULL || gpu == NULL)
+		return fail_now(t, -EINVAL);
+	if (tdm__task_executor(t) != gpu->ex)
+		return fail_now(t, -EINVAL);
+	if (deadline_ns <= tdm_now_ns())
+		return fail_now(t, 0);
+	int rc = register_await(gpu);
+	if (rc != 0)
+		return fail_now(t, rc);
+	t->await_obj = (void *)((uintptr_t)gpu | TDM__AW_DEADLINE);
+	t->await_seq = deadline_ns;
+	tdm__task_suspend(t);
+	tdm__poller_submit(gpu, t);
+	return TDM_SUSPENDED;
+}

@@ -1,0 +1,113 @@
+/*
+ * The GPU layer's internal header: devices, pooled streams and events, and the poller's state.
+ * Lock rules: dev->lock guards lazy creation of a device's streams and its event free list; the
+ * poller's own lists are touched only by the poller thread. Nothing here is held across a call
+ * into the executor.
+ */
+#ifndef TDM_GPU_GPU_INTERNAL_H
+#define TDM_GPU_GPU_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <ck_ec.h>
+
+#include "../executor/internal.h"
+#include "backend.h"
+#include "tandem_gpu.h"
+
+#define TDM__PRIO_CLASSES 2 /* normal, high */
+
+struct tdm__gdev;
+
+struct tdm_stream {
+	struct tdm__gdev *dev;
+	void *bs;       /* the backend's stream */
+	uint64_t *word; /* completion word, in pinned memory, a cache line of its own */
+	/* Last sequence number handed to an await on this stream. */
+	_Alignas(TDM__CACHELINE) _Atomic uint64_t seq;
+	_Atomic int leases; /* shared leases held; TDM__EXCLUSIVE when exclusive */
+
+	/* Poller only. */
+	_Alignas(TDM__CACHELINE) struct tdm__task *head, *tail; /* awaits, by sequence */
+	struct tdm_stream *busy_next;
+	bool busy;
+	uint64_t done;       /* highest word value seen (writes may land out of order) */
+	uint64_t last_check; /* ns: last stream_query while waiting */
+};
+
+#define TDM__EXCLUSIVE (1 << 30)
+
+struct tdm_event {
+	struct tdm__gdev *dev;
+	void *be; /* the backend's event */
+	struct tdm_event *next_free;
+};
+
+struct tdm__gdev {
+	struct tdm_gpu *gpu;
+	int index;
+	struct tdm__device_info info;
+	bool words;        /* completion words (else events) */
+	unsigned nstreams; /* per priority class */
+	int prio[TDM__PRIO_CLASSES];
+	_Atomic(struct tdm_stream *) *streams[TDM__PRIO_CLASSES]; /* created lazily */
+	uint64_t *word_block; /* pinned: one cache line per stream */
+	_Atomic unsigned rr;  /* spreads threads that are not workers */
+	_Atomic int failed;   /* a sticky error was seen */
+	_Alignas(TDM__CACHELINE) _Atomic int launching;
+	pthread_mutex_t lock;
+	struct tdm_event *free_events; /* lock */
+	struct tdm_event **all_events; /* lock: every event ever made, for destroy */
+	unsigned nall_events, cap_events;
+};
+
+struct tdm_gpu {
+	tdm_executor *ex;
+	tdm_gpu_config cfg;
+	const struct tdm__backend_ops *ops;
+	struct tdm__backend *b;
+	int ndev;
+	struct tdm__gdev *devs;
+
+	/* Awaits handed to the poller, newest first. */
+	_Alignas(TDM__CACHELINE) struct tdm__stack submit;
+	struct ck_ec32 ec; /* bumped after a submit; the idle poller sleeps on it */
+	/* Registered awaits not yet completed; with `stopping` decides when the poller exits. */
+	_Alignas(TDM__CACHELINE) _Atomic int64_t active;
+	_Atomic int stopping;
+
+	/* Poller only. */
+	_Alignas(TDM__CACHELINE) pthread_t poller;
+	struct tdm_stream *busy;   /* streams with awaits */
+	struct tdm__task *ev_head; /* awaits on user events, unordered */
+	struct tdm__task **heap;   /* deadline awaits, a binary min-heap on await_seq */
+	unsigned nheap, capheap;
+	struct tdm__task **wake; /* the batch a sweep completes */
+	int *wake_rc;
+	unsigned nwake, capwake;
+};
+
+/* What a task awaits, in the low bits of its await_obj (objects are 64-byte aligned). */
+enum {
+	TDM__AW_STREAM_WORD = 0,
+	TDM__AW_STREAM_EVENT = 1, /* await_seq holds the pooled tdm_event * */
+	TDM__AW_EVENT = 2,        /* a user's event */
+	TDM__AW_DEADLINE = 3,
+};
+#define TDM__AW_KIND(t) ((unsigned)((uintptr_t)(t)->await_obj & 3u))
+#define TDM__AW_PTR(t) ((void *)((uintptr_t)(t)->await_obj & ~(uintptr_t)3u))
+
+/* poller.c */
+void *tdm__poller_main(void *arg);
+/* Hands a suspended task's await to the poller. */
+void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t);
+
+/* gpu.c */
+int tdm__event_take(struct tdm__gdev *d, struct tdm_event **out);
+void tdm__event_give(struct tdm_event *e);
+void tdm__device_fail(struct tdm__gdev *d);
+
+#endif /* TDM_GPU_INTERNAL_H */

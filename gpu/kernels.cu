@@ -1,0 +1,86 @@
+/*
+ * The cuda backend's kernels (empty, spin, scale, fault) and their extern "C" launch wrappers,
+ * declared in kernels.h for cuda.c. Nothing here chooses a device or checks arguments: cuda.c
+ * does both before it calls in.
+ */
+#include "kernels.h"
+
+namespace
+{
+
+// Kept apart from the spin kernel, even for ns == 0, so that its latency is the pure floor: no
+// timer reads, no loop, no parameter.
+__global__ void empty_kernel()
+{
+}
+
+__device__ __forceinline__ uint64_t globaltimer()
+{
+	uint64_t t;
+	// volatile: each read must happen where it is written, or the loop would be hoisted.
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+// %globaltimer counts nanoseconds of wall time (its resolution is coarser on some parts, up to
+// about 1 us), so the kernel lasts about ns whatever the SM clock does.
+__global__ void spin_kernel(uint32_t ns)
+{
+	const uint64_t t0 = globaltimer();
+	while (globaltimer() - t0 < ns) {
+	}
+}
+
+// No __restrict__: y == x (in place) is allowed.
+__global__ void scale_kernel(float *y, const float *x, float a, size_t n)
+{
+	const size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+		y[i] = a * x[i];
+}
+
+__global__ void fault_kernel()
+{
+	__trap();
+}
+
+cudaLaunchConfig_t config(cudaStream_t s, unsigned blocks, unsigned threads)
+{
+	cudaLaunchConfig_t c = {};
+	c.gridDim = dim3(blocks);
+	c.blockDim = dim3(threads);
+	c.dynamicSmemBytes = 0;
+	c.stream = s;
+	c.attrs = nullptr;
+	c.numAttrs = 0;
+	return c;
+}
+
+} // namespace
+
+// cudaLaunchKernelEx returns the launch's own error, where `<<<>>>` + cudaGetLastError() would
+// also pick up any earlier unrelated error left on this thread (by user code, say).
+extern "C" cudaError_t tdm__kernel_empty(cudaStream_t s)
+{
+	const cudaLaunchConfig_t c = config(s, 1, 1);
+	return cudaLaunchKernelEx(&c, empty_kernel);
+}
+
+extern "C" cudaError_t tdm__kernel_spin(cudaStream_t s, uint32_t ns)
+{
+	const cudaLaunchConfig_t c = config(s, 1, 1);
+	return cudaLaunchKernelEx(&c, spin_kernel, ns);
+}
+
+extern "C" cudaError_t tdm__kernel_scale(cudaStream_t s, unsigned blocks, float *y, const float *x,
+                                         float a, size_t n)
+{
+	const cudaLaunchConfig_t c = config(s, blocks, TDM__SCALE_BLOCK);
+	return cudaLaunchKernelEx(&c, scale_kernel, y, x, a, n);
+}
+
+extern "C" cudaError_t tdm__kernel_fault(cudaStream_t s)
+{
+	const cudaLaunchConfig_t c = config(s, 1, 1);
+	return cudaLaunchKernelEx(&c, fault_kernel);
+}

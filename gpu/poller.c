@@ -1,0 +1,340 @@
+/*
+ * The poller: one thread per tdm_gpu that owns every outstanding await and hands tasks back to
+ * the workers when their await is over.
+ *
+ * - Work on one stream completes in order, so each stream keeps a FIFO of its awaits and a sweep
+ *   looks only at each busy stream's oldest: the cost of a sweep grows with busy streams, not
+ *   with outstanding awaits.
+ * - Completion words: an await enqueues a write of the stream's next sequence number into pinned
+ *   memory; the poller reads that word. Two tasks sharing a stream may enqueue their writes in
+ *   the opposite order of their numbers, so the word can move backwards for a moment; the poller
+ *   keeps the largest value it saw. That is sound because a task takes its number after its work
+ *   was enqueued and before its write: a larger number written means the smaller one's work is
+ *   done (gpu.c, tdm_await_stream).
+ * - A stream whose oldest await has not moved for TDM__CHECK_NS is asked for its status: a
+ *   sticky device error never writes the word, and this is where it is found.
+ * - Idling: spin while anything completed within poll_spin_us, then sleep in short steps while
+ *   awaits are outstanding, and sleep on the event count when nothing is.
+ * - Everything a sweep completes is woken in one batch (tdm__task_wake_batch).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "gpu_internal.h"
+
+#define TDM__CHECK_NS 1000000ull /* status check of a stream that made no progress */
+#define TDM__BACKOFF_NS 50000ull /* sleep step while awaits are outstanding, past the spin */
+
+void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t)
+{
+	tdm__stack_push(&gpu->submit, &t->link);
+	/* ck_ec32_inc is a plain atomic add unless the poller sleeps; it orders the push above
+	 * before the count change that wakes the poller (full barrier, ck_ec's own contract). */
+	ck_ec32_inc(&gpu->ec, &tdm__ec_mode);
+}
+
+static int grow(void **arr, unsigned *cap, size_t elem, unsigned need)
+{
+	if (need <= *cap)
+		return 0;
+	unsigned n = *cap != 0 ? *cap : 256;
+	while (n < need)
+		n *= 2;
+	void *p = realloc(*arr, n * elem);
+	if (p == NULL)
+		return -ENOMEM;
+	*arr = p;
+	*cap = n;
+	return 0;
+}
+
+static void add_wake(struct tdm_gpu *gpu, struct tdm__task *t, int rc)
+{
+	unsigned cap_rc = gpu->capwake;
+	if (grow((void **)&gpu->wake, &gpu->capwake, sizeof(*gpu->wake), gpu->nwake + 1) != 0 ||
+	    grow((void **)&gpu->wake_rc, &cap_rc, sizeof(*gpu->wake_rc), gpu->capwake) != 0) {
+		/* No memory for the batch: wake this one alone rather than lose it. */
+		tdm__task_wake(t, rc);
+	} else {
+		gpu->wake[gpu->nwake] = t;
+		gpu->wake_rc[gpu->nwake++] = rc;
+	}
+	atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_relaxed);
+}
+
+/* ---- deadlines: a binary min-heap on await_seq ---- */
+
+static void heap_push(struct tdm_gpu *gpu, struct tdm__task *t)
+{
+	if (grow((void **)&gpu->heap, &gpu->capheap, sizeof(*gpu->heap), gpu->nheap + 1) != 0) {
+		add_wake(gpu, t, -ENOMEM);
+		return;
+	}
+	unsigned i = gpu->nheap++;
+	while (i > 0 && gpu->heap[(i - 1) / 2]->await_seq > t->await_seq) {
+		gpu->heap[i] = gpu->heap[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	gpu->heap[i] = t;
+}
+
+static struct tdm__task *heap_pop(struct tdm_gpu *gpu)
+{
+	struct tdm__task *top = gpu->heap[0], *last = gpu->heap[--gpu->nheap];
+	unsigned i = 0, n = gpu->nheap;
+	for (;;) {
+		unsigned c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && gpu->heap[c + 1]->await_seq < gpu->heap[c]->await_seq)
+			c++;
+		if (gpu->heap[c]->await_seq >= last->await_seq)
+			break;
+		gpu->heap[i] = gpu->heap[c];
+		i = c;
+	}
+	if (n > 0)
+		gpu->heap[i] = last;
+	return top;
+}
+
+/* ---- intake ---- */
+
+static void stream_insert(struct tdm_gpu *gpu, struct tdm_stream *s, struct tdm__task *t)
+{
+	t->link.next = NULL;
+	if (s->head == NULL) {
+		s->head = s->tail = t;
+		if (!s->busy) {
+			s->busy = true;
+			s->busy_next = gpu->busy;
+			gpu->busy = s;
+			s->last_check = tdm_now_ns();
+		}
+		return;
+	}
+	/* Sequence order; submissions arrive nearly sorted, so this is almost always O(1). */
+	if (TDM__AW_KIND(t) != TDM__AW_STREAM_WORD || s->tail->await_seq <= t->await_seq) {
+		s->tail->link.next = &t->link;
+		s->tail = t;
+		return;
+	}
+	struct tdm__task **pp = &s->head;
+	while ((*pp)->await_seq <= t->await_seq)
+		pp = (struct tdm__task **)&(*pp)->link.next;
+	t->link.next = &(*pp)->link;
+	*pp = t;
+}
+
+static void intake(struct tdm_gpu *gpu)
+{
+	/* Newest first; reverse so that FIFOs fill in submission order. */
+	struct tdm__link *l = tdm__stack_take_all(&gpu->submit), *rev = NULL;
+	while (l != NULL) {
+		struct tdm__link *next = l->next;
+		l->next = rev;
+		rev = l;
+		l = next;
+	}
+	for (l = rev; l != NULL;) {
+		struct tdm__task *t = tdm__task_of(l);
+		l = l->next;
+		switch (TDM__AW_KIND(t)) {
+		case TDM__AW_STREAM_WORD:
+		case TDM__AW_STREAM_EVENT:
+			stream_insert(gpu, TDM__AW_PTR(t), t);
+			break;
+		case TDM__AW_EVENT:
+			t->link.next = gpu->ev_head != NULL ? &gpu->ev_head->link : NULL;
+			gpu->ev_head = t;
+			break;
+		case TDM__AW_DEADLINE:
+			heap_push(gpu, t);
+			break;
+		}
+	}
+}
+
+/* ---- sweeps ---- */
+
+static void fail_stream_awaits(struct tdm_gpu *gpu, struct tdm_stream *s, int rc)
+{
+	while (s->head != NULL) {
+		struct tdm__task *t = s->head;
+		s->head = (struct tdm__task *)(void *)t->link.next;
+		if (TDM__AW_KIND(t) == TDM__AW_STREAM_EVENT && t->await_seq != 0)
+			tdm__event_give((struct tdm_event *)(uintptr_t)t->await_seq);
+		add_wake(gpu, t, rc);
+	}
+	s->tail = NULL;
+}
+
+/* Returns whether anything completed. */
+static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now)
+{
+	struct tdm__gdev *d = s->dev;
+	const struct tdm__backend_ops *ops = gpu->ops;
+	bool progress = false;
+	if (atomic_load_explicit(&d->failed, memory_order_relaxed)) {
+		fail_stream_awaits(gpu, s, -EIO);
+		return true;
+	}
+	while (s->head != NULL) {
+		struct tdm__task *t = s->head;
+		int rc;
+		if (TDM__AW_KIND(t) == TDM__AW_STREAM_WORD) {
+			/* Acquire: pairs with the device's write (the backend's store in sim); the
+			 * work before the write is complete. */
+			uint64_t v = __atomic_load_n(s->word, __ATOMIC_ACQUIRE);
+			if (v > s->done)
+				s->done = v;
+			if (s->done < t->await_seq)
+				break;
+			rc = ops->word_status != NULL
+			         ? ops->word_status(gpu->b, s->bs, t->await_seq)
+			         : 0;
+		} else {
+			struct tdm_event *e = (struct tdm_event *)(uintptr_t)t->await_seq;
+			rc = e != NULL ? ops->event_query(gpu->b, e->be) : -EIO;
+			if (rc == -EAGAIN)
+				break;
+			if (e != NULL)
+				tdm__event_give(e);
+		}
+		s->head = (struct tdm__task *)(void *)t->link.next;
+		add_wake(gpu, t, rc);
+		progress = true;
+		if (rc == -EIO && ops->stream_query(gpu->b, s->bs) == -EIO) {
+			tdm__device_fail(d);
+			fail_stream_awaits(gpu, s, -EIO);
+			return true;
+		}
+	}
+	if (s->head == NULL) {
+		s->tail = NULL;
+		return progress;
+	}
+	if (progress) {
+		s->last_check = now;
+	} else if (now - s->last_check > TDM__CHECK_NS) {
+		s->last_check = now;
+		if (ops->stream_query(gpu->b, s->bs) == -EIO) {
+			tdm__device_fail(d);
+			fail_stream_awaits(gpu, s, -EIO);
+			return true;
+		}
+	}
+	return progress;
+}
+
+static bool sweep(struct tdm_gpu *gpu, uint64_t now)
+{
+	bool progress = false;
+	struct tdm_stream **pp = &gpu->busy;
+	while (*pp != NULL) {
+		struct tdm_stream *s = *pp;
+		progress |= sweep_stream(gpu, s, now);
+		if (s->head == NULL) {
+			s->busy = false;
+			*pp = s->busy_next;
+		} else {
+			pp = &s->busy_next;
+		}
+	}
+	/* User events: few, each queried. */
+	struct tdm__task **tp = &gpu->ev_head;
+	while (*tp != NULL) {
+		struct tdm__task *t = *tp;
+		struct tdm_event *e = TDM__AW_PTR(t);
+		int rc = atomic_load_explicit(&e->dev->failed, memory_order_relaxed)
+		             ? -EIO
+		             : gpu->ops->event_query(gpu->b, e->be);
+		if (rc == -EAGAIN) {
+			tp = (struct tdm__task **)&t->link.next;
+			continue;
+		}
+		*tp = (struct tdm__task *)(void *)t->link.next;
+		add_wake(gpu, t, rc);
+		progress = true;
+	}
+	bool stopping = atomic_load_explicit(&gpu->stopping, memory_order_relaxed);
+	while (gpu->nheap > 0 && (stopping || gpu->heap[0]->await_seq <= now)) {
+		struct tdm__task *t = heap_pop(gpu);
+		add_wake(gpu, t, t->await_seq <= now ? 0 : -ECANCELED);
+		progress = true;
+	}
+	return progress;
+}
+
+static void flush_wakes(struct tdm_gpu *gpu)
+{
+	if (gpu->nwake == 0)
+		return;
+	tdm__task_wake_batch(gpu->wake, gpu->wake_rc, gpu->nwake);
+	gpu->nwake = 0;
+}
+
+static bool outstanding(struct tdm_gpu *gpu)
+{
+	return gpu->busy != NULL || gpu->ev_head != NULL || gpu->nheap > 0;
+}
+
+static void sleep_ns(uint64_t ns)
+{
+	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+	                      .tv_nsec = (long)(ns % 1000000000ull)};
+	nanosleep(&ts, NULL);
+}
+
+void *tdm__poller_main(void *arg)
+{
+	struct tdm_gpu *gpu = arg;
+	uint64_t spin_ns = (uint64_t)gpu->cfg.poll_spin_us * 1000ull;
+	uint64_t last_activity = tdm_now_ns();
+	for (;;) {
+		uint32_t snap = ck_ec32_value(&gpu->ec);
+		bool fresh = !tdm__stack_empty(&gpu->submit);
+		if (fresh)
+			intake(gpu);
+		uint64_t now = tdm_now_ns();
+		if (sweep(gpu, now) || fresh)
+			last_activity = now;
+		flush_wakes(gpu);
+		if (outstanding(gpu) || now - last_activity < spin_ns) {
+			if (now - last_activity < spin_ns) {
+				tdm__cpu_relax();
+				continue;
+			}
+			/* Long GPU work: look again soon, or at the next deadline. */
+			uint64_t step = TDM__BACKOFF_NS;
+			if (gpu->busy == NULL && gpu->ev_head == NULL && gpu->nheap > 0 &&
+			    gpu->heap[0]->await_seq > now)
+				step = gpu->heap[0]->await_seq - now;
+			struct timespec dl;
+			uint64_t until = now + step;
+			dl.tv_sec = (time_t)(until / 1000000000ull);
+			dl.tv_nsec = (long)(until % 1000000000ull);
+			if (step <= TDM__BACKOFF_NS)
+				sleep_ns(step);
+			else
+				ck_ec32_wait(&gpu->ec, &tdm__ec_mode, snap, &dl);
+			continue;
+		}
+		/* Seq_cst: pairs with register_await (gpu.c) and the store in tdm_gpu_destroy:
+		 * a registrant that missed `stopping` is counted in `active` here. */
+		if (atomic_load_explicit(&gpu->stopping, memory_order_seq_cst) &&
+		    atomic_load_explicit(&gpu->active, memory_order_seq_cst) == 0 &&
+		    tdm__stack_empty(&gpu->submit))
+			break;
+		if (atomic_load_explicit(&gpu->stopping, memory_order_relaxed)) {
+			/* Registered awaits are still on their way into the submit stack. */
+			tdm__cpu_relax();
+			continue;
+		}
+		/* Nothing outstanding: sleep until a submission bumps the count past snap. */
+		ck_ec32_wait(&gpu->ec, &tdm__ec_mode, snap, NULL);
+		last_activity = tdm_now_ns();
+	}
+	return NULL;
+}

@@ -1,0 +1,678 @@
+/*
+ * The `sim` backend: an in-process GPU for machines without one. It owns the simulated devices,
+ * their streams (each an in-order queue drained by a thread of its own, "tdm-sim<N>"), their
+ * events, and the record of injected faults. "Device" memory is host memory, so copies and
+ * kernels are plain loads and stores done by the stream's thread.
+ *
+ * It mirrors CUDA where the two overlap, because the poller, pools and awaits above it are the
+ * ones that run on CUDA: work on a stream runs in order; an event never recorded counts as done
+ * and re-recording resets it; destroying a stream waits for its work; destroying an event with a
+ * record still queued is allowed (it goes when the record has run); and once a device failed
+ * every later operation on it is skipped and every enqueue fails at once with -EIO.
+ *
+ * Faults (tdm_sim_inject) arm a stream; the next work operation enqueued on it (a copy or a
+ * kernel) takes the fault. Completion points (write_value, event records) never do: a skipped
+ * completion word would hang its await instead of failing it. TDM_SIM_FAULT_OP: the operation
+ * does nothing, and the next completion point that runs on the stream reports -EIO (word_status
+ * for that value, or event_query) while the stream goes on. TDM_SIM_FAULT_STICKY: the operation
+ * kills the device, as a trapping kernel does.
+ *
+ * Lock rules: b->lock guards the lists of live streams and events; s->lock guards a stream's
+ * queue, `stop` and `armed`; s->err_lock guards its erred values. No thread holds two at once.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+
+#define SIM_MAX_DEVICES 1024
+#define SIM_SPIN_LIMIT_NS 50000u /* shorter kernels busy-wait: a sleep would overshoot them */
+#define SIM_HOST_ALIGN 64
+
+/* A node of a circular list with a sentinel, first member of what it links. */
+struct sim_link {
+	struct sim_link *prev, *next;
+};
+
+struct sim_dev {
+	/* Sticky. Relaxed everywhere: it publishes no data, and an operation that races with the
+	 * failure may run or be skipped, as on a GPU. */
+	atomic_bool failed;
+};
+
+struct tdm__backend {
+	int ndev;
+	struct sim_dev *devs;
+	pthread_mutex_t lock;
+	struct sim_link streams, events; /* lock */
+	unsigned next_id;                /* lock: numbers stream threads */
+};
+
+enum sim_op_kind {
+	/* work: may take an armed fault */
+	SIM_SPIN,
+	SIM_SCALE,
+	SIM_TRAP,
+	SIM_COPY,
+	/* completion points */
+	SIM_WRITE,
+	SIM_MARK,
+};
+
+struct sim_event;
+
+struct sim_op {
+	struct sim_op *next;
+	enum sim_op_kind kind;
+	int fault; /* the tdm_sim_fault it took at enqueue, or 0 */
+	union {
+		uint32_t ns;
+		struct {
+			float *y;
+			const float *x;
+			float a;
+			size_t n;
+		} scale;
+		struct {
+			void *dst;
+			const void *src;
+			size_t bytes;
+		} copy;
+		struct {
+			uint64_t *word;
+			uint64_t value;
+		} write;
+		struct {
+			struct sim_event *ev;
+			uint64_t gen;
+		} mark;
+	} u;
+};
+
+struct sim_stream {
+	struct sim_link link; /* b->lock */
+	struct sim_dev *dev;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;          /* the thread waits here for work or stop */
+	struct sim_op *head, *tail;   /* lock */
+	bool stop;                    /* lock */
+	int armed;                    /* lock: fault for the next work operation */
+	_Atomic uint64_t outstanding; /* operations enqueued and not finished */
+	bool pending_err; /* stream thread only: a failed op awaits its completion point */
+
+	pthread_mutex_t err_lock;
+	uint64_t *erred; /* err_lock: word values whose write followed failed work */
+	unsigned cap_erred;
+	atomic_uint nerred; /* written under err_lock; read outside it as a fast path */
+};
+
+struct sim_event {
+	struct sim_link link; /* b->lock, until event_destroy */
+	struct sim_dev *dev;
+	_Atomic uint64_t recorded; /* generation of the latest record; 0: never recorded */
+	_Atomic uint64_t done;     /* (generation << 1) | failed, of the newest record that ran */
+	atomic_uint refs;          /* the owner's, and one per record still queued */
+};
+
+/* ---- helpers ---- */
+
+static void list_init(struct sim_link *head)
+{
+	head->prev = head->next = head;
+}
+
+static void list_add(struct sim_link *head, struct sim_link *l)
+{
+	l->next = head->next;
+	l->prev = head;
+	head->next->prev = l;
+	head->next = l;
+}
+
+static void list_del(struct sim_link *l)
+{
+	l->prev->next = l->next;
+	l->next->prev = l->prev;
+}
+
+static bool dev_ok(const struct tdm__backend *b, int dev)
+{
+	return dev >= 0 && dev < b->ndev;
+}
+
+static bool dev_dead(const struct sim_dev *d)
+{
+	return atomic_load_explicit(&d->failed, memory_order_relaxed);
+}
+
+static void dev_fail(struct sim_dev *d)
+{
+	atomic_store_explicit(&d->failed, true, memory_order_relaxed);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void run_spin(uint32_t ns)
+{
+	if (ns == 0)
+		return;
+	if (ns < SIM_SPIN_LIMIT_NS) {
+		uint64_t end = now_ns() + ns;
+		while (now_ns() < end) {
+		}
+		return;
+	}
+	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
+	                      .tv_nsec = (long)(ns % 1000000000u)};
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+	}
+}
+
+static void event_unref(struct sim_event *e)
+{
+	/* Acq_rel: each holder's release orders its last use of e before the drop; the acquire
+	 * of the final drop pairs with those, so the free comes after every use. */
+	if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1)
+		free(e);
+}
+
+/* ---- the stream thread ---- */
+
+/* Remembers that the write of `value` covers failed work. */
+static void add_erred(struct sim_stream *s, uint64_t value)
+{
+	pthread_mutex_lock(&s->err_lock);
+	unsigned n = atomic_load_explicit(&s->nerred, memory_order_relaxed);
+	if (n == s->cap_erred) {
+		unsigned cap = s->cap_erred != 0 ? 2 * s->cap_erred : 8;
+		uint64_t *p = realloc(s->erred, cap * sizeof(*p));
+		if (p == NULL) {
+			/* No memory to remember the error: fail the device rather than lose it. */
+			pthread_mutex_unlock(&s->err_lock);
+			dev_fail(s->dev);
+			return;
+		}
+		s->erred = p;
+		s->cap_erred = cap;
+	}
+	s->erred[n] = value;
+	atomic_store_explicit(&s->nerred, n + 1, memory_order_relaxed);
+	pthread_mutex_unlock(&s->err_lock);
+}
+
+static void mark_event(struct sim_event *e, uint64_t gen, bool failed)
+{
+	uint64_t want = gen << 1 | (failed ? 1u : 0u);
+	uint64_t cur = atomic_load_explicit(&e->done, memory_order_relaxed);
+	/* Release: pairs with the acquire load of `done` in sim_event_query; the work before the
+	 * record happens before a query that reports it done. Records of one event on different
+	 * streams may run out of order: only a newer generation replaces an older one. */
+	while ((cur >> 1) < gen &&
+	       !atomic_compare_exchange_weak_explicit(&e->done, &cur, want, memory_order_release,
+	                                              memory_order_relaxed)) {
+	}
+}
+
+static void execute(struct sim_stream *s, struct sim_op *o)
+{
+	if (o->fault == TDM_SIM_FAULT_STICKY)
+		dev_fail(s->dev);
+	if (dev_dead(s->dev)) {
+		/* A dead context runs nothing; a queued record still lets go of its event. */
+		if (o->kind == SIM_MARK)
+			event_unref(o->u.mark.ev);
+		return;
+	}
+	if (o->fault == TDM_SIM_FAULT_OP) {
+		s->pending_err = true;
+		return;
+	}
+	switch (o->kind) {
+	case SIM_SPIN:
+		run_spin(o->u.ns);
+		break;
+	case SIM_SCALE:
+		for (size_t i = 0; i < o->u.scale.n; i++)
+			o->u.scale.y[i] = o->u.scale.a * o->u.scale.x[i];
+		break;
+	case SIM_TRAP:
+		dev_fail(s->dev);
+		break;
+	case SIM_COPY:
+		memcpy(o->u.copy.dst, o->u.copy.src, o->u.copy.bytes);
+		break;
+	case SIM_WRITE:
+		if (s->pending_err) {
+			s->pending_err = false;
+			add_erred(s, o->u.write.value);
+		}
+		/* Release: pairs with the acquire load of the word by its reader (poller.c,
+		 * sweep_stream): all earlier work of this stream, and the erred value just
+		 * added, happen before a read that sees this value. */
+		__atomic_store_n(o->u.write.word, o->u.write.value, __ATOMIC_RELEASE);
+		break;
+	case SIM_MARK:
+		mark_event(o->u.mark.ev, o->u.mark.gen, s->pending_err);
+		s->pending_err = false;
+		event_unref(o->u.mark.ev);
+		break;
+	}
+}
+
+static void *stream_main(void *arg)
+{
+	struct sim_stream *s = arg;
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		while (s->head == NULL && !s->stop)
+			pthread_cond_wait(&s->cond, &s->lock);
+		struct sim_op *batch = s->head;
+		if (batch == NULL)
+			break; /* stopped and drained */
+		s->head = s->tail = NULL;
+		pthread_mutex_unlock(&s->lock);
+		while (batch != NULL) {
+			struct sim_op *o = batch;
+			batch = o->next;
+			execute(s, o);
+			free(o);
+			/* Release: pairs with the acquire load in sim_stream_query; a stream
+			 * reported idle has its work's effects visible to the caller. */
+			atomic_fetch_sub_explicit(&s->outstanding, 1, memory_order_release);
+		}
+		pthread_mutex_lock(&s->lock);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+/* ---- enqueue ---- */
+
+/* Queues a copy of `op`; -EIO at once on a dead device, as CUDA fails launches into a dead
+ * context. */
+static int submit(struct sim_stream *s, struct sim_op op)
+{
+	if (dev_dead(s->dev))
+		return -EIO;
+	struct sim_op *o = malloc(sizeof(*o));
+	if (o == NULL)
+		return -ENOMEM;
+	*o = op;
+	pthread_mutex_lock(&s->lock);
+	if (o->kind < SIM_WRITE && s->armed != 0) {
+		o->fault = s->armed;
+		s->armed = 0;
+	}
+	/* Under the lock, so that one stream's records of an event get generations in queue
+	 * order. Relaxed: the event's queries learn of the record through the caller's own
+	 * hand-off of the event (same thread, or the poller's submit queue). */
+	if (o->kind == SIM_MARK)
+		o->u.mark.gen =
+		    atomic_fetch_add_explicit(&o->u.mark.ev->recorded, 1, memory_order_relaxed) + 1;
+	bool idle = s->head == NULL; /* the thread waits only on an empty queue */
+	o->next = NULL;
+	if (s->tail != NULL)
+		s->tail->next = o;
+	else
+		s->head = o;
+	s->tail = o;
+	atomic_fetch_add_explicit(&s->outstanding, 1, memory_order_relaxed);
+	if (idle)
+		pthread_cond_signal(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/* ---- devices and memory ---- */
+
+static int sim_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
+{
+	if (out == NULL)
+		return -EINVAL;
+	*out = NULL;
+	unsigned n = cfg != NULL && cfg->sim_devices != 0 ? cfg->sim_devices : 1;
+	if (n > SIM_MAX_DEVICES)
+		return -EINVAL;
+	struct tdm__backend *b = calloc(1, sizeof(*b));
+	if (b == NULL)
+		return -ENOMEM;
+	b->devs = calloc(n, sizeof(*b->devs));
+	if (b->devs == NULL) {
+		free(b);
+		return -ENOMEM;
+	}
+	b->ndev = (int)n;
+	pthread_mutex_init(&b->lock, NULL);
+	list_init(&b->streams);
+	list_init(&b->events);
+	*out = b;
+	return 0;
+}
+
+static void sim_stream_destroy(struct tdm__backend *b, void *stream);
+static void sim_event_destroy(struct tdm__backend *b, void *ev);
+
+static void sim_close(struct tdm__backend *b)
+{
+	if (b == NULL)
+		return;
+	/* Streams first: draining them lets go of the events their queued records hold. */
+	while (b->streams.next != &b->streams)
+		sim_stream_destroy(b, b->streams.next);
+	while (b->events.next != &b->events)
+		sim_event_destroy(b, b->events.next);
+	pthread_mutex_destroy(&b->lock);
+	free(b->devs);
+	free(b);
+}
+
+static int sim_device_count(struct tdm__backend *b)
+{
+	return b != NULL ? b->ndev : -EINVAL;
+}
+
+static int sim_device_info(struct tdm__backend *b, int dev, struct tdm__device_info *out)
+{
+	if (b == NULL || out == NULL || !dev_ok(b, dev))
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	snprintf(out->name, sizeof(out->name), "tandem sim device %d", dev);
+	out->sm_count = 132;
+	out->prio_least = 0;
+	out->prio_greatest = -5;
+	out->can_write_value64 = true;
+	out->async_engines = 3;
+	return 0;
+}
+
+static int sim_host_alloc(struct tdm__backend *b, size_t bytes, void **out)
+{
+	if (b == NULL || out == NULL || bytes == 0)
+		return -EINVAL;
+	if (bytes > SIZE_MAX - SIM_HOST_ALIGN)
+		return -ENOMEM;
+	/* aligned_alloc wants a multiple of the alignment. */
+	void *p = aligned_alloc(SIM_HOST_ALIGN,
+	                        (bytes + SIM_HOST_ALIGN - 1) & ~(size_t)(SIM_HOST_ALIGN - 1));
+	if (p == NULL)
+		return -ENOMEM;
+	*out = p;
+	return 0;
+}
+
+static void sim_host_free(struct tdm__backend *b, void *p)
+{
+	(void)b;
+	free(p);
+}
+
+static int sim_device_alloc(struct tdm__backend *b, int dev, size_t bytes, void **out)
+{
+	if (b == NULL || out == NULL || bytes == 0 || !dev_ok(b, dev))
+		return -EINVAL;
+	void *p = malloc(bytes);
+	if (p == NULL)
+		return -ENOMEM;
+	*out = p;
+	return 0;
+}
+
+static void sim_device_free(struct tdm__backend *b, int dev, void *p)
+{
+	if (b != NULL && dev_ok(b, dev))
+		free(p);
+}
+
+/* ---- streams ---- */
+
+static int sim_stream_create(struct tdm__backend *b, int dev, int priority, void **out)
+{
+	/* CUDA clamps a priority to the device's range; every sim stream has a thread of its
+	 * own, so there is nothing for a priority to order. */
+	(void)priority;
+	if (b == NULL || out == NULL || !dev_ok(b, dev))
+		return -EINVAL;
+	if (dev_dead(&b->devs[dev]))
+		return -EIO;
+	struct sim_stream *s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return -ENOMEM;
+	s->dev = &b->devs[dev];
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->cond, NULL);
+	pthread_mutex_init(&s->err_lock, NULL);
+	if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+		pthread_mutex_destroy(&s->err_lock);
+		pthread_cond_destroy(&s->cond);
+		pthread_mutex_destroy(&s->lock);
+		free(s);
+		return -EAGAIN;
+	}
+	pthread_mutex_lock(&b->lock);
+	unsigned id = b->next_id++;
+	list_add(&b->streams, &s->link);
+	pthread_mutex_unlock(&b->lock);
+	char name[16]; /* the kernel's limit, with the NUL */
+	snprintf(name, sizeof(name), "tdm-sim%u", id % 100000000u);
+	pthread_setname_np(s->thread, name);
+	*out = s;
+	return 0;
+}
+
+static void sim_stream_destroy(struct tdm__backend *b, void *stream)
+{
+	struct sim_stream *s = stream;
+	if (b == NULL || s == NULL)
+		return;
+	pthread_mutex_lock(&b->lock);
+	list_del(&s->link);
+	pthread_mutex_unlock(&b->lock);
+	pthread_mutex_lock(&s->lock);
+	s->stop = true;
+	pthread_cond_signal(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	pthread_join(s->thread, NULL); /* the thread exits only once its queue is empty */
+	pthread_mutex_destroy(&s->err_lock);
+	pthread_cond_destroy(&s->cond);
+	pthread_mutex_destroy(&s->lock);
+	free(s->erred);
+	free(s);
+}
+
+static int sim_stream_query(struct tdm__backend *b, void *stream)
+{
+	struct sim_stream *s = stream;
+	if (b == NULL || s == NULL)
+		return -EINVAL;
+	if (dev_dead(s->dev))
+		return -EIO;
+	/* Acquire: pairs with the release decrement in stream_main after each operation. */
+	return atomic_load_explicit(&s->outstanding, memory_order_acquire) == 0 ? 0 : -EAGAIN;
+}
+
+static void *sim_stream_native(struct tdm__backend *b, void *stream)
+{
+	(void)b;
+	(void)stream;
+	return NULL;
+}
+
+/* ---- events ---- */
+
+static int sim_event_create(struct tdm__backend *b, int dev, void **out)
+{
+	if (b == NULL || out == NULL || !dev_ok(b, dev))
+		return -EINVAL;
+	if (dev_dead(&b->devs[dev]))
+		return -EIO;
+	struct sim_event *e = calloc(1, sizeof(*e));
+	if (e == NULL)
+		return -ENOMEM;
+	e->dev = &b->devs[dev];
+	atomic_init(&e->refs, 1);
+	pthread_mutex_lock(&b->lock);
+	list_add(&b->events, &e->link);
+	pthread_mutex_unlock(&b->lock);
+	*out = e;
+	return 0;
+}
+
+static void sim_event_destroy(struct tdm__backend *b, void *ev)
+{
+	struct sim_event *e = ev;
+	if (b == NULL || e == NULL)
+		return;
+	pthread_mutex_lock(&b->lock);
+	list_del(&e->link);
+	pthread_mutex_unlock(&b->lock);
+	event_unref(e);
+}
+
+static int sim_event_record(struct tdm__backend *b, void *ev, void *stream)
+{
+	struct sim_event *e = ev;
+	struct sim_stream *s = stream;
+	if (b == NULL || e == NULL || s == NULL || e->dev != s->dev)
+		return -EINVAL;
+	/* Relaxed: the caller holds the owner's reference, so the count cannot reach 0 here. */
+	atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+	int rc = submit(s, (struct sim_op){.kind = SIM_MARK, .u.mark.ev = e});
+	if (rc != 0)
+		event_unref(e);
+	return rc;
+}
+
+static int sim_event_query(struct tdm__backend *b, void *ev)
+{
+	struct sim_event *e = ev;
+	if (b == NULL || e == NULL)
+		return -EINVAL;
+	if (dev_dead(e->dev))
+		return -EIO;
+	/* Relaxed: see submit(); a record made by this thread, or handed to it, is seen. */
+	uint64_t rec = atomic_load_explicit(&e->recorded, memory_order_relaxed);
+	if (rec == 0)
+		return 0;
+	/* Acquire: pairs with the release CAS in mark_event. */
+	uint64_t done = atomic_load_explicit(&e->done, memory_order_acquire);
+	if ((done >> 1) < rec)
+		return -EAGAIN;
+	return (done & 1) != 0 ? -EIO : 0;
+}
+
+/* ---- work ---- */
+
+static int sim_write_value(struct tdm__backend *b, void *stream, uint64_t *word, uint64_t value)
+{
+	/* cuStreamWriteValue64 wants an 8-byte aligned address. */
+	if (b == NULL || stream == NULL || word == NULL || ((uintptr_t)word & 7u) != 0)
+		return -EINVAL;
+	return submit(stream, (struct sim_op){.kind = SIM_WRITE, .u.write = {word, value}});
+}
+
+/* Reports each erred value once: the poller asks once per await, which keeps the set small. */
+static int sim_word_status(struct tdm__backend *b, void *stream, uint64_t value)
+{
+	struct sim_stream *s = stream;
+	if (b == NULL || s == NULL)
+		return -EINVAL;
+	/* Relaxed: the caller saw the word at `value` or later through its acquire load, which
+	 * pairs with the release store in execute(); an erred value is added before that store,
+	 * so it is visible here already. */
+	if (atomic_load_explicit(&s->nerred, memory_order_relaxed) == 0)
+		return 0;
+	int rc = 0;
+	pthread_mutex_lock(&s->err_lock);
+	unsigned n = atomic_load_explicit(&s->nerred, memory_order_relaxed);
+	for (unsigned i = 0; i < n; i++) {
+		if (s->erred[i] == value) {
+			s->erred[i] = s->erred[n - 1];
+			atomic_store_explicit(&s->nerred, n - 1, memory_order_relaxed);
+			rc = -EIO;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&s->err_lock);
+	return rc;
+}
+
+static int sim_memcpy_async(struct tdm__backend *b, void *stream, void *dst, const void *src,
+                            size_t bytes, tdm_copy_kind kind)
+{
+	if (b == NULL || stream == NULL || dst == NULL || src == NULL || kind < TDM_COPY_H2D ||
+	    kind > TDM_COPY_D2D)
+		return -EINVAL;
+	return submit(stream, (struct sim_op){.kind = SIM_COPY, .u.copy = {dst, src, bytes}});
+}
+
+static int sim_launch_spin(struct tdm__backend *b, void *stream, uint32_t ns)
+{
+	if (b == NULL || stream == NULL)
+		return -EINVAL;
+	return submit(stream, (struct sim_op){.kind = SIM_SPIN, .u.ns = ns});
+}
+
+static int sim_launch_scale(struct tdm__backend *b, void *stream, float *y, const float *x, float a,
+                            size_t n)
+{
+	if (b == NULL || stream == NULL || y == NULL || x == NULL)
+		return -EINVAL;
+	return submit(stream, (struct sim_op){.kind = SIM_SCALE, .u.scale = {y, x, a, n}});
+}
+
+static int sim_launch_fault(struct tdm__backend *b, void *stream)
+{
+	if (b == NULL || stream == NULL)
+		return -EINVAL;
+	return submit(stream, (struct sim_op){.kind = SIM_TRAP});
+}
+
+static int sim_inject(struct tdm__backend *b, void *stream, tdm_sim_fault fault)
+{
+	struct sim_stream *s = stream;
+	if (b == NULL || s == NULL || (fault != TDM_SIM_FAULT_OP && fault != TDM_SIM_FAULT_STICKY))
+		return -EINVAL;
+	pthread_mutex_lock(&s->lock);
+	if ((int)fault > s->armed) /* a sticky fault outranks an armed one-shot */
+		s->armed = (int)fault;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+const struct tdm__backend_ops tdm__backend_sim = {
+    .name = "sim",
+    .open = sim_open,
+    .close = sim_close,
+    .device_count = sim_device_count,
+    .device_info = sim_device_info,
+    .stream_create = sim_stream_create,
+    .stream_destroy = sim_stream_destroy,
+    .stream_query = sim_stream_query,
+    .event_create = sim_event_create,
+    .event_destroy = sim_event_destroy,
+    .event_record = sim_event_record,
+    .event_query = sim_event_query,
+    .write_value = sim_write_value,
+    .word_status = sim_word_status,
+    .host_alloc = sim_host_alloc,
+    .host_free = sim_host_free,
+    .device_alloc = sim_device_alloc,
+    .device_free = sim_device_free,
+    .memcpy_async = sim_memcpy_async,
+    .launch_spin = sim_launch_spin,
+    .launch_scale = sim_launch_scale,
+    .launch_fault = sim_launch_fault,
+    .stream_native = sim_stream_native,
+    .sim_inject = sim_inject,
+};

@@ -1,0 +1,747 @@
+/*
+ * perf/bench.c: tandem-bench, the driver (options, timing, table and JSON output) and the tandem
+ * implementations of the CPU benchmarks; the GPU benchmarks live in bench_gpu.c and get their
+ * options from here. perf/README.md says what each benchmark measures and why the implementations
+ * are shaped the way they are.
+ */
+#include "bench.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tandem.h"
+
+/* The GPU benchmarks come after `all`, which runs the CPU ones only. */
+enum bench_kind {
+	BENCH_FIB,
+	BENCH_SKYNET,
+	BENCH_SPAWN,
+	BENCH_IDLE,
+	BENCH_ALL,
+	BENCH_GPU_LATENCY,
+	BENCH_GPU_THROUGHPUT,
+	BENCH_COUNT
+};
+static const char *const bench_names[] = {"fib", "skynet",      "spawn",         "idle",
+                                          "all", "gpu-latency", "gpu-throughput"};
+
+#define MAX_THREAD_CONFIGS 64
+#define MAX_IMPLS 3
+
+/* ---- tandem ---------------------------------------------------------------------------------- */
+
+static void must(int err, const char *what)
+{
+	if (err == 0)
+		return;
+	fprintf(stderr, "tandem-bench: %s: %s\n", what, tdm_strerror(err));
+	abort();
+}
+
+static void *tandem_setup(unsigned threads)
+{
+	tdm_config cfg;
+	tdm_executor *ex = NULL;
+
+	tdm_config_init(&cfg);
+	cfg.workers = threads;
+	must(tdm_executor_create(&ex, &cfg), "tdm_executor_create");
+	return ex;
+}
+
+static void tandem_teardown(void *ctx)
+{
+	must(tdm_executor_destroy(ctx), "tdm_executor_destroy");
+}
+
+/* The root is a task too, submitted from this non-worker thread, which blocks in the wait. */
+static void tandem_run_root(tdm_executor *ex, tdm_fn fn, void *arg)
+{
+	tdm_group g;
+
+	must(tdm_group_init(&g, ex), "tdm_group_init");
+	must(tdm_group_spawn(&g, fn, arg), "tdm_group_spawn");
+	must(tdm_group_wait(&g), "tdm_group_wait");
+}
+
+/* A child's argument lives in its parent's frame, which outlives it: the parent waits for it. */
+struct tandem_fib {
+	tdm_executor *ex;
+	int n;
+	uint64_t out;
+};
+
+static uint64_t tandem_fib_rec(tdm_executor *ex, int n);
+
+static void tandem_fib_task(void *arg)
+{
+	struct tandem_fib *f = arg;
+
+	f->out = tandem_fib_rec(f->ex, f->n);
+}
+
+static uint64_t tandem_fib_rec(tdm_executor *ex, int n)
+{
+	struct tandem_fib child = {ex, n - 1, 0};
+	tdm_group g;
+	uint64_t y;
+
+	if (n < 2)
+		return (uint64_t)n;
+	must(tdm_group_init(&g, ex), "tdm_group_init");
+	must(tdm_group_spawn(&g, tandem_fib_task, &child), "tdm_group_spawn");
+	y = tandem_fib_rec(ex, n - 2);
+	must(tdm_group_wait(&g), "tdm_group_wait");
+	return child.out + y;
+}
+
+static uint64_t tandem_fib(void *ctx, int n)
+{
+	struct tandem_fib root = {ctx, n, 0};
+
+	tandem_run_root(ctx, tandem_fib_task, &root);
+	return root.out;
+}
+
+struct tandem_sky {
+	tdm_executor *ex;
+	uint64_t num, size, out;
+};
+
+static void tandem_sky_task(void *arg)
+{
+	struct tandem_sky *s = arg, kid[10];
+	uint64_t step = s->size / 10;
+	tdm_group g;
+
+	if (s->size == 1) {
+		s->out = s->num;
+		return;
+	}
+	must(tdm_group_init(&g, s->ex), "tdm_group_init");
+	for (uint64_t i = 0; i < 10; i++) {
+		kid[i] = (struct tandem_sky){s->ex, s->num + i * step, step, 0};
+		must(tdm_group_spawn(&g, tandem_sky_task, &kid[i]), "tdm_group_spawn");
+	}
+	must(tdm_group_wait(&g), "tdm_group_wait");
+	s->out = 0;
+	for (int i = 0; i < 10; i++)
+		s->out += kid[i].out;
+}
+
+static uint64_t tandem_skynet(void *ctx, int depth)
+{
+	struct tandem_sky root = {ctx, 0, 1, 0};
+
+	for (int i = 0; i < depth; i++)
+		root.size *= 10;
+	tandem_run_root(ctx, tandem_sky_task, &root);
+	return root.out;
+}
+
+static void tandem_nop(void *arg)
+{
+	(void)arg;
+}
+
+static void tandem_spawn(void *ctx, uint64_t n)
+{
+	tdm_group g;
+
+	must(tdm_group_init(&g, ctx), "tdm_group_init");
+	for (uint64_t i = 0; i < n; i++)
+		must(tdm_group_spawn(&g, tandem_nop, NULL), "tdm_group_spawn");
+	must(tdm_group_wait(&g), "tdm_group_wait");
+}
+
+static const struct bench_impl tandem_impl = {
+    "tandem", tandem_setup, tandem_teardown, tandem_fib, tandem_skynet, tandem_spawn,
+};
+
+/* ---- options --------------------------------------------------------------------------------- */
+
+struct opts {
+	enum bench_kind bench;
+	unsigned threads[MAX_THREAD_CONFIGS];
+	int nthreads;
+	int reps, reps_given;
+	const struct bench_impl *impl[MAX_IMPLS];
+	int nimpl, want[MAX_IMPLS];
+	unsigned cpus;
+	uint64_t n, depth;
+	int n_given, depth_given;
+	int json;
+	/* GPU benchmarks only. */
+	unsigned workers[MAX_THREAD_CONFIGS];
+	int nworkers;
+	uint64_t outstanding[MAX_THREAD_CONFIGS], kernel_us[MAX_THREAD_CONFIGS];
+	int noutstanding, nkernel;
+	int sim, backend_given;
+};
+
+static void usage(FILE *f)
+{
+	fputs("usage: tandem-bench fib|skynet|spawn|idle|all [options]\n"
+	      "       tandem-bench gpu-latency|gpu-throughput [options]\n"
+	      "  --threads LIST  comma-separated thread counts (default: 1,<CPUs>)\n"
+	      "  --reps N        timed reps per config, after 1 untimed warm-up (default 10;\n"
+	      "                  idle: 1 window unless given; gpu-throughput: 3)\n"
+	      "  --impl LIST     any of tandem,tbb,omp (default: all built in)\n"
+	      "  --n N           fib: n (default 30, at most 60); spawn: tasks (default 1000000);\n"
+	      "                  idle: seconds measured (default 2); gpu-latency: timed round\n"
+	      "                  trips (default 20000); gpu-throughput: tasks (default 20000)\n"
+	      "  --depth D       skynet: tree depth, 0..9 (default 6)\n"
+	      "  --json          one JSON object per line instead of a table\n"
+	      "GPU benchmarks only:\n"
+	      "  --backend B     cuda or sim (default cuda; no device exits with status 3)\n"
+	      "  --workers LIST  executor workers (default: gpu-latency 1,<CPUs>;\n"
+	      "                  gpu-throughput 1,2,4,8,16)\n"
+	      "  --outstanding LIST  gpu-latency: other GPU awaits outstanding (default "
+	      "0,1000,10000)\n"
+	      "  --kernel-us LIST    gpu-throughput: kernel length in us (default 1,10,100)\n",
+	      f);
+}
+
+__attribute__((format(printf, 1, 2))) _Noreturn static void bad(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("tandem-bench: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	usage(stderr);
+	exit(2);
+}
+
+static int parse_u64(const char *s, size_t len, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	char buf[32], *end;
+	unsigned long long v;
+
+	/* strtoull would accept a sign and leading blanks; a count must be plain digits. */
+	if (len == 0 || len >= sizeof(buf) || s[0] < '0' || s[0] > '9')
+		return -1;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	errno = 0;
+	v = strtoull(buf, &end, 10);
+	if (errno != 0 || *end != '\0' || v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* Calls item(token, len, o) for each comma-separated token of list; empty tokens are errors. */
+static void each_token(const char *opt, const char *list, struct opts *o,
+                       void (*item)(const char *opt, const char *tok, size_t len, struct opts *o))
+{
+	for (const char *p = list;;) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+
+		if (len == 0)
+			bad("%s: empty item in '%s'", opt, list);
+		item(opt, p, len, o);
+		if (!comma)
+			return;
+		p = comma + 1;
+	}
+}
+
+static void threads_item(const char *opt, const char *tok, size_t len, struct opts *o)
+{
+	uint64_t v;
+
+	if (parse_u64(tok, len, 1, TDM_MAX_WORKERS, &v) != 0)
+		bad("%s: '%.*s' is not a thread count in 1..%d", opt, (int)len, tok,
+		    TDM_MAX_WORKERS);
+	if (o->nthreads == MAX_THREAD_CONFIGS)
+		bad("%s: more than %d thread counts", opt, MAX_THREAD_CONFIGS);
+	o->threads[o->nthreads++] = (unsigned)v;
+}
+
+static void workers_item(const char *opt, const char *tok, size_t len, struct opts *o)
+{
+	uint64_t v;
+
+	if (parse_u64(tok, len, 1, TDM_MAX_WORKERS, &v) != 0)
+		bad("%s: '%.*s' is not a worker count in 1..%d", opt, (int)len, tok,
+		    TDM_MAX_WORKERS);
+	if (o->nworkers == MAX_THREAD_CONFIGS)
+		bad("%s: more than %d worker counts", opt, MAX_THREAD_CONFIGS);
+	o->workers[o->nworkers++] = (unsigned)v;
+}
+
+static void outstanding_item(const char *opt, const char *tok, size_t len, struct opts *o)
+{
+	uint64_t v;
+
+	if (parse_u64(tok, len, 0, 1000000, &v) != 0)
+		bad("%s: '%.*s' is not a count in 0..1000000", opt, (int)len, tok);
+	if (o->noutstanding == MAX_THREAD_CONFIGS)
+		bad("%s: more than %d counts", opt, MAX_THREAD_CONFIGS);
+	o->outstanding[o->noutstanding++] = v;
+}
+
+/* At most 1 s: tdm_launch_spin takes the length in nanoseconds as a uint32_t. */
+static void kernel_us_item(const char *opt, const char *tok, size_t len, struct opts *o)
+{
+	uint64_t v;
+
+	if (parse_u64(tok, len, 0, 1000000, &v) != 0)
+		bad("%s: '%.*s' is not a kernel length in 0..1000000 us", opt, (int)len, tok);
+	if (o->nkernel == MAX_THREAD_CONFIGS)
+		bad("%s: more than %d kernel lengths", opt, MAX_THREAD_CONFIGS);
+	o->kernel_us[o->nkernel++] = v;
+}
+
+static const struct bench_impl *tandem_get(void)
+{
+	return &tandem_impl;
+}
+
+/* The table and the JSON list implementations in this order, whatever order --impl gave. */
+static const char *const impl_names[MAX_IMPLS] = {"tandem", "tbb", "omp"};
+static const struct bench_impl *(*const impl_get[MAX_IMPLS])(void) = {tandem_get, bench_tbb,
+                                                                      bench_omp};
+
+static void impl_item(const char *opt, const char *tok, size_t len, struct opts *o)
+{
+	for (int k = 0; k < MAX_IMPLS; k++) {
+		if (strlen(impl_names[k]) != len || memcmp(tok, impl_names[k], len) != 0)
+			continue;
+		if (!impl_get[k]())
+			bad("%s: %s was not built in (not found when configuring)", opt,
+			    impl_names[k]);
+		o->want[k] = 1;
+		return;
+	}
+	bad("%s: unknown implementation '%.*s'", opt, (int)len, tok);
+}
+
+static unsigned cpu_count(void)
+{
+	cpu_set_t set;
+	long n;
+
+	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+		return (unsigned)CPU_COUNT(&set);
+	n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (unsigned)n : 1;
+}
+
+static void parse_args(int argc, char **argv, struct opts *o)
+{
+	enum { NVALUED = 9 };
+	static const char *const valued[NVALUED] = {"--threads",     "--reps",      "--impl",
+	                                            "--n",           "--depth",     "--workers",
+	                                            "--outstanding", "--kernel-us", "--backend"};
+	int have_cmd = 0, gpu;
+	uint64_t v;
+
+	memset(o, 0, sizeof(*o));
+	o->reps = 10;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *eq, *val;
+		size_t len;
+		int k;
+
+		if (a[0] != '-') {
+			if (have_cmd)
+				bad("unexpected argument '%s'", a);
+			for (k = 0; k < BENCH_COUNT && strcmp(a, bench_names[k]) != 0; k++)
+				;
+			if (k == BENCH_COUNT)
+				bad("unknown subcommand '%s'", a);
+			o->bench = (enum bench_kind)k;
+			have_cmd = 1;
+			continue;
+		}
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			usage(stdout);
+			exit(0);
+		}
+		if (strcmp(a, "--json") == 0) {
+			o->json = 1;
+			continue;
+		}
+		if (strncmp(a, "--json=", 7) == 0)
+			bad("--json takes no value");
+		/* Every other option takes a value, as "--opt V" or "--opt=V". */
+		eq = strchr(a, '=');
+		len = eq ? (size_t)(eq - a) : strlen(a);
+		for (k = 0; k < NVALUED && (strlen(valued[k]) != len || memcmp(a, valued[k], len));
+		     k++)
+			;
+		if (k == NVALUED)
+			bad("unknown option '%.*s'", (int)len, a);
+		if (eq)
+			val = eq + 1;
+		else if (i + 1 < argc)
+			val = argv[++i];
+		else
+			bad("%s needs a value", a);
+		switch (k) {
+		case 0:
+			each_token(valued[k], val, o, threads_item);
+			break;
+		case 1:
+			if (parse_u64(val, strlen(val), 1, 1000000, &v) != 0)
+				bad("--reps: '%s' is not a count in 1..1000000", val);
+			o->reps = (int)v;
+			o->reps_given = 1;
+			break;
+		case 2:
+			each_token(valued[k], val, o, impl_item);
+			break;
+		case 3:
+			if (parse_u64(val, strlen(val), 0, UINT64_MAX, &o->n) != 0)
+				bad("--n: '%s' is not a number", val);
+			o->n_given = 1;
+			break;
+		case 4:
+			if (parse_u64(val, strlen(val), 0, 9, &o->depth) != 0)
+				bad("--depth: '%s' is not a depth in 0..9", val);
+			o->depth_given = 1;
+			break;
+		case 5:
+			each_token(valued[k], val, o, workers_item);
+			break;
+		case 6:
+			each_token(valued[k], val, o, outstanding_item);
+			break;
+		case 7:
+			each_token(valued[k], val, o, kernel_us_item);
+			break;
+		default:
+			if (strcmp(val, "cuda") != 0 && strcmp(val, "sim") != 0)
+				bad("--backend: '%s' is neither cuda nor sim", val);
+			o->sim = strcmp(val, "sim") == 0;
+			o->backend_given = 1;
+			break;
+		}
+	}
+	if (!have_cmd)
+		bad("missing subcommand");
+	/* Options that belong to the other family, or to the other GPU benchmark, are errors. */
+	gpu = o->bench == BENCH_GPU_LATENCY || o->bench == BENCH_GPU_THROUGHPUT;
+	if (gpu && (o->nthreads || (o->want[0] | o->want[1] | o->want[2]) || o->depth_given))
+		bad("--threads, --impl and --depth do not apply to %s", bench_names[o->bench]);
+	if (!gpu && (o->nworkers || o->noutstanding || o->nkernel || o->backend_given))
+		bad("--workers, --outstanding, --kernel-us and --backend apply to gpu-latency and "
+		    "gpu-throughput only");
+	if (o->bench == BENCH_GPU_LATENCY && (o->nkernel || o->reps_given))
+		bad("--kernel-us and --reps do not apply to gpu-latency");
+	if (o->bench == BENCH_GPU_THROUGHPUT && o->noutstanding)
+		bad("--outstanding applies to gpu-latency only");
+	if (o->n_given) {
+		/* Each bench has its own meaning and range for --n; skynet and all have none. */
+		static const uint64_t lo[] = {0, 0, 1, 1, 0, 1, 1},
+		                      hi[] = {60, 0, 1000000000, 3600, 0, 10000000, 10000000};
+
+		if (o->bench == BENCH_SKYNET || o->bench == BENCH_ALL)
+			bad("--n does not apply to %s", bench_names[o->bench]);
+		if (o->n < lo[o->bench] || o->n > hi[o->bench])
+			bad("--n for %s must be in %llu..%llu", bench_names[o->bench],
+			    (unsigned long long)lo[o->bench], (unsigned long long)hi[o->bench]);
+	}
+	if (o->depth_given && o->bench != BENCH_SKYNET)
+		bad("--depth applies to skynet only");
+	o->cpus = cpu_count();
+	if (gpu)
+		return; /* bench_gpu.c has its own implementations and defaults */
+	if (o->nthreads == 0) {
+		o->threads[o->nthreads++] = 1;
+		if (o->cpus > 1)
+			o->threads[o->nthreads++] = o->cpus;
+	}
+	for (int k = 0, any = o->want[0] | o->want[1] | o->want[2]; k < MAX_IMPLS; k++) {
+		if (any && !o->want[k])
+			continue;
+		if (impl_get[k]())
+			o->impl[o->nimpl++] = impl_get[k]();
+		else
+			fprintf(stderr, "tandem-bench: note: the %s baseline was not built in\n",
+			        impl_names[k]);
+	}
+}
+
+/* ---- measuring ------------------------------------------------------------------------------- */
+
+static double now_ms(clockid_t clk)
+{
+	struct timespec ts;
+
+	clock_gettime(clk, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void sleep_ms(uint64_t ms)
+{
+	struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+static uint64_t fib_serial(uint64_t n)
+{
+	uint64_t a = 0, b = 1;
+
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t t = a + b;
+
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+static uint64_t expected(enum bench_kind b, uint64_t param)
+{
+	uint64_t leaves = 1;
+
+	if (b == BENCH_FIB)
+		return fib_serial(param);
+	for (uint64_t i = 0; i < param; i++)
+		leaves *= 10;
+	return leaves * (leaves - 1) / 2; /* the leaves are numbered 0..leaves-1 */
+}
+
+static void check(const struct bench_impl *im, enum bench_kind b, uint64_t param, uint64_t got)
+{
+	uint64_t want = expected(b, param);
+
+	if (got == want)
+		return;
+	fprintf(stderr, "tandem-bench: WRONG RESULT: %s %s(%llu) = %llu, expected %llu\n", im->name,
+	        bench_names[b], (unsigned long long)param, (unsigned long long)got,
+	        (unsigned long long)want);
+	abort();
+}
+
+/* Wall milliseconds of one run of fib, skynet or spawn; only the computation is inside. */
+static double time_once(const struct bench_impl *im, void *ctx, enum bench_kind b, uint64_t param)
+{
+	double t0, t1;
+	uint64_t got = 0;
+
+	t0 = now_ms(CLOCK_MONOTONIC);
+	if (b == BENCH_FIB)
+		got = im->fib(ctx, (int)param);
+	else if (b == BENCH_SKYNET)
+		got = im->skynet(ctx, (int)param);
+	else
+		im->spawn(ctx, param);
+	t1 = now_ms(CLOCK_MONOTONIC);
+	if (b != BENCH_SPAWN)
+		check(im, b, param, got);
+	return t1 - t0;
+}
+
+/*
+ * Process CPU milliseconds burnt while the main thread sleeps `seconds`. Before the window every
+ * thread of the implementation is woken by a small fork-join run and then given 100 ms, so the
+ * window sees the steady idle state after activity rather than start-up or the tail of a spin.
+ */
+static double idle_once(const struct bench_impl *im, void *ctx, uint64_t seconds, double *percent)
+{
+	double w0, c0, w1, c1;
+
+	check(im, BENCH_FIB, 18, im->fib(ctx, 18));
+	sleep_ms(100);
+	w0 = now_ms(CLOCK_MONOTONIC);
+	c0 = now_ms(CLOCK_PROCESS_CPUTIME_ID);
+	sleep_ms(seconds * 1000);
+	c1 = now_ms(CLOCK_PROCESS_CPUTIME_ID);
+	w1 = now_ms(CLOCK_MONOTONIC);
+	*percent = (c1 - c0) / (w1 - w0) * 100.0;
+	return c1 - c0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ---- running and reporting ------------------------------------------------------------------- */
+
+struct result {
+	double median_ms, min_ms, cpu_percent;
+};
+
+static void print_header(const struct opts *o, enum bench_kind b, uint64_t param, int reps)
+{
+	if (b == BENCH_IDLE)
+		printf("\nidle %llu s: process CPU, %% of one core (median of %d window%s)\n",
+		       (unsigned long long)param, reps, reps == 1 ? "" : "s");
+	else
+		printf("\n%s %s=%llu: median / min ms of %d reps\n", bench_names[b],
+		       b == BENCH_SKYNET ? "depth" : "n", (unsigned long long)param, reps);
+	printf("%7s", "threads");
+	for (int k = 0; k < o->nimpl; k++)
+		printf(" %21s", o->impl[k]->name);
+	printf("  tandem/best-other\n");
+}
+
+static void print_row(const struct opts *o, enum bench_kind b, unsigned threads,
+                      const struct result *r)
+{
+	double mine = -1, best = -1;
+
+	printf("%7u", threads);
+	for (int k = 0; k < o->nimpl; k++) {
+		double v = b == BENCH_IDLE ? r[k].cpu_percent : r[k].median_ms;
+
+		if (b == BENCH_IDLE)
+			printf(" %20.3f%%", r[k].cpu_percent);
+		else
+			printf(" %10.3f / %8.3f", r[k].median_ms, r[k].min_ms);
+		if (o->impl[k] == &tandem_impl)
+			mine = v;
+		else if (best < 0 || v < best)
+			best = v;
+	}
+	/* An idle baseline can measure 0.00%: no ratio then rather than a division by zero. */
+	if (mine >= 0 && best > 0)
+		printf("  %16.2fx\n", mine / best);
+	else
+		printf("  %17s\n", "-");
+}
+
+static void print_json(const struct opts *o, const struct bench_impl *im, enum bench_kind b,
+                       unsigned threads, uint64_t param, int reps, const struct result *r)
+{
+	printf("{\"bench\":\"%s\",\"impl\":\"%s\",\"threads\":%u,\"n\":%llu,\"reps\":%d,"
+	       "\"median_ms\":%.3f,\"min_ms\":%.3f",
+	       bench_names[b], im->name, threads, (unsigned long long)param, reps, r->median_ms,
+	       r->min_ms);
+	if (b == BENCH_IDLE)
+		printf(",\"cpu_percent\":%.3f", r->cpu_percent);
+	printf(",\"cpus\":%u}\n", o->cpus);
+}
+
+static void run_bench(const struct opts *o, enum bench_kind b, uint64_t param)
+{
+	/* An idle window is seconds long and quiet; one is enough unless asked for more. */
+	int reps = b == BENCH_IDLE && !o->reps_given ? 1 : o->reps;
+	double *ms = malloc((size_t)reps * sizeof(*ms)), *pct = malloc((size_t)reps * sizeof(*pct));
+
+	if (!ms || !pct) {
+		fprintf(stderr, "tandem-bench: out of memory\n");
+		exit(1);
+	}
+	if (!o->json)
+		print_header(o, b, param, reps);
+	for (int t = 0; t < o->nthreads; t++) {
+		struct result r[MAX_IMPLS];
+
+		for (int k = 0; k < o->nimpl; k++) {
+			const struct bench_impl *im = o->impl[k];
+			void *ctx = im->setup(o->threads[t]);
+
+			if (b == BENCH_IDLE) {
+				for (int i = 0; i < reps; i++)
+					ms[i] = idle_once(im, ctx, param, &pct[i]);
+				r[k].cpu_percent = median(pct, reps);
+			} else {
+				/* Warm-up: thread start-up, first-touch of pools and caches. */
+				time_once(im, ctx, b, param);
+				for (int i = 0; i < reps; i++)
+					ms[i] = time_once(im, ctx, b, param);
+				r[k].cpu_percent = 0;
+			}
+			im->teardown(ctx);
+			r[k].median_ms = median(ms, reps);
+			r[k].min_ms = ms[0]; /* median() sorted ms */
+			if (o->json) {
+				print_json(o, im, b, o->threads[t], param, reps, &r[k]);
+				fflush(stdout);
+			}
+		}
+		if (!o->json) {
+			print_row(o, b, o->threads[t], r);
+			fflush(stdout);
+		}
+	}
+	free(ms);
+	free(pct);
+}
+
+/* Hands the options to bench_gpu.c, with the GPU benchmarks' defaults filled in. */
+static int run_gpu(struct opts *o)
+{
+	struct bench_gpu_opts g;
+
+	if (o->nworkers == 0 && o->bench == BENCH_GPU_LATENCY) {
+		o->workers[o->nworkers++] = 1;
+		if (o->cpus > 1)
+			o->workers[o->nworkers++] = o->cpus;
+	} else if (o->nworkers == 0) {
+		/* Not capped at the CPUs: the machine this is meant for has 16. */
+		for (unsigned w = 1; w <= 16; w *= 2)
+			o->workers[o->nworkers++] = w;
+	}
+	if (o->noutstanding == 0) {
+		o->outstanding[o->noutstanding++] = 0;
+		o->outstanding[o->noutstanding++] = 1000;
+		o->outstanding[o->noutstanding++] = 10000;
+	}
+	if (o->nkernel == 0) {
+		o->kernel_us[o->nkernel++] = 1;
+		o->kernel_us[o->nkernel++] = 10;
+		o->kernel_us[o->nkernel++] = 100;
+	}
+	g.sim = o->sim;
+	g.workers = o->workers;
+	g.nworkers = o->nworkers;
+	g.outstanding = o->outstanding;
+	g.noutstanding = o->noutstanding;
+	g.kernel_us = o->kernel_us;
+	g.nkernel = o->nkernel;
+	g.n = o->n_given ? o->n : 20000;
+	g.reps = o->reps_given ? o->reps : 3;
+	g.json = o->json;
+	g.cpus = o->cpus;
+	if (o->bench == BENCH_GPU_LATENCY)
+		return bench_gpu_latency(&g);
+	return bench_gpu_throughput(&g);
+}
+
+int main(int argc, char **argv)
+{
+	static const uint64_t defaults[] = {30, 6, 1000000, 2};
+	struct opts o;
+
+	parse_args(argc, argv, &o);
+	if (o.bench == BENCH_GPU_LATENCY || o.bench == BENCH_GPU_THROUGHPUT)
+		return run_gpu(&o);
+	for (int b = BENCH_FIB; b < BENCH_ALL; b++) {
+		uint64_t param = defaults[b];
+
+		if (o.bench != BENCH_ALL && o.bench != (enum bench_kind)b)
+			continue;
+		if (b == BENCH_SKYNET && o.depth_given)
+			param = o.depth;
+		else if (b != BENCH_SKYNET && o.n_given)
+			param = o.n;
+		run_bench(&o, (enum bench_kind)b, param);
+	}
+	return 0;
+}

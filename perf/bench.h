@@ -1,0 +1,57 @@
+/*
+ * perf/bench.h: what the driver (bench.c) shares with the baseline files (bench_tbb.cpp,
+ * bench_omp.c): one table of entry points per implementation, so that the driver times every
+ * implementation through the same code path; and what it hands to the GPU benchmarks
+ * (bench_gpu.c), which time their implementations themselves.
+ */
+#ifndef TANDEM_PERF_BENCH_H
+#define TANDEM_PERF_BENCH_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * One implementation of the benchmarks. setup() builds everything that must stay out of the timed
+ * region (thread pool, arena, team size) for `threads` threads and returns it as ctx; it aborts
+ * rather than fail. The other entry points are the timed computations: fib and skynet return their
+ * result so that the driver can check it; spawn returns once all n tasks have run.
+ */
+struct bench_impl {
+	const char *name;
+	void *(*setup)(unsigned threads);
+	void (*teardown)(void *ctx);
+	uint64_t (*fib)(void *ctx, int n);
+	uint64_t (*skynet)(void *ctx, int depth);
+	void (*spawn)(void *ctx, uint64_t n);
+};
+
+/* NULL when the baseline was not built in (TANDEM_HAVE_TBB / TANDEM_HAVE_OMP not set). */
+const struct bench_impl *bench_tbb(void);
+const struct bench_impl *bench_omp(void);
+
+/* What the options say for gpu-latency and gpu-throughput (the lists are never empty). */
+struct bench_gpu_opts {
+	int sim; /* --backend sim; else cuda */
+	const unsigned *workers;
+	int nworkers;
+	const uint64_t *outstanding; /* gpu-latency: other awaits outstanding */
+	int noutstanding;
+	const uint64_t *kernel_us; /* gpu-throughput: kernel lengths */
+	int nkernel;
+	uint64_t n; /* gpu-latency: timed round trips; gpu-throughput: tasks per run */
+	int reps;   /* gpu-throughput: timed runs per configuration */
+	int json;
+	unsigned cpus;
+};
+
+/* Each runs its benchmark and returns the process's exit status (3: the backend has no device). */
+int bench_gpu_latency(const struct bench_gpu_opts *o);
+int bench_gpu_throughput(const struct bench_gpu_opts *o);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TANDEM_PERF_BENCH_H */

@@ -1,0 +1,774 @@
+/*
+ * perf/bench_gpu.c: the GPU benchmarks of tandem-bench, gpu-latency and gpu-throughput: tandem's
+ * GPU layer on the cuda or sim backend and, in CUDA builds on cuda, the plain-CUDA baselines of
+ * raw_cuda.cu beside it in the same run. perf/README.md says what each measures and why it is
+ * shaped this way. The options come from bench.c (struct bench_gpu_opts).
+ */
+#include "bench.h"
+#include "raw_cuda.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tandem.h"
+#include "tandem_gpu.h"
+
+/* The raw CUDA baselines exist only in CUDA builds, and run only on --backend cuda. */
+#if defined(TANDEM_HAVE_CUDA) && TANDEM_HAVE_CUDA
+#define HAVE_RAW 1
+#else
+#define HAVE_RAW 0
+#endif
+
+/* Untimed round trips before the timed ones (gpu-latency, both sides). */
+#define GPU_WARMUP 1000
+/* Background awaits per background stream at most: CUDA blocks the enqueuing call once a stream
+ * holds about a thousand pending operations, and each await enqueues one. */
+#define BG_PER_STREAM 500
+#define BG_MIN_STREAMS 4
+/* Longest background kernel launched at once (tdm_launch_spin takes a uint32_t of ns). */
+#define BG_CHUNK_NS 2000000000ull
+
+/* ---- common ---------------------------------------------------------------------------------- */
+
+_Noreturn static void die(const char *what, int err)
+{
+	fprintf(stderr, "tandem-bench: %s: %s\n", what, tdm_strerror(err));
+	exit(1);
+}
+
+static void gmust(int err, const char *what)
+{
+	if (err != 0)
+		die(what, err);
+}
+
+static void sleep_us(unsigned us)
+{
+	struct timespec ts = {0, (long)us * 1000L};
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+struct env {
+	tdm_executor *ex;
+	tdm_gpu *gpu;
+};
+
+/* An executor of `workers` and a GPU layer on the chosen backend; no device exits with 3. */
+static void env_open(struct env *e, const struct bench_gpu_opts *o, unsigned workers,
+                     unsigned streams_per_device)
+{
+	tdm_config c;
+	tdm_gpu_config g;
+	int rc;
+
+	tdm_config_init(&c);
+	c.workers = workers;
+	gmust(tdm_executor_create(&e->ex, &c), "tdm_executor_create");
+	tdm_gpu_config_init(&g);
+	/* Never AUTO: TANDEM_GPU in the environment must not change what is measured. */
+	g.backend = o->sim ? TDM_BACKEND_SIM : TDM_BACKEND_CUDA;
+	g.streams_per_device = streams_per_device;
+	rc = tdm_gpu_create(&e->gpu, e->ex, &g);
+	if (rc == 0 && tdm_gpu_device_count(e->gpu) < 1) {
+		tdm_gpu_destroy(e->gpu);
+		rc = -ENODEV;
+	}
+	if (rc == -ENODEV) {
+		fprintf(stderr,
+		        "tandem-bench: --backend %s: no device (tdm_gpu_create: %s)%s; "
+		        "--backend sim runs on tandem's GPU simulator\n",
+		        o->sim ? "sim" : "cuda", tdm_strerror(rc),
+		        HAVE_RAW ? "" : "; this tandem-bench was built without CUDA");
+		exit(3);
+	}
+	gmust(rc, "tdm_gpu_create");
+}
+
+static void env_close(struct env *e)
+{
+	gmust(tdm_gpu_destroy(e->gpu), "tdm_gpu_destroy");
+	gmust(tdm_executor_destroy(e->ex), "tdm_executor_destroy");
+}
+
+/* What the report's header names: backend, completion mechanism and device. */
+struct gpu_info {
+	const char *backend, *completion;
+	char device[96];
+};
+
+static void gpu_probe(const struct bench_gpu_opts *o, struct gpu_info *info)
+{
+	struct env e;
+
+	env_open(&e, o, 1, 0);
+	info->backend = o->sim ? "sim" : "cuda";
+	info->completion = tdm_gpu_completion(e.gpu, 0) == TDM_COMPLETION_WORD ? "word" : "event";
+	snprintf(info->device, sizeof(info->device), "%s", o->sim ? "tandem simulator" : "?");
+#if HAVE_RAW
+	if (!o->sim && raw_cuda_device_name(info->device, sizeof(info->device)) != 0)
+		snprintf(info->device, sizeof(info->device), "?");
+#endif
+	env_close(&e);
+}
+
+/* s as a JSON string body; device names are plain, but a quote must not break the line. */
+static void json_str(const char *s)
+{
+	for (; *s != '\0'; s++) {
+		if (*s == '"' || *s == '\\')
+			putchar('\\');
+		if ((unsigned char)*s >= 0x20)
+			putchar(*s);
+	}
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* ---- gpu-latency ----------------------------------------------------------------------------- */
+
+struct lat_stats {
+	double p50, p99, min, mean, max; /* microseconds */
+};
+
+/* Nearest rank: the smallest sample with at least p of all samples at or below it. */
+static double rank_us(const uint64_t *sorted, uint64_t n, double p)
+{
+	uint64_t k = (uint64_t)(p * (double)n + 0.999999);
+
+	return (double)sorted[k > 0 ? k - 1 : 0] / 1e3;
+}
+
+static struct lat_stats lat_stats(uint64_t *ns, uint64_t n)
+{
+	struct lat_stats s;
+	double sum = 0;
+
+	qsort(ns, (size_t)n, sizeof(*ns), cmp_u64);
+	for (uint64_t i = 0; i < n; i++)
+		sum += (double)ns[i];
+	s.p50 = rank_us(ns, n, 0.50);
+	s.p99 = rank_us(ns, n, 0.99);
+	s.min = (double)ns[0] / 1e3;
+	s.max = (double)ns[n - 1] / 1e3;
+	s.mean = sum / (double)n / 1e3;
+	return s;
+}
+
+/* The background: `outstanding` tasks, each suspended on a stream that runs a long kernel. */
+struct bg_state {
+	atomic_uint_fast64_t suspended, done, failed;
+};
+
+struct bg_task {
+	struct bg_state *bg;
+	tdm_stream *s;
+};
+
+static int bg_await(tdm_task *t, struct bg_task *b)
+{
+	int rc = tdm_await_stream(t, b->s);
+
+	/* TDM_SUSPENDED: the poller holds the await, which is now outstanding. Only the shared
+	 * counter is touched after that: the task itself may already be resuming elsewhere. */
+	if (rc == TDM_SUSPENDED)
+		atomic_fetch_add(&b->bg->suspended, 1);
+	return rc;
+}
+
+static int bg_task_fn(tdm_task *t, void *arg)
+{
+	struct bg_task *b = arg;
+
+	TDM_BEGIN(t);
+	TDM_AWAIT(t, bg_await(t, b));
+	if (tdm_task_result(t) != 0)
+		atomic_fetch_add(&b->bg->failed, 1);
+	atomic_fetch_add(&b->bg->done, 1);
+	TDM_END(t);
+}
+
+/* The measured task; everything that lives across an await is here. */
+struct lat_task {
+	tdm_stream *s;
+	struct bg_state *bg; /* NULL: no background */
+	uint64_t warmup, n, i, t0, probe_ns, bg_done;
+	uint64_t *ns;
+	tdm_notify go;
+	/* 0: first warm-up running; 1: probe_ns is set, awaiting go; 2: finished or failed. */
+	_Atomic int phase;
+	int err;
+	const char *what;
+};
+
+static int lat_fail(struct lat_task *m, int err, const char *what)
+{
+	m->err = err;
+	m->what = what;
+	/* Release: err and what are set before the main thread's acquire load sees 2. */
+	atomic_store_explicit(&m->phase, 2, memory_order_release);
+	return err;
+}
+
+/*
+ * GPU_WARMUP round trips with no background (their time sizes the background kernels), a pause
+ * until the background is in place, GPU_WARMUP more, then n timed ones, each from just before the
+ * launch to just after the resume.
+ */
+static int lat_task_fn(tdm_task *t, void *arg)
+{
+	struct lat_task *m = arg;
+	uint64_t t1;
+	int rc;
+
+	TDM_BEGIN(t);
+	m->t0 = tdm_now_ns();
+	for (m->i = 0; m->i < m->warmup; m->i++) {
+		rc = tdm_launch_spin(m->s, 0);
+		if (rc != 0)
+			return lat_fail(m, rc, "tdm_launch_spin");
+		TDM_AWAIT(t, tdm_await_stream(t, m->s));
+		if (tdm_task_result(t) != 0)
+			return lat_fail(m, tdm_task_result(t), "tdm_await_stream");
+	}
+	m->probe_ns = tdm_now_ns() - m->t0;
+	/* Release: publishes probe_ns to the main thread's acquire load of phase. */
+	atomic_store_explicit(&m->phase, 1, memory_order_release);
+	TDM_AWAIT(t, tdm_await_notify(t, &m->go));
+	for (m->i = 0; m->i < m->warmup + m->n; m->i++) {
+		m->t0 = tdm_now_ns();
+		rc = tdm_launch_spin(m->s, 0);
+		if (rc != 0)
+			return lat_fail(m, rc, "tdm_launch_spin");
+		TDM_AWAIT(t, tdm_await_stream(t, m->s));
+		t1 = tdm_now_ns();
+		if (tdm_task_result(t) != 0)
+			return lat_fail(m, tdm_task_result(t), "tdm_await_stream");
+		if (m->i >= m->warmup)
+			m->ns[m->i - m->warmup] = t1 - m->t0;
+	}
+	/* Background awaits that completed before the last sample: then the row did not have all
+	 * of them outstanding to the end. */
+	m->bg_done = m->bg != NULL ? atomic_load(&m->bg->done) : 0;
+	atomic_store_explicit(&m->phase, 2, memory_order_release);
+	TDM_END(t);
+}
+
+struct lat_result {
+	struct lat_stats st;
+	uint64_t bg_early;
+	double bg_setup_ms, bg_kernel_ms;
+};
+
+/*
+ * How many background streams: at most BG_PER_STREAM awaits on each, at least BG_MIN_STREAMS, and
+ * fewer than the hardware queues (`connections`) so that the measured stream keeps a queue of its
+ * own: a stream that shares one with a background stream waits behind its long kernel.
+ */
+static unsigned bg_stream_count(uint64_t outstanding, unsigned connections)
+{
+	uint64_t k = (outstanding + BG_PER_STREAM - 1) / BG_PER_STREAM;
+
+	if (outstanding == 0)
+		return 0;
+	if (k < BG_MIN_STREAMS)
+		k = BG_MIN_STREAMS;
+	if (connections >= 2 && k > connections - 1)
+		k = connections - 1;
+	return k > 0 ? (unsigned)k : 1;
+}
+
+static void tandem_latency(const struct bench_gpu_opts *o, unsigned workers, uint64_t outstanding,
+                           unsigned nbg, unsigned nstreams, uint64_t *ns, struct lat_result *res)
+{
+	struct env e;
+	struct lat_task m;
+	struct bg_state bg;
+	struct bg_task *bgt = NULL;
+	tdm_stream **bgs = NULL;
+	tdm_group g, bgg;
+	uint64_t t_bg = 0;
+	int phase;
+
+	memset(res, 0, sizeof(*res));
+	memset(&m, 0, sizeof(m));
+	atomic_init(&bg.suspended, 0);
+	atomic_init(&bg.done, 0);
+	atomic_init(&bg.failed, 0);
+	atomic_init(&m.phase, 0);
+	m.warmup = GPU_WARMUP;
+	m.n = o->n;
+	m.ns = ns;
+	m.bg = outstanding > 0 ? &bg : NULL;
+	if (outstanding > 0) {
+		bgt = calloc((size_t)outstanding, sizeof(*bgt));
+		bgs = calloc(nbg, sizeof(*bgs));
+		if (bgt == NULL || bgs == NULL)
+			die("gpu-latency", -ENOMEM);
+	}
+
+	env_open(&e, o, workers, nstreams);
+	/* The measured stream first and exclusive: no other work is ever enqueued on it. The
+	 * background streams are shared leases of the others; an exclusive lease is skipped. */
+	gmust(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &m.s),
+	      "tdm_stream_lease (measured)");
+	for (unsigned j = 0; j < nbg; j++)
+		gmust(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &bgs[j]),
+		      "tdm_stream_lease (background)");
+	gmust(tdm_notify_init(&m.go, e.ex), "tdm_notify_init");
+	gmust(tdm_group_init(&g, e.ex), "tdm_group_init");
+	gmust(tdm_spawn(e.ex, lat_task_fn, &m, &g), "tdm_spawn");
+	while ((phase = atomic_load_explicit(&m.phase, memory_order_acquire)) == 0)
+		sleep_us(200);
+	if (phase == 2) {
+		tdm_group_wait(&g);
+		die(m.what, m.err);
+	}
+
+	if (outstanding > 0) {
+		/*
+		 * The background kernels must outlast the measurement, whose length is known only
+		 * roughly: 4x the idle round trip for every remaining one, plus time to start the
+		 * background. Too short shows as bg_early > 0; too long only costs the wait at the
+		 * end. One stream's work completes in order, so its kernels run back to back.
+		 */
+		double mean = (double)m.probe_ns / (double)m.warmup;
+		uint64_t total = 500000000ull + outstanding * 20000ull +
+		                 (uint64_t)(4.0 * mean * (double)(m.warmup + m.n));
+		uint64_t chunks = (total + BG_CHUNK_NS - 1) / BG_CHUNK_NS;
+
+		res->bg_kernel_ms = (double)total / 1e6;
+		for (unsigned j = 0; j < nbg; j++)
+			for (uint64_t k = 0; k < chunks; k++)
+				gmust(tdm_launch_spin(bgs[j], (uint32_t)(total / chunks)),
+				      "tdm_launch_spin (background)");
+		t_bg = tdm_now_ns();
+		gmust(tdm_group_init(&bgg, e.ex), "tdm_group_init");
+		for (uint64_t i = 0; i < outstanding; i++) {
+			bgt[i] = (struct bg_task){&bg, bgs[i % nbg]};
+			gmust(tdm_spawn(e.ex, bg_task_fn, &bgt[i], &bgg), "tdm_spawn (background)");
+		}
+		/* Measure only once every background await is with the poller. */
+		while (atomic_load(&bg.suspended) + atomic_load(&bg.failed) < outstanding)
+			sleep_us(200);
+		if (atomic_load(&bg.failed) > 0)
+			die("background await", -EIO);
+		res->bg_setup_ms = (double)(tdm_now_ns() - t_bg) / 1e6;
+	}
+
+	gmust(tdm_notify_fire(&m.go), "tdm_notify_fire");
+	gmust(tdm_group_wait(&g), "tdm_group_wait");
+	if (m.err != 0)
+		die(m.what, m.err);
+	res->bg_early = m.bg_done;
+	if (outstanding > 0) {
+		/* They finish with their kernels; wait for them before tearing down. */
+		gmust(tdm_group_wait(&bgg), "tdm_group_wait (background)");
+		if (atomic_load(&bg.failed) > 0)
+			die("background await", -EIO);
+	}
+	for (unsigned j = 0; j < nbg; j++)
+		gmust(tdm_stream_release(bgs[j]), "tdm_stream_release");
+	gmust(tdm_stream_release(m.s), "tdm_stream_release");
+	env_close(&e);
+	free(bgt);
+	free(bgs);
+	if (res->bg_early > 0)
+		fprintf(stderr,
+		        "tandem-bench: warning: gpu-latency workers=%u outstanding=%llu: %llu "
+		        "background awaits completed before the last sample (background kernels "
+		        "of %.0f ms were too short); that row had fewer awaits outstanding\n",
+		        workers, (unsigned long long)outstanding, (unsigned long long)res->bg_early,
+		        res->bg_kernel_ms);
+	res->st = lat_stats(ns, o->n);
+}
+
+/* CUDA_DEVICE_MAX_CONNECTIONS as CUDA reads it: the hardware queues a process gets. */
+static unsigned cuda_connections(void)
+{
+	const char *env = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	long v = env != NULL ? strtol(env, NULL, 10) : 0;
+
+	return v >= 1 && v <= 32 ? (unsigned)v : 8;
+}
+
+struct lat_ctx {
+	const struct bench_gpu_opts *o;
+	const struct gpu_info *info;
+	unsigned connections;
+};
+
+static void lat_header(const struct lat_ctx *c)
+{
+	printf("\ngpu-latency on %s (%s, completion %s): launch of an empty kernel to resume, us, "
+	       "%llu round trips after %d warm-up\n",
+	       c->info->backend, c->info->device, c->info->completion, (unsigned long long)c->o->n,
+	       GPU_WARMUP);
+	printf("%11s %4s  %-14s %7s %9s %9s %9s %11s %11s\n", "outstanding", "bg", "impl",
+	       "workers", "p50", "p99", "min", "p50-floor", "p99-floor");
+}
+
+/* floor: the cuda-event row of the same group, or NULL. */
+static void lat_report(const struct lat_ctx *c, const char *impl, unsigned workers,
+                       uint64_t outstanding, unsigned nbg, const struct lat_result *r,
+                       const struct lat_stats *floor)
+{
+	const struct bench_gpu_opts *o = c->o;
+
+	if (!o->json) {
+		printf("%11llu %4u  %-14s %7u %9.3f %9.3f %9.3f", (unsigned long long)outstanding,
+		       nbg, impl, workers, r->st.p50, r->st.p99, r->st.min);
+		if (floor != NULL && strcmp(impl, "tandem") == 0)
+			printf(" %+11.3f %+11.3f", r->st.p50 - floor->p50, r->st.p99 - floor->p99);
+		printf("%s\n", r->bg_early > 0 ? "  (background ended early)" : "");
+		fflush(stdout);
+		return;
+	}
+	printf("{\"bench\":\"gpu-latency\",\"impl\":\"%s\",\"backend\":\"%s\",\"device\":\"", impl,
+	       c->info->backend);
+	json_str(c->info->device);
+	putchar('"');
+	if (strcmp(impl, "tandem") == 0)
+		printf(",\"completion\":\"%s\"", c->info->completion);
+	printf(",\"workers\":%u,\"outstanding\":%llu,\"bg_streams\":%u,"
+	       "\"kernel_us\":0,\"n\":%llu,\"warmup\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,"
+	       "\"min_us\":%.3f,\"mean_us\":%.3f,\"max_us\":%.3f",
+	       workers, (unsigned long long)outstanding, nbg, (unsigned long long)o->n, GPU_WARMUP,
+	       r->st.p50, r->st.p99, r->st.min, r->st.mean, r->st.max);
+	if (floor != NULL && strcmp(impl, "tandem") == 0)
+		printf(",\"floor_p50_us\":%.3f,\"floor_p99_us\":%.3f", floor->p50, floor->p99);
+	if (strcmp(impl, "tandem") == 0 && outstanding > 0)
+		printf(",\"bg_setup_ms\":%.3f,\"bg_kernel_ms\":%.3f,\"bg_early\":%llu",
+		       r->bg_setup_ms, r->bg_kernel_ms, (unsigned long long)r->bg_early);
+	printf(",\"connections\":%u,\"cpus\":%u}\n", c->connections, o->cpus);
+	fflush(stdout);
+}
+
+int bench_gpu_latency(const struct bench_gpu_opts *o)
+{
+	struct gpu_info info;
+	struct lat_ctx c = {o, &info, 0};
+	uint64_t *ns;
+
+	/*
+	 * Before anything initialises CUDA: 32 hardware queues (CUDA's default is 8), so that the
+	 * measured stream and up to 31 background streams each get one of their own, on both
+	 * sides. A value already in the environment is kept.
+	 */
+	setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+	c.connections = cuda_connections();
+	gpu_probe(o, &info);
+	ns = malloc((size_t)o->n * sizeof(*ns));
+	if (ns == NULL)
+		die("gpu-latency", -ENOMEM);
+	if (!o->json)
+		lat_header(&c);
+	for (int k = 0; k < o->noutstanding; k++) {
+		uint64_t outstanding = o->outstanding[k];
+		unsigned nbg = bg_stream_count(outstanding, c.connections);
+		unsigned nstreams = c.connections > nbg + 1 ? c.connections : nbg + 1;
+		const struct lat_stats *floor = NULL;
+
+#if HAVE_RAW
+		static const char *const floor_names[RAW_CUDA_NFLOORS] = {
+		    "cuda-event", "cuda-word", "cuda-sync", "cuda-hostfunc"};
+		struct lat_stats floor_st;
+
+		for (int f = 0; f < RAW_CUDA_NFLOORS && !o->sim; f++) {
+			struct lat_result r;
+			int rc =
+			    raw_cuda_latency((enum raw_cuda_floor)f, nbg, GPU_WARMUP, o->n, ns);
+
+			if (rc != 0) {
+				fprintf(stderr, "tandem-bench: %s left out: %s (%s)\n",
+				        floor_names[f], raw_cuda_error(), tdm_strerror(rc));
+				continue;
+			}
+			memset(&r, 0, sizeof(r));
+			r.st = lat_stats(ns, o->n);
+			if (f == RAW_CUDA_EVENT) {
+				floor_st = r.st;
+				floor = &floor_st;
+			}
+			lat_report(&c, floor_names[f], 1, outstanding, nbg, &r, NULL);
+		}
+#endif
+		for (int w = 0; w < o->nworkers; w++) {
+			struct lat_result r;
+
+			tandem_latency(o, o->workers[w], outstanding, nbg, nstreams, ns, &r);
+			lat_report(&c, "tandem", o->workers[w], outstanding, nbg, &r, floor);
+		}
+	}
+	free(ns);
+	return 0;
+}
+
+/* ---- gpu-throughput -------------------------------------------------------------------------- */
+
+struct tp_run {
+	tdm_gpu *gpu;
+	uint32_t ns;
+	_Atomic int err; /* the first failure; its task also sets what */
+	const char *what;
+};
+
+struct tp_task {
+	struct tp_run *run;
+	tdm_stream *s; /* kept after the release, to count the streams a run used */
+};
+
+static int tp_fail(struct tp_run *r, int err, const char *what)
+{
+	int none = 0;
+
+	/* what is read by the main thread only after tdm_group_wait, which orders it. */
+	if (atomic_compare_exchange_strong(&r->err, &none, err))
+		r->what = what;
+	return err;
+}
+
+/* One task: a shared lease, one kernel, its await, the release. */
+static int tp_task_fn(tdm_task *t, void *arg)
+{
+	struct tp_task *k = arg;
+	int rc;
+
+	TDM_BEGIN(t);
+	rc = tdm_stream_lease(k->run->gpu, 0, TDM_STREAM_SHARED, &k->s);
+	if (rc != 0)
+		return tp_fail(k->run, rc, "tdm_stream_lease");
+	rc = tdm_launch_spin(k->s, k->run->ns);
+	if (rc != 0) {
+		tdm_stream_release(k->s);
+		return tp_fail(k->run, rc, "tdm_launch_spin");
+	}
+	TDM_AWAIT(t, tdm_await_stream(t, k->s));
+	rc = tdm_task_result(t);
+	tdm_stream_release(k->s);
+	if (rc != 0)
+		return tp_fail(k->run, rc, "tdm_await_stream");
+	TDM_END(t);
+}
+
+/* Nanoseconds from the first spawn (from this thread, not a worker) to the group's end. */
+static uint64_t tandem_tp_once(struct env *e, struct tp_run *r, struct tp_task *tasks, uint64_t n)
+{
+	tdm_group g;
+	uint64_t t0, t1;
+
+	for (uint64_t i = 0; i < n; i++)
+		tasks[i] = (struct tp_task){r, NULL};
+	gmust(tdm_group_init(&g, e->ex), "tdm_group_init");
+	t0 = tdm_now_ns();
+	for (uint64_t i = 0; i < n; i++)
+		gmust(tdm_spawn(e->ex, tp_task_fn, &tasks[i], &g), "tdm_spawn");
+	gmust(tdm_group_wait(&g), "tdm_group_wait");
+	t1 = tdm_now_ns();
+	if (atomic_load(&r->err) != 0)
+		die(r->what, atomic_load(&r->err));
+	return t1 - t0;
+}
+
+static unsigned distinct_streams(const struct tp_task *tasks, uint64_t n)
+{
+	uint64_t *p = malloc((size_t)n * sizeof(*p));
+	unsigned count = 0;
+
+	if (p == NULL)
+		return 0;
+	for (uint64_t i = 0; i < n; i++)
+		p[i] = (uint64_t)(uintptr_t)tasks[i].s;
+	qsort(p, (size_t)n, sizeof(*p), cmp_u64);
+	for (uint64_t i = 0; i < n; i++)
+		count += i == 0 || p[i] != p[i - 1];
+	free(p);
+	return count;
+}
+
+struct tp_result {
+	int have;
+	double tps, tps_best, median_ms, min_ms;
+	unsigned streams;
+	uint64_t in_flight;
+};
+
+/* ms[] of reps runs (sorted here) into the result. */
+static void tp_summary(struct tp_result *r, double *ms, int reps, uint64_t n)
+{
+	qsort(ms, (size_t)reps, sizeof(*ms), cmp_double);
+	r->median_ms = reps % 2 ? ms[reps / 2] : (ms[reps / 2 - 1] + ms[reps / 2]) / 2;
+	r->min_ms = ms[0];
+	r->tps = (double)n / (r->median_ms / 1e3);
+	r->tps_best = (double)n / (r->min_ms / 1e3);
+	r->have = 1;
+}
+
+static void tandem_throughput(const struct bench_gpu_opts *o, unsigned workers, uint32_t ns,
+                              double *ms, struct tp_result *res)
+{
+	struct env e;
+	struct tp_run r;
+	struct tp_task *tasks = malloc((size_t)o->n * sizeof(*tasks));
+
+	if (tasks == NULL)
+		die("gpu-throughput", -ENOMEM);
+	env_open(&e, o, workers, 0);
+	r.gpu = e.gpu;
+	r.ns = ns;
+	atomic_init(&r.err, 0);
+	r.what = NULL;
+	/* Warm-up: creates the streams and events, first touch of the task memory. */
+	tandem_tp_once(&e, &r, tasks, o->n);
+	for (int i = 0; i < o->reps; i++)
+		ms[i] = (double)tandem_tp_once(&e, &r, tasks, o->n) / 1e6;
+	res->streams = distinct_streams(tasks, o->n);
+	res->in_flight = o->n;
+	env_close(&e);
+	free(tasks);
+	tp_summary(res, ms, o->reps, o->n);
+}
+
+#if HAVE_RAW
+static void raw_throughput(const struct bench_gpu_opts *o, enum raw_cuda_tp_kind kind,
+                           unsigned workers, uint32_t ns, double *ms, struct tp_result *res)
+{
+	static const char *const names[] = {"cuda-sync", "cuda-hostfunc"};
+	unsigned window = kind == RAW_CUDA_TP_HOSTFUNC ? 4 * workers : workers;
+	struct raw_cuda_tp *tp;
+	uint64_t el;
+	int rc;
+
+	res->have = 0;
+	rc = raw_cuda_tp_create(&tp, kind, workers, window);
+	for (int i = -1; rc == 0 && i < o->reps; i++) {
+		rc = raw_cuda_tp_run(tp, o->n, ns, &el);
+		if (i >= 0) /* -1: the warm-up */
+			ms[i] = (double)el / 1e6;
+	}
+	if (rc != 0) {
+		fprintf(stderr, "tandem-bench: %s left out (workers=%u): %s (%s)\n", names[kind],
+		        workers, raw_cuda_error(), tdm_strerror(rc));
+		raw_cuda_tp_destroy(tp);
+		return;
+	}
+	raw_cuda_tp_destroy(tp);
+	res->streams = workers;
+	res->in_flight = window;
+	tp_summary(res, ms, o->reps, o->n);
+}
+#endif
+
+enum { TP_TANDEM, TP_SYNC, TP_HOSTFUNC, TP_NIMPL };
+static const char *const tp_names[TP_NIMPL] = {"tandem", "cuda-sync", "cuda-hostfunc"};
+
+static void tp_header(const struct bench_gpu_opts *o, const struct gpu_info *info, int nimpl)
+{
+	printf("\ngpu-throughput on %s (%s, completion %s): tasks/s, median of %d runs of %llu "
+	       "tasks (a kernel and its await each)\n",
+	       info->backend, info->device, info->completion, o->reps, (unsigned long long)o->n);
+	printf("%9s %7s", "kernel_us", "workers");
+	for (int k = 0; k < nimpl; k++)
+		printf(" %14s", tp_names[k]);
+	printf("  %12s %16s\n", "tandem/best", "tandem/hostfunc");
+}
+
+static void tp_row(uint64_t kernel_us, unsigned workers, const struct tp_result *r, int nimpl)
+{
+	double best = 0;
+
+	printf("%9llu %7u", (unsigned long long)kernel_us, workers);
+	for (int k = 0; k < nimpl; k++) {
+		if (r[k].have)
+			printf(" %14.0f", r[k].tps);
+		else
+			printf(" %14s", "-");
+		if (k != TP_TANDEM && r[k].have && r[k].tps > best)
+			best = r[k].tps;
+	}
+	if (best > 0)
+		printf("  %11.2fx", r[TP_TANDEM].tps / best);
+	else
+		printf("  %12s", "-");
+	if (nimpl > TP_HOSTFUNC && r[TP_HOSTFUNC].have)
+		printf(" %15.2fx\n", r[TP_TANDEM].tps / r[TP_HOSTFUNC].tps);
+	else
+		printf(" %16s\n", "-");
+	fflush(stdout);
+}
+
+static void tp_json(const struct bench_gpu_opts *o, const struct gpu_info *info, int impl,
+                    uint64_t kernel_us, unsigned workers, const struct tp_result *r)
+{
+	printf("{\"bench\":\"gpu-throughput\",\"impl\":\"%s\",\"backend\":\"%s\",\"device\":\"",
+	       tp_names[impl], info->backend);
+	json_str(info->device);
+	putchar('"');
+	if (impl == TP_TANDEM)
+		printf(",\"completion\":\"%s\"", info->completion);
+	printf(",\"workers\":%u,\"kernel_us\":%llu,\"n\":%llu,\"reps\":%d,"
+	       "\"tasks_per_s\":%.1f,\"best_tasks_per_s\":%.1f,\"median_ms\":%.3f,\"min_ms\":%.3f,"
+	       "\"streams\":%u,\"in_flight\":%llu,\"cpus\":%u}\n",
+	       workers, (unsigned long long)kernel_us, (unsigned long long)o->n, o->reps, r->tps,
+	       r->tps_best, r->median_ms, r->min_ms, r->streams, (unsigned long long)r->in_flight,
+	       o->cpus);
+	fflush(stdout);
+}
+
+int bench_gpu_throughput(const struct bench_gpu_opts *o)
+{
+	struct gpu_info info;
+	int nimpl = HAVE_RAW && !o->sim ? TP_NIMPL : 1;
+	double *ms = malloc((size_t)o->reps * sizeof(*ms));
+
+	if (ms == NULL)
+		die("gpu-throughput", -ENOMEM);
+	gpu_probe(o, &info);
+	if (!o->json)
+		tp_header(o, &info, nimpl);
+	for (int k = 0; k < o->nkernel; k++) {
+		uint32_t ns = (uint32_t)(o->kernel_us[k] * 1000u);
+
+		for (int w = 0; w < o->nworkers; w++) {
+			struct tp_result r[TP_NIMPL];
+
+			memset(r, 0, sizeof(r));
+			tandem_throughput(o, o->workers[w], ns, ms, &r[TP_TANDEM]);
+#if HAVE_RAW
+			if (nimpl > 1) {
+				raw_throughput(o, RAW_CUDA_TP_SYNC, o->workers[w], ns, ms,
+				               &r[TP_SYNC]);
+				raw_throughput(o, RAW_CUDA_TP_HOSTFUNC, o->workers[w], ns, ms,
+				               &r[TP_HOSTFUNC]);
+			}
+#endif
+			if (!o->json) {
+				tp_row(o->kernel_us[k], o->workers[w], r, nimpl);
+				continue;
+			}
+			for (int i = 0; i < nimpl; i++)
+				if (r[i].have)
+					tp_json(o, &info, i, o->kernel_us[k], o->workers[w], &r[i]);
+		}
+	}
+	free(ms);
+	return 0;
+}

@@ -1,0 +1,204 @@
+/*
+ * Helpers shared by the tandem tests: stress sizes that shrink under the sanitizers (and under
+ * valgrind), executor set-up and tear-down that assert success, sleeping, and summed worker
+ * statistics. Every helper that asserts must be called from the test's own thread, never from a
+ * task: Criterion's assertions are not safe on other threads, so tasks record what they saw in
+ * atomics and the test thread asserts on those.
+ */
+#ifndef TDM_TESTS_COMMON_H
+#define TDM_TESTS_COMMON_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "tandem.h"
+
+#if defined(__SANITIZE_THREAD__)
+#define TDM_TEST_TSAN 1
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define TDM_TEST_ASAN 1
+#endif
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) && !defined(TDM_TEST_TSAN)
+#define TDM_TEST_TSAN 1
+#endif
+#if __has_feature(address_sanitizer) && !defined(TDM_TEST_ASAN)
+#define TDM_TEST_ASAN 1
+#endif
+#endif
+#if defined(TDM_TEST_TSAN) || defined(TDM_TEST_ASAN)
+#define TDM_TEST_SANITIZED 1
+#else
+#define TDM_TEST_SANITIZED 0
+#endif
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define TDM_TEST_UNDER_VALGRIND() (RUNNING_ON_VALGRIND != 0)
+#endif
+#endif
+#ifndef TDM_TEST_UNDER_VALGRIND
+#define TDM_TEST_UNDER_VALGRIND() 0
+#endif
+
+/*
+ * Criterion under AddressSanitizer. This header is included by exactly one translation unit per
+ * test program (each tests/test_*.c is a program), so the definition below is made once.
+ */
+#if defined(TDM_TEST_ASAN)
+#include <sanitizer/lsan_interface.h>
+#include <stdlib.h>
+/*
+ * Leaks are checked per test, in the test's own process, right after the test (the suite's
+ * fini, see TDM_TEST_SUITE): LeakSanitizer's check at exit would only print in a test process
+ * (Criterion has already recorded the result) and, in Criterion's parent process, reports
+ * Criterion's own allocations when tests run in parallel, which fails every program.
+ */
+const char *__lsan_default_options(void)
+{
+	return "leak_check_at_exit=0";
+}
+
+static inline void tdm_test_check_leaks(void)
+{
+	if (__lsan_do_recoverable_leak_check() != 0) {
+		cr_log_error("memory leaked: see the LeakSanitizer report above");
+		abort(); /* a failed assertion in fini does not fail the test; a crash does */
+	}
+}
+#define TDM_TEST_SUITE(name) TestSuite(name, .fini = tdm_test_check_leaks)
+#else
+#define TDM_TEST_SUITE(name) TestSuite(name)
+#endif
+
+/*
+ * A stress size: `full` in a plain build, `small` where every memory access is instrumented
+ * (ThreadSanitizer is about ten times slower, ASan two to three, valgrind more).
+ */
+static inline size_t tdm_test_size(size_t full, size_t small)
+{
+	return (TDM_TEST_SANITIZED || TDM_TEST_UNDER_VALGRIND()) ? small : full;
+}
+
+static inline void tdm_test_sleep_us(unsigned long us)
+{
+	struct timespec ts = {.tv_sec = (time_t)(us / 1000000UL),
+	                      .tv_nsec = (long)(us % 1000000UL) * 1000L};
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+	}
+}
+
+/* CPUs this process may run on, as tdm_config.workers = 0 counts them. */
+static inline int tdm_test_affinity_cpus(void)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0, "sched_getaffinity failed");
+	return CPU_COUNT(&set);
+}
+
+static inline tdm_executor *tdm_test_create_cfg(const tdm_config *cfg)
+{
+	tdm_executor *ex = NULL;
+	int rc = tdm_executor_create(&ex, cfg);
+	cr_assert_eq(rc, 0, "tdm_executor_create: %d (%s)", rc, tdm_strerror(rc));
+	cr_assert_not_null(ex, "tdm_executor_create returned 0 but no executor");
+	return ex;
+}
+
+static inline tdm_executor *tdm_test_create(unsigned workers)
+{
+	tdm_config cfg;
+	tdm_config_init(&cfg);
+	cfg.workers = workers;
+	return tdm_test_create_cfg(&cfg);
+}
+
+static inline void tdm_test_destroy(tdm_executor *ex)
+{
+	int rc = tdm_executor_destroy(ex);
+	cr_assert_eq(rc, 0, "tdm_executor_destroy: %d (%s)", rc, tdm_strerror(rc));
+}
+
+/* Every worker's counters added up. */
+static inline tdm_worker_stats tdm_test_stats_total(const tdm_executor *ex)
+{
+	tdm_worker_stats total = {0};
+	int n = tdm_executor_workers(ex);
+	cr_assert_gt(n, 0, "tdm_executor_workers: %d", n);
+	for (unsigned w = 0; w < (unsigned)n; w++) {
+		tdm_worker_stats s;
+		int rc = tdm_executor_stats(ex, w, &s);
+		cr_assert_eq(rc, 0, "tdm_executor_stats(%u): %d (%s)", w, rc, tdm_strerror(rc));
+		total.tasks_run += s.tasks_run;
+		total.tasks_cancelled += s.tasks_cancelled;
+		total.steals_tried += s.steals_tried;
+		total.steals_won += s.steals_won;
+		total.injected += s.injected;
+		total.inbox += s.inbox;
+		total.parks += s.parks;
+		total.wakeups += s.wakeups;
+	}
+	return total;
+}
+
+/*
+ * Waits until *counter reaches target. There is no deadline here on purpose: a count that never
+ * arrives is a hang, and the test's .timeout turns it into a failure.
+ */
+static inline void tdm_test_wait_count(atomic_size_t *counter, size_t target)
+{
+	while (atomic_load_explicit(counter, memory_order_acquire) < target)
+		tdm_test_sleep_us(200);
+}
+
+/* Small deterministic generator for varied delays and burst sizes (xorshift64). */
+static inline uint64_t tdm_test_rand(uint64_t *state)
+{
+	uint64_t x = *state;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	*state = x;
+	return x;
+}
+
+/* A little work that the compiler cannot remove; keeps a task busy for roughly n steps. */
+static inline void tdm_test_spin(unsigned n)
+{
+	volatile unsigned sink = 0;
+	for (unsigned i = 0; i < n; i++)
+		sink += i;
+	(void)sink;
+}
+
+/* The task every "executor is still usable" check submits. */
+static inline void tdm_test_set_flag(void *arg)
+{
+	atomic_store_explicit((atomic_int *)arg, 1, memory_order_release);
+}
+
+/* Asserts that ex still runs a task to completion, through a group waited on here. */
+static inline void tdm_test_assert_usable(tdm_executor *ex)
+{
+	atomic_int ran = 0;
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, ex), 0, "tdm_group_init failed on a usable executor");
+	cr_assert_eq(tdm_group_spawn(&g, tdm_test_set_flag, &ran), 0, "tdm_group_spawn failed");
+	cr_assert_eq(tdm_group_wait(&g), 0, "tdm_group_wait failed");
+	cr_assert_eq(atomic_load(&ran), 1, "the task did not run before tdm_group_wait returned");
+}
+
+#endif /* TDM_TESTS_COMMON_H */

@@ -1,0 +1,533 @@
+/*
+ * The GPU await path, specified on every backend: each suite runs on the simulator, with
+ * completion words and with events, and on CUDA where a device exists (skipped elsewhere).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tandem.h"
+#include "tandem_gpu.h"
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define MANY 2000
+#else
+#define MANY 10000
+#endif
+
+struct env {
+	tdm_executor *ex;
+	tdm_gpu *gpu;
+};
+
+/* Starts an executor and a GPU layer on the backend; false when that backend has no device. */
+static bool env_open(struct env *e, tdm_backend backend, tdm_completion completion,
+                     unsigned workers)
+{
+	tdm_config c;
+	tdm_config_init(&c);
+	c.workers = workers;
+	cr_assert_eq(tdm_executor_create(&e->ex, &c), 0);
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = backend;
+	g.completion = completion;
+	int rc = tdm_gpu_create(&e->gpu, e->ex, &g);
+	if (rc == -ENODEV || rc == -ENOTSUP) {
+		tdm_executor_destroy(e->ex);
+		return false;
+	}
+	cr_assert_eq(rc, 0, "tdm_gpu_create: %s", tdm_strerror(rc));
+	return true;
+}
+
+static void env_close(struct env *e)
+{
+	cr_assert_eq(tdm_executor_destroy(e->ex), 0);
+	cr_assert_eq(tdm_gpu_destroy(e->gpu), 0);
+}
+
+/* Spawns fn(arg) as a resumable task and waits for it from this (outside) thread. */
+static int run_one(struct env *e, tdm_resume_fn fn, void *arg)
+{
+	tdm_group g;
+	tdm_group_init(&g, e->ex);
+	int rc = tdm_spawn(e->ex, fn, arg, &g);
+	cr_assert_eq(rc, 0);
+	return tdm_group_wait(&g);
+}
+
+/* ---- the behaviours, each written once ---- */
+
+#define LEN 4096
+
+struct copy_state {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	int *host, *dev;
+	int results[4];
+	int steps;
+};
+
+/* Copies in, doubles through a round trip, copies out; each step awaited. */
+static int copy_task(tdm_task *t, void *arg)
+{
+	struct copy_state *c = arg;
+	TDM_BEGIN(t);
+	cr_assert_eq(tdm_stream_lease(c->gpu, 0, 0, &c->s), 0);
+	cr_assert_eq(tdm_memcpy_async(c->s, c->dev, c->host, LEN * sizeof(int), TDM_COPY_H2D), 0);
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	c->results[c->steps++] = tdm_task_result(t);
+	memset(c->host, 0, LEN * sizeof(int));
+	cr_assert_eq(tdm_memcpy_async(c->s, c->host, c->dev, LEN * sizeof(int), TDM_COPY_D2H), 0);
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	c->results[c->steps++] = tdm_task_result(t);
+	tdm_stream_release(c->s);
+	TDM_END(t);
+}
+
+static void await_stream_sees_work_done(struct env *e)
+{
+	struct copy_state c = {.gpu = e->gpu};
+	cr_assert_eq(tdm_host_alloc(e->gpu, LEN * sizeof(int), (void **)&c.host), 0);
+	cr_assert_eq(tdm_device_alloc(e->gpu, 0, LEN * sizeof(int), (void **)&c.dev), 0);
+	for (int i = 0; i < LEN; i++)
+		c.host[i] = i * 7;
+	cr_assert_eq(run_one(e, copy_task, &c), 0);
+	cr_assert_eq(c.steps, 2, "the task ran to its end, past both awaits");
+	cr_assert_eq(c.results[0], 0);
+	cr_assert_eq(c.results[1], 0);
+	for (int i = 0; i < LEN; i++)
+		cr_assert_eq(c.host[i], i * 7, "data at %d came back", i);
+	tdm_device_free(e->gpu, 0, c.dev);
+	tdm_host_free(e->gpu, c.host);
+}
+
+struct chain_state {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	int i;
+	int *host, *dev;
+	int seen[32];
+};
+
+/* Each step copies a new value through the device; after each await the copy is visible. */
+static int chain_task(tdm_task *t, void *arg)
+{
+	struct chain_state *c = arg;
+	TDM_BEGIN(t);
+	cr_assert_eq(tdm_stream_lease(c->gpu, 0, TDM_STREAM_EXCLUSIVE, &c->s), 0);
+	for (c->i = 0; c->i < 32; c->i++) {
+		c->host[0] = c->i + 100;
+		tdm_memcpy_async(c->s, c->dev, c->host, sizeof(int), TDM_COPY_H2D);
+		tdm_launch_spin(c->s, 20000);
+		tdm_memcpy_async(c->s, c->host + 1, c->dev, sizeof(int), TDM_COPY_D2H);
+		TDM_AWAIT(t, tdm_await_stream(t, c->s));
+		c->seen[c->i] = c->host[1];
+	}
+	tdm_stream_release(c->s);
+	TDM_END(t);
+}
+
+static void resumes_in_order_after_each_await(struct env *e)
+{
+	struct chain_state c = {.gpu = e->gpu};
+	cr_assert_eq(tdm_host_alloc(e->gpu, 2 * sizeof(int), (void **)&c.host), 0);
+	cr_assert_eq(tdm_device_alloc(e->gpu, 0, sizeof(int), (void **)&c.dev), 0);
+	cr_assert_eq(run_one(e, chain_task, &c), 0);
+	for (int i = 0; i < 32; i++)
+		cr_assert_eq(c.seen[i], i + 100, "step %d resumed after its own copy", i);
+	tdm_device_free(e->gpu, 0, c.dev);
+	tdm_host_free(e->gpu, c.host);
+}
+
+struct event_state {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	tdm_event *ev;
+	int first, second;
+};
+
+static int event_task(tdm_task *t, void *arg)
+{
+	struct event_state *c = arg;
+	TDM_BEGIN(t);
+	cr_assert_eq(tdm_stream_lease(c->gpu, 0, 0, &c->s), 0);
+	cr_assert_eq(tdm_event_get(c->gpu, 0, &c->ev), 0);
+	/* Never recorded: already complete, the await continues at once. */
+	c->first = tdm_await_event(t, c->ev);
+	tdm_launch_spin(c->s, 2000000);
+	cr_assert_eq(tdm_event_record(c->ev, c->s), 0);
+	TDM_AWAIT(t, c->second = tdm_await_event(t, c->ev));
+	cr_assert_eq(tdm_task_result(t), 0);
+	tdm_event_put(c->ev);
+	tdm_stream_release(c->s);
+	TDM_END(t);
+}
+
+static void await_event(struct env *e)
+{
+	struct event_state c = {.gpu = e->gpu};
+	cr_assert_eq(run_one(e, event_task, &c), 0);
+	cr_assert_eq(c.first, 0, "a completed event does not suspend");
+	cr_assert_eq(c.second, TDM_SUSPENDED, "a pending event suspends");
+}
+
+struct deadline_state {
+	tdm_gpu *gpu;
+	uint64_t deadline, resumed;
+	int rc, past;
+};
+
+static int deadline_task(tdm_task *t, void *arg)
+{
+	struct deadline_state *c = arg;
+	TDM_BEGIN(t);
+	c->past = tdm_await_deadline(t, c->gpu, 1); /* long past: continues at once */
+	c->deadline = tdm_now_ns() + 5000000;
+	TDM_AWAIT(t, tdm_await_deadline(t, c->gpu, c->deadline));
+	c->resumed = tdm_now_ns();
+	c->rc = tdm_task_result(t);
+	TDM_END(t);
+}
+
+static void await_deadline(struct env *e)
+{
+	struct deadline_state c = {.gpu = e->gpu};
+	cr_assert_eq(run_one(e, deadline_task, &c), 0);
+	cr_assert_eq(c.past, 0);
+	cr_assert_eq(c.rc, 0);
+	cr_assert_geq(c.resumed, c.deadline, "not resumed before its deadline");
+}
+
+static atomic_int many_done, many_bad;
+
+struct many_state {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+};
+
+static int many_task(tdm_task *t, void *arg)
+{
+	struct many_state *c = arg;
+	TDM_BEGIN(t);
+	cr_assert_eq(tdm_stream_lease(c->gpu, 0, 0, &c->s), 0);
+	tdm_launch_spin(c->s, 1000);
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	if (tdm_task_result(t) != 0)
+		atomic_fetch_add(&many_bad, 1);
+	tdm_stream_release(c->s);
+	atomic_fetch_add(&many_done, 1);
+	TDM_END(t);
+}
+
+static void many_awaits_outstanding(struct env *e)
+{
+	struct many_state *st = calloc(MANY, sizeof(*st));
+	cr_assert_not_null(st);
+	atomic_store(&many_done, 0);
+	atomic_store(&many_bad, 0);
+	/* A long kernel first, on every stream the tasks will share, so that they all pile up
+	 * behind it: MANY awaits outstanding at once. */
+	tdm_stream *blockers[64];
+	int nb = 0;
+	while (nb < 64 && tdm_stream_lease(e->gpu, 0, TDM_STREAM_EXCLUSIVE, &blockers[nb]) == 0) {
+		tdm_launch_spin(blockers[nb], 50000000);
+		nb++;
+	}
+	for (int i = 0; i < nb; i++)
+		tdm_stream_release(blockers[i]);
+	tdm_group g;
+	tdm_group_init(&g, e->ex);
+	for (int i = 0; i < MANY; i++) {
+		st[i].gpu = e->gpu;
+		cr_assert_eq(tdm_spawn(e->ex, many_task, &st[i], &g), 0);
+	}
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(atomic_load(&many_done), MANY);
+	cr_assert_eq(atomic_load(&many_bad), 0);
+	free(st);
+}
+
+struct fault_state {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	int inject; /* 0 none, else a tdm_sim_fault, or -1 for a trapping kernel */
+	int rc, after;
+};
+
+static int fault_task(tdm_task *t, void *arg)
+{
+	struct fault_state *c = arg;
+	TDM_BEGIN(t);
+	cr_assert_eq(tdm_stream_lease(c->gpu, 0, TDM_STREAM_EXCLUSIVE, &c->s), 0);
+	if (c->inject > 0)
+		cr_assert_eq(tdm_sim_inject(c->s, (tdm_sim_fault)c->inject), 0);
+	if (c->inject < 0)
+		tdm_launch_fault(c->s);
+	else
+		tdm_launch_spin(c->s, 1000);
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	c->rc = tdm_task_result(t);
+	/* The stream goes on after an operation's error, not after a device's. */
+	tdm_launch_spin(c->s, 1000);
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	c->after = tdm_task_result(t);
+	tdm_stream_release(c->s);
+	TDM_END(t);
+}
+
+static void fault_reaches_the_right_task(struct env *e, int inject, bool sticky)
+{
+	struct fault_state bad = {.gpu = e->gpu, .inject = inject};
+	struct fault_state good = {.gpu = e->gpu};
+	if (!sticky) {
+		/* The bystander runs first: a sticky fault would fail it too, by design. */
+		cr_assert_eq(run_one(e, fault_task, &good), 0);
+		cr_assert_eq(good.rc, 0);
+	}
+	cr_assert_eq(run_one(e, fault_task, &bad), 0);
+	cr_assert_eq(bad.rc, -EIO, "the faulting task resumed with the error");
+	if (sticky) {
+		cr_assert_eq(bad.after, -EIO, "a failed device fails new awaits at once");
+		tdm_stream *s;
+		cr_assert_eq(tdm_stream_lease(e->gpu, 0, 0, &s), -ENODEV);
+	} else {
+		cr_assert_eq(bad.after, 0, "the stream works again after an operation's error");
+		struct fault_state again = {.gpu = e->gpu};
+		cr_assert_eq(run_one(e, fault_task, &again), 0);
+		cr_assert_eq(again.rc, 0);
+	}
+}
+
+static atomic_int shut_done, shut_ok, shut_started;
+
+static int shut_task(tdm_task *t, void *arg)
+{
+	struct many_state *c = arg;
+	TDM_BEGIN(t);
+	atomic_fetch_add(&shut_started, 1);
+	/* With the GPU layer destroyed first, a late task finds it stopping: that is reported,
+	 * and the task still runs to its end. */
+	if (tdm_stream_lease(c->gpu, 0, 0, &c->s) != 0) {
+		atomic_fetch_add(&shut_done, 1);
+		return 0;
+	}
+	tdm_launch_spin(c->s, 20000000);
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	if (tdm_task_result(t) == 0)
+		atomic_fetch_add(&shut_ok, 1);
+	tdm_stream_release(c->s);
+	atomic_fetch_add(&shut_done, 1);
+	TDM_END(t);
+}
+
+/* Both orders of destruction, with GPU awaits outstanding: every task runs to its end. */
+static void shutdown_with_awaits_outstanding(tdm_backend backend, tdm_completion completion,
+                                             bool gpu_first)
+{
+	struct env e;
+	if (!env_open(&e, backend, completion, 2))
+		cr_skip_test("no device for this backend");
+	atomic_store(&shut_done, 0);
+	atomic_store(&shut_ok, 0);
+	atomic_store(&shut_started, 0);
+	struct many_state st[64];
+	for (int i = 0; i < 64; i++) {
+		st[i].gpu = e.gpu;
+		cr_assert_eq(tdm_spawn(e.ex, shut_task, &st[i], NULL), 0);
+	}
+	if (gpu_first) {
+		/* Once they are running, pull the GPU layer out from under them. */
+		while (atomic_load(&shut_started) < 64)
+			sched_yield();
+		cr_assert_eq(tdm_gpu_destroy(e.gpu), 0);
+		cr_assert_eq(tdm_executor_destroy(e.ex), 0);
+	} else {
+		cr_assert_eq(tdm_executor_destroy(e.ex), 0);
+		cr_assert_eq(tdm_gpu_destroy(e.gpu), 0);
+	}
+	cr_assert_eq(atomic_load(&shut_done), 64, "every task ran to its end");
+	if (!gpu_first)
+		cr_assert_eq(atomic_load(&shut_ok), 64);
+}
+
+/* ---- suites: one per backend and completion mechanism ---- */
+
+#define GPU_TESTS(suite, backend, completion)                                                      \
+	Test(suite, await_stream_sees_work_done, .timeout = 60)                                    \
+	{                                                                                          \
+		struct env e;                                                                      \
+		if (!env_open(&e, backend, completion, 2))                                         \
+			cr_skip_test("no device for this backend");                                \
+		await_stream_sees_work_done(&e);                                                   \
+		env_close(&e);                                                                     \
+	}                                                                                          \
+	Test(suite, resumes_in_order_after_each_await, .timeout = 60)                              \
+	{                                                                                          \
+		struct env e;                                                                      \
+		if (!env_open(&e, backend, completion, 2))                                         \
+			cr_skip_test("no device for this backend");                                \
+		resumes_in_order_after_each_await(&e);                                             \
+		env_close(&e);                                                                     \
+	}                                                                                          \
+	Test(suite, await_event, .timeout = 60)                                                    \
+	{                                                                                          \
+		struct env e;                                                                      \
+		if (!env_open(&e, backend, completion, 2))                                         \
+			cr_skip_test("no device for this backend");                                \
+		await_event(&e);                                                                   \
+		env_close(&e);                                                                     \
+	}                                                                                          \
+	Test(suite, await_deadline, .timeout = 60)                                                 \
+	{                                                                                          \
+		struct env e;                                                                      \
+		if (!env_open(&e, backend, completion, 2))                                         \
+			cr_skip_test("no device for this backend");                                \
+		await_deadline(&e);                                                                \
+		env_close(&e);                                                                     \
+	}                                                                                          \
+	Test(suite, many_awaits_outstanding, .timeout = 120)                                       \
+	{                                                                                          \
+		struct env e;                                                                      \
+		if (!env_open(&e, backend, completion, 4))                                         \
+			cr_skip_test("no device for this backend");                                \
+		many_awaits_outstanding(&e);                                                       \
+		env_close(&e);                                                                     \
+	}                                                                                          \
+	Test(suite, shutdown_executor_first_with_awaits_outstanding, .timeout = 60)                \
+	{                                                                                          \
+		shutdown_with_awaits_outstanding(backend, completion, false);                      \
+	}                                                                                          \
+	Test(suite, shutdown_gpu_first_with_awaits_outstanding, .timeout = 60)                     \
+	{                                                                                          \
+		shutdown_with_awaits_outstanding(backend, completion, true);                       \
+	}
+
+GPU_TESTS(gpu_sim_words, TDM_BACKEND_SIM, TDM_COMPLETION_WORD)
+GPU_TESTS(gpu_sim_events, TDM_BACKEND_SIM, TDM_COMPLETION_EVENT)
+#ifndef TANDEM_TEST_NO_CUDA
+GPU_TESTS(gpu_cuda, TDM_BACKEND_CUDA, TDM_COMPLETION_AUTO)
+GPU_TESTS(gpu_cuda_events, TDM_BACKEND_CUDA, TDM_COMPLETION_EVENT)
+#endif
+
+/* ---- faults ---- */
+
+Test(gpu_sim_words, operation_fault_reaches_only_its_task, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 2));
+	fault_reaches_the_right_task(&e, TDM_SIM_FAULT_OP, false);
+	env_close(&e);
+}
+
+Test(gpu_sim_events, operation_fault_reaches_only_its_task, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_EVENT, 2));
+	fault_reaches_the_right_task(&e, TDM_SIM_FAULT_OP, false);
+	env_close(&e);
+}
+
+Test(gpu_sim_words, sticky_fault_fails_the_device, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 2));
+	fault_reaches_the_right_task(&e, TDM_SIM_FAULT_STICKY, true);
+	env_close(&e);
+}
+
+Test(gpu_sim_events, sticky_fault_fails_the_device, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_EVENT, 2));
+	fault_reaches_the_right_task(&e, TDM_SIM_FAULT_STICKY, true);
+	env_close(&e);
+}
+
+#ifndef TANDEM_TEST_NO_CUDA
+/* Criterion runs each test in its own process: the dead context does not outlive it. */
+Test(gpu_cuda, trapping_kernel_fails_the_device, .timeout = 60)
+{
+	struct env e;
+	if (!env_open(&e, TDM_BACKEND_CUDA, TDM_COMPLETION_AUTO, 2))
+		cr_skip_test("no CUDA device");
+	fault_reaches_the_right_task(&e, -1, true);
+	env_close(&e);
+}
+#endif
+
+/* ---- bad input ---- */
+
+Test(gpu_errors, bad_arguments_get_their_documented_errors)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 1));
+	tdm_stream *s;
+	cr_assert_eq(tdm_gpu_create(NULL, e.ex, NULL), -EINVAL);
+	cr_assert_eq(tdm_stream_lease(e.gpu, 5, 0, &s), -EINVAL);
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, 1u << 7, &s), -EINVAL);
+	cr_assert_eq(tdm_stream_lease(NULL, 0, 0, &s), -EINVAL);
+	cr_assert_eq(tdm_stream_release(NULL), -EINVAL);
+	cr_assert_eq(tdm_launch_spin(NULL, 0), -EINVAL);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, 0, (void **)&s), -EINVAL);
+	cr_assert_eq(tdm_await_stream(NULL, NULL), -EINVAL, "not from a running task");
+	cr_assert_eq(tdm_sim_inject(NULL, TDM_SIM_FAULT_OP), -EINVAL);
+	/* Still usable afterwards. */
+	struct copy_state c = {.gpu = e.gpu};
+	cr_assert_eq(tdm_host_alloc(e.gpu, LEN * sizeof(int), (void **)&c.host), 0);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, LEN * sizeof(int), (void **)&c.dev), 0);
+	cr_assert_eq(run_one(&e, copy_task, &c), 0);
+	cr_assert_eq(c.steps, 2);
+	tdm_device_free(e.gpu, 0, c.dev);
+	tdm_host_free(e.gpu, c.host);
+	env_close(&e);
+}
+
+Test(gpu_errors, none_backend_has_no_devices)
+{
+	tdm_executor *ex;
+	tdm_gpu *gpu;
+	tdm_gpu_config g;
+	cr_assert_eq(tdm_executor_create(&ex, NULL), 0);
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_NONE;
+	cr_assert_eq(tdm_gpu_create(&gpu, ex, &g), 0);
+	tdm_stream *s;
+	cr_assert_eq(tdm_stream_lease(gpu, 0, 0, &s), -ENODEV);
+	cr_assert_str_eq(tdm_gpu_backend_name(gpu), "none");
+	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
+
+struct cancel_state {
+	tdm_gpu *gpu;
+	int rc;
+};
+
+static int far_deadline_task(tdm_task *t, void *arg)
+{
+	struct cancel_state *c = arg;
+	TDM_BEGIN(t);
+	TDM_AWAIT(t, tdm_await_deadline(t, c->gpu, tdm_now_ns() + 3600ull * 1000000000ull));
+	c->rc = tdm_task_result(t);
+	TDM_END(t);
+}
+
+Test(gpu_errors, destroy_cancels_far_deadlines, .timeout = 30)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_NONE, TDM_COMPLETION_AUTO, 1));
+	struct cancel_state c = {.gpu = e.gpu, .rc = 1};
+	tdm_group g;
+	tdm_group_init(&g, e.ex);
+	cr_assert_eq(tdm_spawn(e.ex, far_deadline_task, &c, &g), 0);
+	cr_assert_eq(tdm_gpu_destroy(e.gpu), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0, "the task was resumed, not lost");
+	/* Registered before the destroy: cancelled; after it: refused at once. */
+	cr_assert(c.rc == -ECANCELED || c.rc == -ESHUTDOWN, "rc %d", c.rc);
+	cr_assert_eq(tdm_executor_destroy(e.ex), 0);
+}

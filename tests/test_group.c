@@ -1,0 +1,271 @@
+/*
+ * Specification of task groups (fork-join): a wait returns only after every task spawned into
+ * the group has finished, including tasks spawned by those tasks; it makes their writes visible;
+ * on a worker it runs other tasks instead of blocking; groups nest and can be reused.
+ */
+#include "common.h"
+
+#include <string.h>
+
+TDM_TEST_SUITE(group);
+
+/* ---- nested fork-join: Fibonacci --------------------------------------------------------- */
+
+struct fib {
+	int n;
+	long result;
+};
+
+static tdm_executor *fib_ex;
+static atomic_size_t fib_errors;
+
+static void fib_task(void *arg)
+{
+	struct fib *f = arg;
+	if (f->n < 2) {
+		f->result = f->n;
+		return;
+	}
+	struct fib a = {.n = f->n - 1}, b = {.n = f->n - 2};
+	tdm_group g;
+	if (tdm_group_init(&g, fib_ex) != 0 || tdm_group_spawn(&g, fib_task, &a) != 0 ||
+	    tdm_group_spawn(&g, fib_task, &b) != 0) {
+		atomic_fetch_add(&fib_errors, 1);
+		/* Still wait: a spawned child may refer to a or b on this stack. */
+	}
+	if (tdm_group_wait(&g) != 0)
+		atomic_fetch_add(&fib_errors, 1);
+	f->result = a.result + b.result;
+}
+
+static long fib_serial(int n)
+{
+	long a = 0, b = 1;
+	for (int i = 0; i < n; i++) {
+		long t = a + b;
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+static void check_fib(unsigned workers, int n)
+{
+	fib_ex = tdm_test_create(workers);
+	struct fib root = {.n = n};
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, fib_ex), 0);
+	cr_assert_eq(tdm_group_spawn(&g, fib_task, &root), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(atomic_load(&fib_errors), 0, "%zu group calls inside tasks failed",
+	             atomic_load(&fib_errors));
+	cr_assert_eq(root.result, fib_serial(n), "fib(%d) = %ld, expected %ld", n, root.result,
+	             fib_serial(n));
+	tdm_test_destroy(fib_ex);
+}
+
+Test(group, nested_fork_join_computes_fibonacci, .timeout = 120)
+{
+	check_fib(4, (int)tdm_test_size(22, 18));
+}
+
+/* One worker: every nested wait must run the children itself, or it never returns. */
+Test(group, wait_on_the_only_worker_runs_the_children_itself, .timeout = 60)
+{
+	check_fib(1, (int)tdm_test_size(20, 16));
+}
+
+/* ---- skynet: a 10-ary tree of depth 4 ---------------------------------------------------- */
+
+struct sky {
+	long num, size, sum;
+};
+
+static tdm_executor *sky_ex;
+static atomic_size_t sky_errors;
+
+static void sky_task(void *arg)
+{
+	struct sky *s = arg;
+	if (s->size == 1) {
+		s->sum = s->num;
+		return;
+	}
+	struct sky child[10];
+	long step = s->size / 10;
+	tdm_group g;
+	if (tdm_group_init(&g, sky_ex) != 0) {
+		atomic_fetch_add(&sky_errors, 1);
+		return;
+	}
+	for (int i = 0; i < 10; i++) {
+		child[i] = (struct sky){.num = s->num + i * step, .size = step, .sum = -1};
+		if (tdm_group_spawn(&g, sky_task, &child[i]) != 0)
+			atomic_fetch_add(&sky_errors, 1);
+	}
+	if (tdm_group_wait(&g) != 0)
+		atomic_fetch_add(&sky_errors, 1);
+	s->sum = 0;
+	for (int i = 0; i < 10; i++)
+		s->sum += child[i].sum;
+}
+
+Test(group, skynet_tree_of_depth_four_sums_every_leaf, .timeout = 60)
+{
+	sky_ex = tdm_test_create(4);
+	struct sky root = {.num = 0, .size = 10000, .sum = -1};
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, sky_ex), 0);
+	cr_assert_eq(tdm_group_spawn(&g, sky_task, &root), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(atomic_load(&sky_errors), 0);
+	cr_assert_eq(root.sum, 10000L * 9999L / 2, "sum %ld", root.sum);
+	tdm_test_destroy(sky_ex);
+}
+
+/* ---- a wait inside a task ---------------------------------------------------------------- */
+
+enum { GW_CHILDREN = 64 };
+
+static struct {
+	tdm_executor *ex;
+	atomic_int finished[GW_CHILDREN];
+	atomic_int wait_rc;
+	atomic_int
+	    unfinished_after_wait; /* children not finished when the parent's wait returned */
+	atomic_int parent_done;
+} gw;
+
+static void gw_child(void *arg)
+{
+	tdm_test_spin(20000); /* long enough that other workers steal and are still busy */
+	atomic_store_explicit(&gw.finished[(uintptr_t)arg], 1, memory_order_release);
+}
+
+static void gw_parent(void *arg)
+{
+	(void)arg;
+	tdm_group g;
+	int rc = tdm_group_init(&g, gw.ex);
+	for (uintptr_t i = 0; rc == 0 && i < GW_CHILDREN; i++)
+		rc = tdm_group_spawn(&g, gw_child, (void *)i);
+	int wrc = tdm_group_wait(&g);
+	atomic_store(&gw.wait_rc, rc != 0 ? rc : wrc);
+	int unfinished = 0;
+	for (int i = 0; i < GW_CHILDREN; i++)
+		unfinished += !atomic_load_explicit(&gw.finished[i], memory_order_acquire);
+	atomic_store(&gw.unfinished_after_wait, unfinished);
+	atomic_store(&gw.parent_done, 1);
+}
+
+Test(group, wait_inside_a_task_returns_after_all_children_finished, .timeout = 60)
+{
+	gw.ex = tdm_test_create(4);
+	for (int round = 0; round < 20; round++) {
+		for (int i = 0; i < GW_CHILDREN; i++)
+			atomic_store(&gw.finished[i], 0);
+		atomic_store(&gw.wait_rc, -1);
+		atomic_store(&gw.unfinished_after_wait, -1);
+		atomic_store(&gw.parent_done, 0);
+		tdm_group outer;
+		cr_assert_eq(tdm_group_init(&outer, gw.ex), 0);
+		cr_assert_eq(tdm_group_spawn(&outer, gw_parent, NULL), 0);
+		cr_assert_eq(tdm_group_wait(&outer), 0);
+		cr_assert_eq(atomic_load(&gw.parent_done), 1);
+		cr_assert_eq(atomic_load(&gw.wait_rc), 0, "round %d: %s", round,
+		             tdm_strerror(atomic_load(&gw.wait_rc)));
+		cr_assert_eq(atomic_load(&gw.unfinished_after_wait), 0,
+		             "round %d: the wait returned with %d children unfinished", round,
+		             atomic_load(&gw.unfinished_after_wait));
+	}
+	tdm_test_destroy(gw.ex);
+}
+
+/* ---- what a wait guarantees -------------------------------------------------------------- */
+
+Test(group, wait_with_nothing_spawned_returns_zero, .timeout = 10)
+{
+	tdm_executor *ex = tdm_test_create(2);
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	tdm_test_destroy(ex);
+}
+
+/* Plain (non-atomic) writes by the tasks must be visible after the wait: it is the join. */
+enum { VIS_TASKS = 1000 };
+static int vis_values[VIS_TASKS];
+
+static void vis_task(void *arg)
+{
+	size_t i = (uintptr_t)arg;
+	tdm_test_spin(100);
+	vis_values[i] = (int)i + 1;
+}
+
+Test(group, writes_of_the_tasks_are_visible_after_the_wait, .timeout = 30)
+{
+	tdm_executor *ex = tdm_test_create(4);
+	for (int round = 0; round < 10; round++) {
+		memset(vis_values, 0, sizeof vis_values);
+		tdm_group g;
+		cr_assert_eq(tdm_group_init(&g, ex), 0);
+		for (uintptr_t i = 0; i < VIS_TASKS; i++)
+			cr_assert_eq(tdm_group_spawn(&g, vis_task, (void *)i), 0);
+		cr_assert_eq(tdm_group_wait(&g), 0);
+		for (int i = 0; i < VIS_TASKS; i++)
+			cr_assert_eq(vis_values[i], i + 1, "round %d, task %d", round, i);
+	}
+	tdm_test_destroy(ex);
+}
+
+/* Tasks spawn more tasks into their own group; the wait covers the whole tree. */
+static struct {
+	tdm_group group;
+	atomic_size_t ran;
+	atomic_size_t errors;
+} tree;
+
+static void tree_task(void *arg)
+{
+	uintptr_t depth = (uintptr_t)arg;
+	atomic_fetch_add_explicit(&tree.ran, 1, memory_order_relaxed);
+	if (depth == 0)
+		return;
+	tdm_test_spin(500);
+	for (int i = 0; i < 3; i++)
+		if (tdm_group_spawn(&tree.group, tree_task, (void *)(depth - 1)) != 0)
+			atomic_fetch_add(&tree.errors, 1);
+}
+
+Test(group, wait_covers_tasks_spawned_into_the_group_by_its_tasks, .timeout = 30)
+{
+	tdm_executor *ex = tdm_test_create(4);
+	cr_assert_eq(tdm_group_init(&tree.group, ex), 0);
+	/* 3-ary tree of depth 8: (3^9 - 1) / 2 tasks. */
+	cr_assert_eq(tdm_group_spawn(&tree.group, tree_task, (void *)(uintptr_t)8), 0);
+	cr_assert_eq(tdm_group_wait(&tree.group), 0);
+	size_t ran_at_return = atomic_load(&tree.ran);
+	cr_assert_eq(atomic_load(&tree.errors), 0);
+	cr_assert_eq(ran_at_return, (size_t)9841, "%zu of 9841 tasks had run when wait returned",
+	             ran_at_return);
+	tdm_test_destroy(ex);
+}
+
+Test(group, group_can_be_reused_after_a_wait, .timeout = 30)
+{
+	tdm_executor *ex = tdm_test_create(2);
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	for (int round = 0; round < 200; round++) {
+		atomic_int ran[3] = {0};
+		for (int i = 0; i < 3; i++)
+			cr_assert_eq(tdm_group_spawn(&g, tdm_test_set_flag, &ran[i]), 0, "round %d",
+			             round);
+		cr_assert_eq(tdm_group_wait(&g), 0, "round %d", round);
+		for (int i = 0; i < 3; i++)
+			cr_assert_eq(atomic_load(&ran[i]), 1, "round %d: task %d had not run",
+			             round, i);
+	}
+	tdm_test_destroy(ex);
+}

@@ -1,0 +1,660 @@
+/*
+ * Specification of the `sim` backend, driven through its ops table as the poller and the pools
+ * drive it: work on a stream runs in order and completion words and events report it; injected
+ * faults reach exactly the completion point after them; a sticky fault kills the device; many
+ * threads may enqueue at once; destroying streams, events and the backend waits for and frees
+ * what they hold. No test asserts a timing: where a check needs "the spin has not ended yet", it
+ * is made only when the test measured that it ran before the spin could have ended.
+ */
+#include "common.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+
+TDM_TEST_SUITE(sim_backend);
+
+static const struct tdm__backend_ops *const ops = &tdm__backend_sim;
+
+#define SPIN_NS 20000000u /* 20 ms: long enough that the next line runs before it ends */
+
+/* ---- helpers (test thread only: they assert) ---- */
+
+static struct tdm__backend *open_sim(unsigned devices)
+{
+	tdm_gpu_config cfg;
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.backend = TDM_BACKEND_SIM;
+	cfg.sim_devices = devices;
+	struct tdm__backend *b = NULL;
+	int rc = ops->open(&b, &cfg);
+	cr_assert_eq(rc, 0, "open: %d", rc);
+	cr_assert_not_null(b);
+	return b;
+}
+
+static void *new_stream(struct tdm__backend *b, int dev)
+{
+	void *s = NULL;
+	int rc = ops->stream_create(b, dev, 0, &s);
+	cr_assert_eq(rc, 0, "stream_create: %d", rc);
+	cr_assert_not_null(s);
+	return s;
+}
+
+static void *new_event(struct tdm__backend *b, int dev)
+{
+	void *e = NULL;
+	int rc = ops->event_create(b, dev, &e);
+	cr_assert_eq(rc, 0, "event_create: %d", rc);
+	return e;
+}
+
+static void *host_zeroed(struct tdm__backend *b, size_t bytes)
+{
+	void *p = NULL;
+	cr_assert_eq(ops->host_alloc(b, bytes, &p), 0);
+	memset(p, 0, bytes);
+	return p;
+}
+
+static uint64_t load_word(const uint64_t *w)
+{
+	/* Acquire: pairs with the backend's release store of the word. */
+	return __atomic_load_n(w, __ATOMIC_ACQUIRE);
+}
+
+static void wait_word(const uint64_t *w, uint64_t at_least)
+{
+	while (load_word(w) < at_least)
+		tdm_test_sleep_us(100);
+}
+
+/* Polls a query until it stops saying -EAGAIN; returns its answer. */
+static int wait_stream(struct tdm__backend *b, void *s)
+{
+	int rc;
+	while ((rc = ops->stream_query(b, s)) == -EAGAIN)
+		tdm_test_sleep_us(100);
+	return rc;
+}
+
+static int wait_event(struct tdm__backend *b, void *e)
+{
+	int rc;
+	while ((rc = ops->event_query(b, e)) == -EAGAIN)
+		tdm_test_sleep_us(100);
+	return rc;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Whether the test got from `since` to here before a spin started after `since` could end. */
+static bool before_spin_end(uint64_t since)
+{
+	return now_ns() - since < SPIN_NS;
+}
+
+/* ---- devices ---- */
+
+Test(sim_backend, open_makes_the_configured_number_of_devices, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(3);
+	cr_assert_eq(ops->device_count(b), 3);
+	ops->close(b);
+	b = open_sim(0);
+	cr_assert_eq(ops->device_count(b), 1, "sim_devices = 0 means one device");
+	ops->close(b);
+	cr_assert_eq(ops->open(&b, NULL), 0);
+	cr_assert_eq(ops->device_count(b), 1, "no config means one device");
+	ops->close(b);
+	cr_assert_str_eq(ops->name, "sim");
+}
+
+Test(sim_backend, device_info_describes_an_h200_like_device, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(2);
+	struct tdm__device_info info;
+	cr_assert_eq(ops->device_info(b, 1, &info), 0);
+	cr_assert_str_eq(info.name, "tandem sim device 1");
+	cr_assert_eq(info.sm_count, 132);
+	cr_assert_eq(info.prio_least, 0);
+	cr_assert_eq(info.prio_greatest, -5);
+	cr_assert(info.can_write_value64);
+	cr_assert_eq(info.async_engines, 3);
+	ops->close(b);
+}
+
+Test(sim_backend, bad_arguments_return_einval, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0), *e = new_event(b, 0), *p = NULL;
+	uint64_t *w = host_zeroed(b, 64);
+	struct tdm__device_info info;
+	float f = 0;
+
+	cr_assert_eq(ops->open(NULL, NULL), -EINVAL);
+	cr_assert_eq(ops->device_count(NULL), -EINVAL);
+	cr_assert_eq(ops->device_info(b, 1, &info), -EINVAL);
+	cr_assert_eq(ops->device_info(b, -1, &info), -EINVAL);
+	cr_assert_eq(ops->device_info(b, 0, NULL), -EINVAL);
+	cr_assert_eq(ops->stream_create(b, 1, 0, &p), -EINVAL);
+	cr_assert_eq(ops->stream_create(b, 0, 0, NULL), -EINVAL);
+	cr_assert_eq(ops->stream_create(NULL, 0, 0, &p), -EINVAL);
+	cr_assert_eq(ops->event_create(b, 1, &p), -EINVAL);
+	cr_assert_eq(ops->stream_query(b, NULL), -EINVAL);
+	cr_assert_eq(ops->event_query(b, NULL), -EINVAL);
+	cr_assert_eq(ops->event_record(b, NULL, s), -EINVAL);
+	cr_assert_eq(ops->event_record(b, e, NULL), -EINVAL);
+	cr_assert_eq(ops->write_value(b, s, NULL, 1), -EINVAL);
+	cr_assert_eq(ops->write_value(b, s, (uint64_t *)(void *)((char *)w + 4), 1), -EINVAL,
+	             "a completion word must be 8-byte aligned");
+	cr_assert_eq(ops->write_value(b, NULL, w, 1), -EINVAL);
+	cr_assert_eq(ops->word_status(b, NULL, 1), -EINVAL);
+	cr_assert_eq(ops->memcpy_async(b, s, NULL, w, 8, TDM_COPY_H2D), -EINVAL);
+	cr_assert_eq(ops->memcpy_async(b, s, w, NULL, 8, TDM_COPY_H2D), -EINVAL);
+	cr_assert_eq(ops->memcpy_async(b, s, w, w + 1, 8, (tdm_copy_kind)0), -EINVAL);
+	cr_assert_eq(ops->memcpy_async(b, s, w, w + 1, 8, (tdm_copy_kind)4), -EINVAL);
+	cr_assert_eq(ops->launch_spin(b, NULL, 0), -EINVAL);
+	cr_assert_eq(ops->launch_scale(b, s, NULL, &f, 1.0f, 1), -EINVAL);
+	cr_assert_eq(ops->launch_scale(b, s, &f, NULL, 1.0f, 1), -EINVAL);
+	cr_assert_eq(ops->launch_fault(b, NULL), -EINVAL);
+	cr_assert_eq(ops->sim_inject(b, s, (tdm_sim_fault)0), -EINVAL);
+	cr_assert_eq(ops->sim_inject(b, s, (tdm_sim_fault)3), -EINVAL);
+	cr_assert_eq(ops->sim_inject(b, NULL, TDM_SIM_FAULT_OP), -EINVAL);
+	cr_assert_eq(ops->host_alloc(b, 0, &p), -EINVAL);
+	cr_assert_eq(ops->host_alloc(b, 8, NULL), -EINVAL);
+	cr_assert_eq(ops->device_alloc(b, 0, 0, &p), -EINVAL);
+	cr_assert_eq(ops->device_alloc(b, 1, 8, &p), -EINVAL);
+	cr_assert_eq(ops->device_alloc(b, 0, 8, NULL), -EINVAL);
+	cr_assert_null(ops->stream_native(b, s));
+
+	/* Nothing above was enqueued, and the stream still works. */
+	cr_assert_eq(ops->stream_query(b, s), 0);
+	cr_assert_eq(ops->write_value(b, s, w, 7), 0);
+	wait_word(w, 7);
+	ops->host_free(b, w);
+	ops->event_destroy(b, e);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+Test(sim_backend, memory_comes_back_aligned_and_usable, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(2);
+	void *h = NULL, *d = NULL;
+	cr_assert_eq(ops->host_alloc(b, 1, &h), 0);
+	cr_assert_eq((uintptr_t)h % 64, 0, "host memory holds completion words a line each");
+	memset(h, 0xAB, 1);
+	ops->host_free(b, h);
+	cr_assert_eq(ops->host_alloc(b, 100, &h), 0);
+	cr_assert_eq((uintptr_t)h % 64, 0);
+	memset(h, 0xAB, 100);
+	cr_assert_eq(ops->device_alloc(b, 1, 100, &d), 0);
+	memset(d, 0xCD, 100);
+	ops->device_free(b, 1, d);
+	ops->host_free(b, h);
+	ops->close(b);
+}
+
+/* ---- order ---- */
+
+Test(sim_backend, work_runs_in_stream_order, .timeout = 20)
+{
+	enum { ROUNDS = 16, N = 4096 };
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0);
+	uint64_t *w = host_zeroed(b, 64);
+	float *src[ROUNDS], *dst[ROUNDS], *d1[ROUNDS], *d2[ROUNDS];
+	for (int r = 0; r < ROUNDS; r++) {
+		src[r] = host_zeroed(b, N * sizeof(float));
+		dst[r] = host_zeroed(b, N * sizeof(float));
+		cr_assert_eq(ops->device_alloc(b, 0, N * sizeof(float), (void **)&d1[r]), 0);
+		cr_assert_eq(ops->device_alloc(b, 0, N * sizeof(float), (void **)&d2[r]), 0);
+		for (int i = 0; i < N; i++)
+			src[r][i] = (float)(r * N + i);
+	}
+	/* Everything is enqueued before anything is checked, so the checks race the stream. */
+	for (int r = 0; r < ROUNDS; r++) {
+		cr_assert_eq(ops->launch_spin(b, s, 200000), 0);
+		cr_assert_eq(
+		    ops->memcpy_async(b, s, d1[r], src[r], N * sizeof(float), TDM_COPY_H2D), 0);
+		cr_assert_eq(ops->launch_scale(b, s, d2[r], d1[r], 2.0f, N), 0);
+		cr_assert_eq(
+		    ops->memcpy_async(b, s, dst[r], d2[r], N * sizeof(float), TDM_COPY_D2H), 0);
+		cr_assert_eq(ops->write_value(b, s, w, (uint64_t)r + 1), 0);
+	}
+	for (int r = 0; r < ROUNDS; r++) {
+		wait_word(w, (uint64_t)r + 1);
+		for (int i = 0; i < N; i++)
+			cr_assert_eq(dst[r][i], 2.0f * (float)(r * N + i),
+			             "round %d: the word was written before the data at %d", r, i);
+		cr_assert_eq(ops->word_status(b, s, (uint64_t)r + 1), 0);
+	}
+	cr_assert_eq(wait_stream(b, s), 0);
+	for (int r = 0; r < ROUNDS; r++) {
+		ops->host_free(b, src[r]);
+		ops->host_free(b, dst[r]);
+		ops->device_free(b, 0, d1[r]);
+		ops->device_free(b, 0, d2[r]);
+	}
+	ops->host_free(b, w);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+Test(sim_backend, a_spin_kernel_delays_the_work_after_it, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0);
+	uint64_t *w = host_zeroed(b, 64);
+	uint64_t t0 = now_ns();
+	cr_assert_eq(ops->launch_spin(b, s, SPIN_NS), 0);
+	cr_assert_eq(ops->write_value(b, s, w, 1), 0);
+	uint64_t seen = load_word(w);
+	int q = ops->stream_query(b, s);
+	if (before_spin_end(t0)) {
+		cr_assert_eq(seen, 0, "the word was written before the spin ended");
+		cr_assert_eq(q, -EAGAIN, "the stream was idle before the spin ended");
+	}
+	wait_word(w, 1);
+	cr_assert_eq(wait_stream(b, s), 0);
+	cr_assert_eq(load_word(w), 1);
+	ops->host_free(b, w);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+/* ---- events ---- */
+
+Test(sim_backend, an_event_is_pending_until_the_work_before_it_ran, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0), *e = new_event(b, 0);
+	uint64_t t0 = now_ns();
+	cr_assert_eq(ops->launch_spin(b, s, SPIN_NS), 0);
+	cr_assert_eq(ops->event_record(b, e, s), 0);
+	int q = ops->event_query(b, e);
+	if (before_spin_end(t0))
+		cr_assert_eq(q, -EAGAIN, "the event completed before the spin ended");
+	cr_assert_eq(wait_event(b, e), 0);
+	cr_assert_eq(ops->event_query(b, e), 0, "a completed event stays completed");
+	ops->event_destroy(b, e);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+Test(sim_backend, an_event_never_recorded_is_done, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *e = new_event(b, 0);
+	cr_assert_eq(ops->event_query(b, e), 0);
+	ops->event_destroy(b, e);
+	ops->close(b);
+}
+
+Test(sim_backend, recording_again_resets_an_event, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0), *e = new_event(b, 0);
+	cr_assert_eq(ops->event_record(b, e, s), 0);
+	cr_assert_eq(wait_event(b, e), 0);
+	uint64_t t0 = now_ns();
+	cr_assert_eq(ops->launch_spin(b, s, SPIN_NS), 0);
+	cr_assert_eq(ops->event_record(b, e, s), 0);
+	int q = ops->event_query(b, e);
+	if (before_spin_end(t0))
+		cr_assert_eq(q, -EAGAIN, "the earlier record still answered for the event");
+	cr_assert_eq(wait_event(b, e), 0);
+	ops->event_destroy(b, e);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+Test(sim_backend, an_event_reports_the_last_of_records_on_two_streams, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s1 = new_stream(b, 0), *s2 = new_stream(b, 0), *e = new_event(b, 0);
+	uint64_t t0 = now_ns();
+	cr_assert_eq(ops->launch_spin(b, s1, SPIN_NS), 0);
+	cr_assert_eq(ops->event_record(b, e, s1), 0);
+	cr_assert_eq(ops->event_record(b, e, s2), 0); /* s2 is idle: this record runs first */
+	cr_assert_eq(wait_stream(b, s2), 0);
+	int q = ops->event_query(b, e);
+	if (before_spin_end(t0))
+		cr_assert_eq(q, 0, "the latest record ran, so the event is done");
+	cr_assert_eq(wait_stream(b, s1), 0);
+	cr_assert_eq(ops->event_query(b, e), 0, "an older record ran late and undid a newer one");
+	ops->event_destroy(b, e);
+	ops->stream_destroy(b, s1);
+	ops->stream_destroy(b, s2);
+	ops->close(b);
+}
+
+/* ---- faults ---- */
+
+Test(sim_backend, a_one_shot_fault_fails_the_next_completion_word_only, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0);
+	uint64_t *w = host_zeroed(b, 64), *src = host_zeroed(b, 64), *dst = host_zeroed(b, 64);
+	src[0] = 11;
+	src[1] = 22;
+	cr_assert_eq(ops->sim_inject(b, s, TDM_SIM_FAULT_OP), 0);
+	/* A completion point is not work: the fault waits for the copy. */
+	cr_assert_eq(ops->write_value(b, s, w, 1), 0);
+	cr_assert_eq(ops->memcpy_async(b, s, &dst[0], &src[0], 8, TDM_COPY_D2D), 0);
+	cr_assert_eq(ops->write_value(b, s, w, 2), 0);
+	cr_assert_eq(ops->memcpy_async(b, s, &dst[1], &src[1], 8, TDM_COPY_D2D), 0);
+	cr_assert_eq(ops->write_value(b, s, w, 3), 0);
+	wait_word(w, 3);
+	cr_assert_eq(ops->word_status(b, s, 1), 0, "the fault reached the write before it");
+	cr_assert_eq(ops->word_status(b, s, 2), -EIO, "the fault did not reach its completion");
+	cr_assert_eq(ops->word_status(b, s, 3), 0, "the fault reached past its completion");
+	cr_assert_eq(dst[0], 0, "the failed copy was done");
+	cr_assert_eq(dst[1], 22, "the stream stopped working after a one-shot fault");
+	cr_assert_eq(ops->stream_query(b, s), 0, "a one-shot fault is not a device error");
+	ops->host_free(b, w);
+	ops->host_free(b, src);
+	ops->host_free(b, dst);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+Test(sim_backend, a_one_shot_fault_fails_the_next_event_only, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0), *e1 = new_event(b, 0), *e2 = new_event(b, 0);
+	cr_assert_eq(ops->sim_inject(b, s, TDM_SIM_FAULT_OP), 0);
+	cr_assert_eq(ops->launch_spin(b, s, 1000), 0);
+	cr_assert_eq(ops->event_record(b, e1, s), 0);
+	cr_assert_eq(ops->launch_spin(b, s, 1000), 0);
+	cr_assert_eq(ops->event_record(b, e2, s), 0);
+	cr_assert_eq(wait_event(b, e2), 0);
+	cr_assert_eq(ops->event_query(b, e1), -EIO);
+	cr_assert_eq(ops->event_record(b, e1, s), 0);
+	cr_assert_eq(wait_event(b, e1), 0, "recording again did not clear the error");
+	ops->event_destroy(b, e1);
+	ops->event_destroy(b, e2);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+struct status_reader {
+	struct tdm__backend *b;
+	void *s;
+	const uint64_t *w;
+	unsigned n;
+	int *rc; /* rc[v] for v in 1..n */
+};
+
+static void *read_statuses(void *arg)
+{
+	struct status_reader *r = arg;
+	for (unsigned v = 1; v <= r->n; v++) {
+		while (__atomic_load_n(r->w, __ATOMIC_ACQUIRE) < v) {
+		}
+		r->rc[v] = ops->word_status(r->b, r->s, v);
+	}
+	return NULL;
+}
+
+/* The poller asks for word statuses while the stream runs and faults are injected. */
+Test(sim_backend, word_status_races_cleanly_with_the_stream, .timeout = 20)
+{
+	unsigned n = (unsigned)tdm_test_size(4000, 400);
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0);
+	uint64_t *w = host_zeroed(b, 64);
+	int *rc = calloc(n + 1, sizeof(*rc));
+	cr_assert_not_null(rc);
+	struct status_reader r = {.b = b, .s = s, .w = w, .n = n, .rc = rc};
+	pthread_t reader;
+	cr_assert_eq(pthread_create(&reader, NULL, read_statuses, &r), 0);
+	for (unsigned v = 1; v <= n; v++) {
+		if (v % 3 == 0)
+			cr_assert_eq(ops->sim_inject(b, s, TDM_SIM_FAULT_OP), 0);
+		cr_assert_eq(ops->launch_spin(b, s, 0), 0);
+		cr_assert_eq(ops->write_value(b, s, w, v), 0);
+	}
+	cr_assert_eq(pthread_join(reader, NULL), 0);
+	for (unsigned v = 1; v <= n; v++)
+		cr_assert_eq(rc[v], v % 3 == 0 ? -EIO : 0, "value %u: %d", v, rc[v]);
+	free(rc);
+	ops->host_free(b, w);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+/* Work enqueued right behind a fatal operation: queued (and then skipped), or refused with -EIO
+ * if the device died first. */
+static void enqueue_behind_fault(int rc)
+{
+	cr_assert(rc == 0 || rc == -EIO, "enqueue behind a fault: %d", rc);
+}
+
+Test(sim_backend, a_sticky_fault_kills_the_device_for_good, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(2);
+	void *s0 = new_stream(b, 0), *s1 = new_stream(b, 0), *other = new_stream(b, 1);
+	void *e = new_event(b, 0);
+	uint64_t *w = host_zeroed(b, 3 * 64), *src = host_zeroed(b, 64), *dst = host_zeroed(b, 64);
+	uint64_t *w0 = &w[0], *w1 = &w[8], *w2 = &w[16];
+	float f = 1.0f;
+
+	/* Queued on another stream of the device before the fault, due to run after it. */
+	uint64_t t0 = now_ns();
+	cr_assert_eq(ops->launch_spin(b, s1, SPIN_NS), 0);
+	cr_assert_eq(ops->write_value(b, s1, w1, 1), 0);
+
+	cr_assert_eq(ops->sim_inject(b, s0, TDM_SIM_FAULT_STICKY), 0);
+	cr_assert_eq(ops->launch_spin(b, s0, 0), 0);
+	enqueue_behind_fault(ops->write_value(b, s0, w0, 1));
+	cr_assert_eq(wait_stream(b, s0), -EIO);
+	bool failed_before_s1_ran = before_spin_end(t0);
+
+	cr_assert_eq(ops->stream_query(b, s1), -EIO);
+	cr_assert_eq(ops->event_query(b, e), -EIO);
+	cr_assert_eq(ops->memcpy_async(b, s1, dst, src, 8, TDM_COPY_D2D), -EIO);
+	cr_assert_eq(ops->launch_spin(b, s1, 0), -EIO);
+	cr_assert_eq(ops->launch_scale(b, s1, &f, &f, 2.0f, 1), -EIO);
+	cr_assert_eq(ops->launch_fault(b, s1), -EIO);
+	cr_assert_eq(ops->write_value(b, s1, w1, 2), -EIO);
+	cr_assert_eq(ops->event_record(b, e, s1), -EIO);
+	void *p = NULL;
+	cr_assert_eq(ops->stream_create(b, 0, 0, &p), -EIO);
+	cr_assert_eq(ops->event_create(b, 0, &p), -EIO);
+
+	/* The other device goes on. */
+	cr_assert_eq(ops->write_value(b, other, w2, 5), 0);
+	wait_word(w2, 5);
+	cr_assert_eq(wait_stream(b, other), 0);
+
+	/* Destroying a stream drains it: whatever was queued has had its chance to run. */
+	ops->stream_destroy(b, s0);
+	ops->stream_destroy(b, s1);
+	cr_assert_eq(load_word(w0), 0, "a dead device wrote a completion word");
+	if (failed_before_s1_ran)
+		cr_assert_eq(load_word(w1), 0, "work queued before the fault ran after it");
+	cr_assert_eq(f, 1.0f);
+	ops->event_destroy(b, e);
+	ops->stream_destroy(b, other);
+	ops->host_free(b, w);
+	ops->host_free(b, src);
+	ops->host_free(b, dst);
+	ops->close(b);
+}
+
+Test(sim_backend, a_trapping_kernel_kills_the_device, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0), *e = new_event(b, 0);
+	uint64_t *w = host_zeroed(b, 64);
+	cr_assert_eq(ops->launch_fault(b, s), 0, "a trap is found when it runs, not at launch");
+	enqueue_behind_fault(ops->write_value(b, s, w, 1));
+	cr_assert_eq(wait_stream(b, s), -EIO);
+	cr_assert_eq(ops->event_query(b, e), -EIO);
+	cr_assert_eq(ops->launch_spin(b, s, 0), -EIO);
+	ops->stream_destroy(b, s);
+	cr_assert_eq(load_word(w), 0);
+	ops->event_destroy(b, e);
+	ops->host_free(b, w);
+	ops->close(b);
+}
+
+/* ---- many threads ---- */
+
+enum { STREAMS = 4, THREADS = 8 };
+
+struct enqueuer {
+	struct tdm__backend *b;
+	void **streams;
+	unsigned index, n;
+	uint64_t *own_word;  /* written 1..n in order, on one stream */
+	uint64_t *slot;      /* copied to before each write of own_word */
+	uint64_t *values;    /* values[i] = i + 1: the copies' sources */
+	uint64_t *done;      /* n words, each written once to 1, spread over the streams */
+	atomic_int failures; /* enqueue calls that did not return 0 */
+};
+
+static void *enqueue_many(void *arg)
+{
+	struct enqueuer *q = arg;
+	void *mine = q->streams[q->index % STREAMS];
+	for (unsigned i = 0; i < q->n; i++) {
+		void *spread = q->streams[(q->index + i) % STREAMS];
+		int rc = ops->memcpy_async(q->b, mine, q->slot, &q->values[i], 8, TDM_COPY_H2D);
+		rc |= ops->write_value(q->b, mine, q->own_word, (uint64_t)i + 1);
+		rc |= ops->launch_spin(q->b, spread, i % 7 == 0 ? 2000 : 0);
+		rc |= ops->write_value(q->b, spread, &q->done[i], 1);
+		if (rc != 0)
+			atomic_fetch_add(&q->failures, 1);
+	}
+	return NULL;
+}
+
+Test(sim_backend, many_threads_enqueue_on_shared_streams_at_once, .timeout = 20)
+{
+	unsigned n = (unsigned)tdm_test_size(2000, 200);
+	struct tdm__backend *b = open_sim(1);
+	void *streams[STREAMS];
+	for (int i = 0; i < STREAMS; i++)
+		streams[i] = new_stream(b, 0);
+	struct enqueuer q[THREADS];
+	pthread_t th[THREADS];
+	for (unsigned t = 0; t < THREADS; t++) {
+		q[t] = (struct enqueuer){.b = b, .streams = streams, .index = t, .n = n};
+		q[t].own_word = host_zeroed(b, 64);
+		q[t].slot = host_zeroed(b, 64);
+		q[t].values = host_zeroed(b, n * sizeof(uint64_t));
+		q[t].done = host_zeroed(b, n * sizeof(uint64_t));
+		for (unsigned i = 0; i < n; i++)
+			q[t].values[i] = i + 1;
+	}
+	for (unsigned t = 0; t < THREADS; t++)
+		cr_assert_eq(pthread_create(&th[t], NULL, enqueue_many, &q[t]), 0);
+	for (unsigned t = 0; t < THREADS; t++)
+		cr_assert_eq(pthread_join(th[t], NULL), 0);
+	for (unsigned t = 0; t < THREADS; t++) {
+		cr_assert_eq(atomic_load(&q[t].failures), 0);
+		wait_word(q[t].own_word, n);
+		cr_assert_eq(load_word(q[t].own_word), n);
+		cr_assert_eq(*q[t].slot, n, "thread %u: the last copy had not landed", t);
+	}
+	for (int i = 0; i < STREAMS; i++)
+		cr_assert_eq(wait_stream(b, streams[i]), 0);
+	size_t completed = 0;
+	for (unsigned t = 0; t < THREADS; t++)
+		for (unsigned i = 0; i < n; i++)
+			completed += load_word(&q[t].done[i]);
+	cr_assert_eq(completed, (size_t)THREADS * n);
+	for (unsigned t = 0; t < THREADS; t++) {
+		ops->host_free(b, q[t].own_word);
+		ops->host_free(b, q[t].slot);
+		ops->host_free(b, q[t].values);
+		ops->host_free(b, q[t].done);
+	}
+	for (int i = 0; i < STREAMS; i++)
+		ops->stream_destroy(b, streams[i]);
+	ops->close(b);
+}
+
+/* ---- lifetimes ---- */
+
+Test(sim_backend, destroying_a_stream_waits_for_its_work, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0);
+	uint64_t *w = host_zeroed(b, 64), *src = host_zeroed(b, 64), *dst = host_zeroed(b, 64);
+	src[0] = 42;
+	cr_assert_eq(ops->launch_spin(b, s, SPIN_NS), 0);
+	cr_assert_eq(ops->memcpy_async(b, s, dst, src, 8, TDM_COPY_D2H), 0);
+	cr_assert_eq(ops->write_value(b, s, w, 1), 0);
+	ops->stream_destroy(b, s);
+	cr_assert_eq(dst[0], 42);
+	cr_assert_eq(load_word(w), 1);
+	ops->host_free(b, w);
+	ops->host_free(b, src);
+	ops->host_free(b, dst);
+	ops->close(b);
+}
+
+Test(sim_backend, an_event_may_be_destroyed_while_its_record_is_queued, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0), *e = new_event(b, 0);
+	cr_assert_eq(ops->launch_spin(b, s, SPIN_NS), 0);
+	cr_assert_eq(ops->event_record(b, e, s), 0);
+	ops->event_destroy(b, e); /* the queued record keeps it until it has run */
+	cr_assert_eq(wait_stream(b, s), 0);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+Test(sim_backend, close_frees_streams_and_events_left_behind, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(2);
+	for (int dev = 0; dev < 2; dev++) {
+		void *s = new_stream(b, dev), *e = new_event(b, dev), *gone = new_event(b, dev);
+		(void)new_event(b, dev);
+		cr_assert_eq(ops->launch_spin(b, s, 1000000), 0);
+		cr_assert_eq(ops->event_record(b, e, s), 0);
+		cr_assert_eq(ops->event_record(b, gone, s), 0);
+		ops->event_destroy(b, gone);
+		cr_assert_eq(ops->sim_inject(b, s, TDM_SIM_FAULT_OP), 0);
+		cr_assert_eq(ops->launch_spin(b, s, 0), 0);
+		cr_assert_eq(ops->launch_spin(b, s, 0), 0);
+	}
+	ops->close(b); /* leaks, if any, fail the test under ASan (the suite's fini) */
+}
+
+Test(sim_backend, stream_threads_are_named, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0);
+	DIR *dir = opendir("/proc/self/task");
+	cr_assert_not_null(dir);
+	bool found = false;
+	struct dirent *de;
+	while (!found && (de = readdir(dir)) != NULL) {
+		char path[300], comm[32] = {0};
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+		FILE *f = fopen(path, "r");
+		if (f == NULL)
+			continue;
+		if (fgets(comm, sizeof(comm), f) != NULL)
+			found = strncmp(comm, "tdm-sim0", 8) == 0;
+		fclose(f);
+	}
+	closedir(dir);
+	cr_assert(found, "no thread named tdm-sim0");
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
