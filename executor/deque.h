@@ -12,7 +12,8 @@
  *   a retired list until tdm__deque_fini(). Growth doubles, so retired buffers together hold
  *   fewer slots than the live one: memory stays within 2x of the high-water mark.
  *
- * Items are non-NULL pointers. The owner's calls are tdm__deque_push/take; any thread may steal.
+ * Items are pointers other than NULL and TDM__DEQUE_ABORT (tasks are cache-line aligned). The
+ * owner calls tdm__deque_push and tdm__deque_take; any thread may steal.
  */
 #ifndef TDM_DEQUE_H
 #define TDM_DEQUE_H

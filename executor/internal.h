@@ -242,6 +242,8 @@ extern const struct ck_ec_mode tdm__ec_mode;
 void tdm__notify_parked(struct tdm_executor *ex);
 bool tdm__work_pending(struct tdm_executor *ex);
 void tdm__try_terminate(struct tdm_executor *ex);
+/* Drops the suspended count by n (tasks woken); the caller's last access to the executor. */
+void tdm__suspended_done(struct tdm_executor *ex, unsigned n);
 bool tdm__transition_to_searching(struct tdm__worker *w);
 void tdm__transition_from_searching(struct tdm__worker *w);
 bool tdm__park(struct tdm__worker *w);

@@ -147,32 +147,49 @@ void tdm__transition_from_searching(struct tdm__worker *w)
 /*
  * Stops the workers if the executor is shutting down and no task can appear any more: every
  * worker is parked (none runs a task that could spawn), no task is queued, and none is
- * suspended in the GPU layer. Decided under idle_lock, which also guards every transition of
- * a worker from parked to unparked, so the decision cannot race with a wake-up. Called by
- * whoever changes one of those conditions: the last worker to park, destroy, and the GPU layer
- * when its count of suspended tasks reaches zero.
+ * suspended. Called with idle_lock held, which also guards every transition of a worker from
+ * parked to unparked and every drop of the suspended count, so the decision cannot race with
+ * a wake-up. The unparks happen under the lock too: a thread that decided must not touch the
+ * executor after unlocking, since destroy may free it from then on.
  */
+static bool terminate_locked(struct tdm_executor *ex)
+{
+	if (!atomic_load_explicit(&ex->shutdown, memory_order_acquire) ||
+	    atomic_load_explicit(&ex->terminate, memory_order_relaxed))
+		return false;
+	/* Seq_cst fence: the loads of suspended and of the queues come after the caller's own
+	 * updates (a park, a drop of suspended); pairs with the fence in tdm__notify_parked. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (tdm__idle_unparked(atomic_load_explicit(&ex->idle_state, memory_order_relaxed)) != 0 ||
+	    atomic_load_explicit(&ex->suspended, memory_order_acquire) != 0 ||
+	    tdm__work_pending(ex))
+		return false;
+	atomic_store_explicit(&ex->terminate, 1, memory_order_release);
+	for (unsigned i = 0; i < ex->nworkers; i++)
+		unpark(&ex->workers[i]);
+	return true;
+}
+
+/* For the last worker to park and for destroy: both outlive any free of the executor. */
 void tdm__try_terminate(struct tdm_executor *ex)
 {
-	if (!atomic_load_explicit(&ex->shutdown, memory_order_acquire))
-		return;
-	bool stop = false;
 	pthread_mutex_lock(&ex->idle_lock);
-	/* Seq_cst fence: the loads of suspended and of the queues come after the caller's own
-	 * updates (a park, a dec of suspended); pairs with the fence in tdm__notify_parked. */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (tdm__idle_unparked(atomic_load_explicit(&ex->idle_state, memory_order_relaxed)) == 0 &&
-	    atomic_load_explicit(&ex->suspended, memory_order_acquire) == 0 &&
-	    !tdm__work_pending(ex) && !atomic_load_explicit(&ex->terminate, memory_order_relaxed)) {
-		atomic_store_explicit(&ex->terminate, 1, memory_order_release);
-		stop = true;
-	}
+	bool stopped = terminate_locked(ex);
 	pthread_mutex_unlock(&ex->idle_lock);
-	if (stop)
-		for (unsigned i = 0; i < ex->nworkers; i++)
-			unpark(&ex->workers[i]);
-	else if (tdm__work_pending(ex))
+	if (!stopped && atomic_load_explicit(&ex->shutdown, memory_order_acquire) &&
+	    tdm__work_pending(ex))
 		tdm__notify_parked(ex);
+}
+
+void tdm__suspended_done(struct tdm_executor *ex, unsigned n)
+{
+	pthread_mutex_lock(&ex->idle_lock);
+	/* Release: the inbox pushes that woke these tasks come before the drop, for whoever
+	 * reads the count in terminate_locked. */
+	if (atomic_fetch_sub_explicit(&ex->suspended, n, memory_order_release) == n)
+		terminate_locked(ex);
+	pthread_mutex_unlock(&ex->idle_lock);
+	/* Nothing after this: with the count at zero the executor may be destroyed at once. */
 }
 
 /* Returns false when the worker must exit. */

@@ -272,14 +272,6 @@ static bool claim_woken(struct tdm__task *t, int result)
 	return true;
 }
 
-static void suspended_done(struct tdm_executor *ex, unsigned n)
-{
-	/* Release: the inbox pushes before are visible to whoever sees the count drop
-	 * (tdm__try_terminate reads it under the idle lock, after a seq_cst fence). */
-	if (atomic_fetch_sub_explicit(&ex->suspended, n, memory_order_release) == n)
-		tdm__try_terminate(ex);
-}
-
 void tdm__task_wake(struct tdm__task *t, int result)
 {
 	struct tdm_executor *ex = tdm__task_executor(t);
@@ -287,7 +279,7 @@ void tdm__task_wake(struct tdm__task *t, int result)
 		tdm__stack_push(&ex->workers[t->home % ex->nworkers].inbox, &t->link);
 		tdm__notify_parked(ex);
 	}
-	suspended_done(ex, 1);
+	tdm__suspended_done(ex, 1);
 }
 
 void tdm__task_wake_batch(struct tdm__task **tasks, const int *results, unsigned n)
@@ -321,5 +313,5 @@ void tdm__task_wake_batch(struct tdm__task **tasks, const int *results, unsigned
 			tdm__stack_push_chain(&ex->workers[h].inbox, first[h], last[h]);
 	if (any)
 		tdm__notify_parked(ex);
-	suspended_done(ex, n);
+	tdm__suspended_done(ex, n);
 }

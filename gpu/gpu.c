@@ -10,6 +10,7 @@
  * Exclusive leases take any stream with no lease at all.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -202,9 +203,22 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 		return -EINVAL;
 	/* Seq_cst: pairs with the registration in register_await (Dekker on active/stopping):
 	 * either the registrant sees stopping, or the poller sees its count. */
+	if (tdm_worker_index(gpu->ex) >= 0)
+		return -EDEADLK; /* the tasks it waits for may need this very worker */
 	atomic_store_explicit(&gpu->stopping, 1, memory_order_seq_cst);
 	ck_ec32_inc(&gpu->ec, &tdm__ec_mode);
 	pthread_join(gpu->poller, NULL);
+	/* Tasks resumed from their last await still hold their leases for a moment: wait until
+	 * every stream is given back before the streams go. */
+	for (int i = 0; i < gpu->ndev; i++)
+		for (int c = 0; c < TDM__PRIO_CLASSES; c++)
+			for (unsigned k = 0; k < gpu->devs[i].nstreams; k++) {
+				struct tdm_stream *s = atomic_load(&gpu->devs[i].streams[c][k]);
+				/* Acquire: pairs with the release in tdm_stream_release. */
+				while (s != NULL &&
+				       atomic_load_explicit(&s->leases, memory_order_acquire) != 0)
+					sched_yield();
+			}
 	free(gpu->heap);
 	free(gpu->wake);
 	free(gpu->wake_rc);
@@ -391,7 +405,7 @@ static int enqueued(struct tdm_stream *s, int rc)
 		tdm_launch_begin(s);                                                               \
 		int rc_ = (call);                                                                  \
 		tdm_launch_end(s);                                                                 \
-		return rc_;                                                                        \
+		return enqueued((s), rc_);                                                         \
 	} while (0)
 
 #define B(s) ((s)->dev->gpu)

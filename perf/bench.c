@@ -433,15 +433,21 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		bad("missing subcommand");
 	/* Options that belong to the other family, or to the other GPU benchmark, are errors. */
 	gpu = o->bench == BENCH_GPU_LATENCY || o->bench == BENCH_GPU_THROUGHPUT;
-	if (gpu && (o->nthreads || (o->want[0] | o->want[1] | o->want[2]) || o->depth_given))
-		bad("--threads, --impl and --depth do not apply to %s", bench_names[o->bench]);
-	if (!gpu && (o->nworkers || o->noutstanding || o->nkernel || o->backend_given))
-		bad("--workers, --outstanding, --kernel-us and --backend apply to gpu-latency and "
-		    "gpu-throughput only");
-	if (o->bench == BENCH_GPU_LATENCY && (o->nkernel || o->reps_given))
-		bad("--kernel-us and --reps do not apply to gpu-latency");
-	if (o->bench == BENCH_GPU_THROUGHPUT && o->noutstanding)
+	if (gpu && o->nthreads)
+		bad("--threads does not apply to %s (--workers does)", bench_names[o->bench]);
+	if (gpu && (o->want[0] | o->want[1] | o->want[2]))
+		bad("--impl does not apply to %s", bench_names[o->bench]);
+	if (gpu && o->depth_given)
+		bad("--depth applies to skynet only");
+	if (!gpu && (o->nworkers || o->backend_given))
+		bad("--%s applies to gpu-latency and gpu-throughput only",
+		    o->nworkers ? "workers" : "backend");
+	if (o->bench != BENCH_GPU_LATENCY && o->noutstanding)
 		bad("--outstanding applies to gpu-latency only");
+	if (o->bench != BENCH_GPU_THROUGHPUT && o->nkernel)
+		bad("--kernel-us applies to gpu-throughput only");
+	if (o->bench == BENCH_GPU_LATENCY && o->reps_given)
+		bad("--reps does not apply to gpu-latency (--n sets the round trips)");
 	if (o->n_given) {
 		/* Each bench has its own meaning and range for --n; skynet and all have none. */
 		static const uint64_t lo[] = {0, 0, 1, 1, 0, 1, 1},

@@ -100,9 +100,10 @@ __global__ void spin_kernel(uint32_t ns)
 	}
 }
 
-// The background load of gpu-latency: spins until *stop turns nonzero or max_ns passed (a guard
-// against a host that died). stop lives in device memory, set by a cudaMemsetAsync on another
-// stream, so the polling costs no PCIe traffic; the sleep keeps it to an L2 read a microsecond.
+// The background load of gpu-latency: spins until *stop turns nonzero, or max_ns passed (a guard,
+// so that a bug here cannot hang the run for long). stop lives in device memory, set by a
+// cudaMemsetAsync on the measured stream once the samples are taken, so the polling costs no PCIe
+// traffic; the sleep keeps it to an L2 read a microsecond.
 __global__ void background_kernel(const volatile unsigned *stop, uint64_t max_ns)
 {
 	const uint64_t t0 = globaltimer();
@@ -150,8 +151,7 @@ void CUDART_CB set_flag(void *p)
 struct floor_state {
 	cudaStream_t s = nullptr;
 	std::vector<cudaStream_t> bg;
-	cudaStream_t ctl = nullptr; // carries the memset that stops the background kernels
-	unsigned *stop = nullptr;   // device memory
+	unsigned *stop = nullptr; // device memory
 	cudaEvent_t ev = nullptr;
 	uint64_t *word = nullptr; // mapped pinned host memory
 	CUdeviceptr word_dev = 0;
@@ -163,13 +163,32 @@ struct floor_state {
 	floor_state(const floor_state &) = delete;
 	floor_state &operator=(const floor_state &) = delete;
 
+	// On the measured stream, which has a hardware queue of its own (gpu-latency keeps the
+	// streams within CUDA_DEVICE_MAX_CONNECTIONS): a stream sharing a queue with a background
+	// stream would wait behind the kernel it is meant to stop.
 	int stop_background()
 	{
-		if (ctl == nullptr || stop == nullptr)
+		if (s == nullptr || stop == nullptr || bg.empty())
 			return 0;
-		RAW_TRY(cudaMemsetAsync(stop, 0xff, sizeof(*stop), ctl));
+		RAW_TRY(cudaMemsetAsync(stop, 0xff, sizeof(*stop), s));
 		for (cudaStream_t b : bg)
 			RAW_TRY(cudaStreamSynchronize(b));
+		return 0;
+	}
+
+	// The background kernels must still run after the last sample, or the floor had less load
+	// than its row says.
+	int background_still_running()
+	{
+		for (cudaStream_t b : bg) {
+			const cudaError_t e = cudaStreamQuery(b);
+			if (e == cudaSuccess)
+				return fail_msg(-ETIMEDOUT,
+				                "the background kernels ended before the "
+				                "last sample");
+			if (e != cudaErrorNotReady)
+				return fail("cudaStreamQuery", e);
+		}
 		return 0;
 	}
 
@@ -178,8 +197,6 @@ struct floor_state {
 		(void)stop_background();
 		for (cudaStream_t b : bg)
 			(void)cudaStreamDestroy(b);
-		if (ctl != nullptr)
-			(void)cudaStreamDestroy(ctl);
 		if (stop != nullptr)
 			(void)cudaFree(stop);
 		if (s != nullptr) {
@@ -236,7 +253,7 @@ int open_word(floor_state &f)
 	return 0;
 }
 
-int open_floor(floor_state &f, raw_cuda_floor how, unsigned bg_streams)
+int open_floor(floor_state &f, raw_cuda_floor how, unsigned bg_streams, uint64_t samples)
 {
 	RAW_TRY(cudaSetDevice(0));
 	// The measured stream first, then the background ones, as gpu-latency leases tandem's.
@@ -249,12 +266,13 @@ int open_floor(floor_state &f, raw_cuda_floor how, unsigned bg_streams)
 			RAW_TRY(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
 			f.bg.push_back(b);
 		}
-		RAW_TRY(cudaStreamCreateWithFlags(&f.ctl, cudaStreamNonBlocking));
+		// The guard: 30 s, plus 1 ms a round trip (some 50x what one takes).
+		const uint64_t guard_ns = 30000000000ull + samples * 1000000ull;
 		for (cudaStream_t b : f.bg) {
 			const cudaLaunchConfig_t c = one_thread(b);
 			RAW_TRY(cudaLaunchKernelEx(&c, background_kernel,
 			                           static_cast<const volatile unsigned *>(f.stop),
-			                           (uint64_t)600000000000ull));
+			                           guard_ns));
 		}
 	}
 	switch (how) {
@@ -343,7 +361,7 @@ extern "C" int raw_cuda_latency(enum raw_cuda_floor how, unsigned bg_streams, ui
 	last_error[0] = '\0';
 	if (ns == nullptr || (unsigned)how >= RAW_CUDA_NFLOORS)
 		return fail_msg(-EINVAL, "raw_cuda_latency: bad argument");
-	rc = open_floor(f, how, bg_streams);
+	rc = open_floor(f, how, bg_streams, warmup + n);
 	if (rc != 0)
 		return rc;
 	for (uint64_t i = 0; i < warmup + n; i++) {
@@ -355,6 +373,9 @@ extern "C" int raw_cuda_latency(enum raw_cuda_floor how, unsigned bg_streams, ui
 		if (i >= warmup)
 			ns[i - warmup] = t1 - t0;
 	}
+	rc = f.background_still_running();
+	if (rc != 0)
+		return rc;
 	return f.stop_background();
 }
 

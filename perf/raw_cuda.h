@@ -40,8 +40,8 @@ int raw_cuda_device_name(char *buf, size_t len);
  * the launch to just after the completion was seen (CLOCK_MONOTONIC), for the n round trips that
  * follow `warmup` untimed ones. With bg_streams > 0, that many other streams each run a 1x1
  * kernel that spins until the call ends, so the GPU carries the same background kernels as
- * tandem's gpu-latency with awaits outstanding (but no host-side awaits). Streams and kernels
- * are created and torn down inside the call.
+ * tandem's gpu-latency with awaits outstanding (but no host-side awaits); -ETIMEDOUT if they
+ * ended before the last sample. Streams and kernels are created and torn down inside the call.
  */
 int raw_cuda_latency(enum raw_cuda_floor how, unsigned bg_streams, uint64_t warmup, uint64_t n,
                      uint64_t *ns);

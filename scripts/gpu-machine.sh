@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build with CUDA, run every test (the cuda suites included), the
+# cuda tests under compute-sanitizer, the GPU examples, and the benchmarks; logs go to $OUT.
+# Prepare here first: ../shared/device/prepare-deps.sh; then run with carry [".devdeps"]:
+#   bash scripts/gpu-machine.sh [all|test|bench]
+set -uo pipefail
+what=${1:-all}
+OUT=${OUT:-/tmp/tandem-out}
+mkdir -p "$OUT"
+export CMAKE_PREFIX_PATH=$PWD/.devdeps/root/usr
+export LD_LIBRARY_PATH=$PWD/.devdeps/root/usr/lib/x86_64-linux-gnu
+B=build-gpu
+log() { printf '\n==== %s ====\n' "$*" | tee -a "$OUT/summary.txt"; }
+
+{ date -u; nvidia-smi --query-gpu=name,driver_version,mig.mode.current --format=csv; nproc; } \
+	>"$OUT/machine.txt" 2>&1
+log build
+if ! { cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON &&
+	cmake --build $B -j"$(nproc)"; } >"$OUT/build.log" 2>&1; then
+	tail -40 "$OUT/build.log" | tee -a "$OUT/summary.txt"
+	exit 1
+fi
+
+if [ "$what" != bench ]; then
+	log ctest
+	ctest --test-dir $B --output-on-failure -j4 >"$OUT/ctest.log" 2>&1
+	tail -15 "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
+	log compute-sanitizer memcheck, cuda suites
+	if command -v compute-sanitizer >/dev/null; then
+		# --jobs 1: one test process at a time under the sanitizer.
+		timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+			$B/tests/test_gpu --jobs 1 --filter 'gpu_cuda*/*' >"$OUT/memcheck.log" 2>&1
+		echo "memcheck exit $?" | tee -a "$OUT/summary.txt"
+		grep -E "ERROR SUMMARY|Synthesis" "$OUT/memcheck.log" | tail -5 | tee -a "$OUT/summary.txt"
+	fi
+	log examples
+	for e in gpu_await gpu_many demo; do
+		timeout 60 $B/examples/$e 2>&1 | tail -3 | tee -a "$OUT/summary.txt"
+	done
+fi
+
+if [ "$what" != test ]; then
+	log benchmarks
+	bench=$B/perf/tandem-bench
+	timeout 120 $bench gpu-latency --json >"$OUT/bench-gpu.jsonl" 2>"$OUT/bench-gpu.err"
+	timeout 240 $bench gpu-throughput --json >>"$OUT/bench-gpu.jsonl" 2>>"$OUT/bench-gpu.err"
+	timeout 120 $bench fib --n 30 --threads 1,2,8,16 --json >"$OUT/bench-cpu.jsonl" 2>&1
+	timeout 120 $bench skynet --depth 6 --threads 1,2,8,16 --json >>"$OUT/bench-cpu.jsonl" 2>&1
+	wc -l "$OUT"/bench-*.jsonl | tee -a "$OUT/summary.txt"
+	tail -5 "$OUT/bench-gpu.err" | tee -a "$OUT/summary.txt"
+fi
