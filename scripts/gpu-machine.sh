@@ -27,9 +27,10 @@ if [ "$what" != bench ]; then
 	tail -15 "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
 	log compute-sanitizer memcheck, cuda suites
 	if command -v compute-sanitizer >/dev/null; then
-		# --jobs 1: one test process at a time under the sanitizer.
+		# --jobs 1: one test process at a time under the sanitizer. The trapping-kernel
+		# test is left out: its API errors after the trap are the point of that test.
 		timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
-			$B/tests/test_gpu --jobs 1 --filter 'gpu_cuda*/*' >"$OUT/memcheck.log" 2>&1
+			$B/tests/test_gpu --jobs 1 --filter 'gpu_cuda*/[!t]*' >"$OUT/memcheck.log" 2>&1
 		echo "memcheck exit $?" | tee -a "$OUT/summary.txt"
 		grep -E "ERROR SUMMARY|Synthesis" "$OUT/memcheck.log" | tail -5 | tee -a "$OUT/summary.txt"
 	fi
