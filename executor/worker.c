@@ -226,9 +226,12 @@ void *tdm__worker_main(void *arg)
 			if (t == NULL &&
 			    atomic_load_explicit(&w->ex->suspended, memory_order_relaxed) > 0) {
 				uint64_t until = spin_deadline();
-				while (t == NULL && !spin_expired(until)) {
+				/* The inbox is one load; a full search (every victim) only now
+				 * and then, so the wake-up is seen within a few cycles. */
+				for (unsigned i = 1; t == NULL && !spin_expired(until); i++) {
 					tdm__cpu_relax();
-					t = tdm__find_task(w, true);
+					t = (i % 64 == 0) ? tdm__find_task(w, true)
+					                  : take_inbox(w, w);
 				}
 			}
 		}

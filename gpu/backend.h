@@ -78,6 +78,32 @@ struct tdm__backend_ops {
 	void *(*stream_native)(struct tdm__backend *b, void *stream);
 	/* sim only (NULL elsewhere): see tdm_sim_inject. */
 	int (*sim_inject)(struct tdm__backend *b, void *stream, tdm_sim_fault fault);
+
+	/* ---- memory ---- */
+	/* Stream-ordered device memory from the device's pool, whose release threshold is kept
+	 * high at open so freed memory is reused, not returned to the driver (cudaMallocAsync /
+	 * cudaFreeAsync). The sim allocates at once and frees when the stream reaches the free. */
+	int (*malloc_async)(struct tdm__backend *b, void *stream, size_t bytes, void **out);
+	int (*free_async)(struct tdm__backend *b, void *stream, void *p);
+	/* Page-locks a caller's buffer for async copies (cudaHostRegister, portable). */
+	int (*host_register)(struct tdm__backend *b, void *p, size_t bytes);
+	int (*host_unregister)(struct tdm__backend *b, void *p);
+	/* 1: p is in pinned host memory (host_alloc or registered), 0: pageable or unknown. */
+	int (*is_pinned)(struct tdm__backend *b, const void *p);
+	/* Managed (unified) memory; prefetch to a device, or to the host with dev < 0. */
+	int (*managed_alloc)(struct tdm__backend *b, int dev, size_t bytes, void **out);
+	void (*managed_free)(struct tdm__backend *b, void *p);
+	int (*prefetch)(struct tdm__backend *b, void *stream, const void *p, size_t bytes, int dev);
+	int (*advise)(struct tdm__backend *b, const void *p, size_t bytes, tdm_mem_advice advice,
+	              int dev);
+	/* Free and total memory of a device. */
+	int (*mem_info)(struct tdm__backend *b, int dev, size_t *free_bytes, size_t *total_bytes);
+	/* Runs fn(arg) on a host thread once the stream's earlier work is done, before its later
+	 * work starts (cudaLaunchHostFunc). fn must not call the backend. */
+	int (*host_fn)(struct tdm__backend *b, void *stream, void (*fn)(void *), void *arg);
+	/* Copy between devices (cudaMemcpyPeerAsync), ordered on stream. */
+	int (*memcpy_peer_async)(struct tdm__backend *b, void *stream, void *dst, int dst_dev,
+	                         const void *src, int src_dev, size_t bytes);
 };
 
 extern const struct tdm__backend_ops tdm__backend_sim;

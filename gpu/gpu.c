@@ -182,6 +182,8 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 				goto fail;
 			}
 	}
+	if (ops != NULL && (rc = tdm__pinned_init(gpu)) != 0)
+		goto fail;
 	if (pthread_create(&gpu->poller, NULL, tdm__poller_main, gpu) != 0) {
 		rc = -EAGAIN;
 		goto fail;
@@ -189,6 +191,8 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	*out = gpu;
 	return 0;
 fail:
+	if (gpu->pinned != NULL)
+		tdm__pinned_fini(gpu);
 	if (gpu->devs != NULL)
 		destroy_devices(gpu);
 	if (gpu->b != NULL)
@@ -223,6 +227,8 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 	free(gpu->wake);
 	free(gpu->wake_rc);
 	if (gpu->ops != NULL) {
+		if (gpu->pinned != NULL)
+			tdm__pinned_fini(gpu);
 		destroy_devices(gpu);
 		gpu->ops->close(gpu->b);
 	}
@@ -414,6 +420,9 @@ int tdm_memcpy_async(tdm_stream *s, void *dst, const void *src, size_t bytes, td
 {
 	if (dst == NULL || src == NULL || kind < TDM_COPY_H2D || kind > TDM_COPY_D2D)
 		return -EINVAL;
+	if (s != NULL && ((kind == TDM_COPY_H2D && !tdm__is_pinned(B(s), src)) ||
+	                  (kind == TDM_COPY_D2H && !tdm__is_pinned(B(s), dst))))
+		LAUNCH(s, tdm__memcpy_staged(s, dst, src, bytes, kind));
 	LAUNCH(s, B(s)->ops->memcpy_async(B(s)->b, s->bs, dst, src, bytes, kind));
 }
 

@@ -64,8 +64,11 @@ struct tdm__gdev {
 	unsigned nall_events, cap_events;
 };
 
+struct tdm__pinned; /* pinned.c */
+
 struct tdm_gpu {
 	tdm_executor *ex;
+	struct tdm__pinned *pinned; /* the pinned host pool */
 	tdm_gpu_config cfg;
 	const struct tdm__backend_ops *ops;
 	struct tdm__backend *b;
@@ -104,6 +107,16 @@ enum {
 void *tdm__poller_main(void *arg);
 /* Hands a suspended task's await to the poller. */
 void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t);
+
+/* pinned.c: the pool's life, with the tdm_gpu's */
+int tdm__pinned_init(struct tdm_gpu *gpu);
+void tdm__pinned_fini(struct tdm_gpu *gpu);
+/* 1 if p lies in one of the pool's chunks. */
+int tdm__pinned_owns(struct tdm_gpu *gpu, const void *p);
+
+/* memory.c */
+int tdm__is_pinned(struct tdm_gpu *gpu, const void *p);
+int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind);
 
 /* gpu.c */
 int tdm__event_take(struct tdm__gdev *d, struct tdm_event **out);

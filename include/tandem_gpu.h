@@ -60,7 +60,21 @@ typedef struct tdm_gpu_config {
 	unsigned poll_spin_us;
 	/* Sim backend: simulated devices (0: 1). */
 	unsigned sim_devices;
+	/* Pinned host pool: size of each chunk pinned at once (0: 64 MiB), and the most it may
+	 * pin in all (0: no cap). Past the cap, allocations fail with -ENOMEM. */
+	size_t pinned_chunk_bytes;
+	size_t pinned_cap_bytes;
+	/* Copies from or to pageable host memory: TDM_PAGEABLE_STAGE or _REFUSE. */
+	int pageable;
 } tdm_gpu_config;
+
+enum {
+	/* Staged through the pinned pool: the caller's side of the copy happens on the host,
+	 * ordered on the stream; async and correct, at memcpy speed. The default. */
+	TDM_PAGEABLE_STAGE = 0,
+	/* Refused with -EFAULT: for programs that must never copy from pageable memory. */
+	TDM_PAGEABLE_REFUSE = 1,
+};
 
 void tdm_gpu_config_init(tdm_gpu_config *cfg);
 
@@ -123,7 +137,10 @@ typedef enum tdm_copy_kind {
 	TDM_COPY_D2D = 3,
 } tdm_copy_kind;
 
-/* Async copy. Host memory must be pinned (tdm_host_alloc) for the copy to be asynchronous. */
+/*
+ * Async copy. Host memory from tdm_host_alloc, tdm_pinned_alloc or tdm_host_register is copied
+ * directly; pageable host memory is staged or refused (tdm_gpu_config.pageable; -EFAULT).
+ */
 int tdm_memcpy_async(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind);
 /* A kernel that runs about `ns` nanoseconds (0: an empty kernel). */
 int tdm_launch_spin(tdm_stream *s, uint32_t ns);
@@ -137,6 +154,60 @@ int tdm_device_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out);
 int tdm_device_free(tdm_gpu *gpu, int device, void *p);
 int tdm_host_alloc(tdm_gpu *gpu, size_t bytes, void **out);
 int tdm_host_free(tdm_gpu *gpu, void *p);
+
+/* ---- pinned host memory pool ---- */
+
+/*
+ * Pinned host memory in microseconds: chunks pinned once (grown on demand up to the cap) are
+ * carved by size class, with a cache per worker thread. Memory from the pool counts as pinned
+ * for copies. Any thread may free any block. -ENOMEM past the cap (never a silent fallback to
+ * pageable memory); -EINVAL for a zero size or a pointer not from the pool.
+ */
+int tdm_pinned_alloc(tdm_gpu *gpu, size_t bytes, void **out);
+int tdm_pinned_free(tdm_gpu *gpu, void *p);
+
+typedef struct tdm_pinned_stats {
+	uint64_t bytes_pinned; /* chunks pinned from the driver */
+	uint64_t bytes_in_use; /* handed out, by size class */
+	uint64_t high_water;   /* largest bytes_in_use seen */
+	uint64_t chunks;
+} tdm_pinned_stats;
+
+int tdm_pinned_stats_get(tdm_gpu *gpu, tdm_pinned_stats *out);
+
+/* Page-locks (and unlocks) a buffer the caller owns, so copies from it are async. */
+int tdm_host_register(tdm_gpu *gpu, void *p, size_t bytes);
+int tdm_host_unregister(tdm_gpu *gpu, void *p);
+
+/* ---- device memory ---- */
+
+/*
+ * Stream-ordered device memory: the allocation is ordered on s and may be used by work enqueued
+ * on s after the call; the free happens after all work enqueued on s before it, so freeing right
+ * after the last use is safe without a host synchronization. Freed memory stays in the device's
+ * pool for reuse. -ENOMEM, -EIO, -EINVAL.
+ */
+int tdm_device_alloc_async(tdm_stream *s, size_t bytes, void **out);
+int tdm_device_free_async(tdm_stream *s, void *p);
+
+typedef enum tdm_mem_advice {
+	TDM_ADVISE_READ_MOSTLY = 1,
+	TDM_ADVISE_PREFERRED_LOCATION = 2, /* device, or the host with device < 0 */
+	TDM_ADVISE_ACCESSED_BY = 3,
+} tdm_mem_advice;
+
+/*
+ * Managed (unified) memory, only on request: -ENOMEM when bytes exceed the device's free
+ * memory (asking for more can hang the GPU). Prefetch is ordered on s; device < 0 is the host.
+ */
+int tdm_managed_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out);
+int tdm_managed_free(tdm_gpu *gpu, void *p);
+int tdm_mem_prefetch(tdm_stream *s, const void *p, size_t bytes, int device);
+int tdm_mem_advise(tdm_gpu *gpu, const void *p, size_t bytes, tdm_mem_advice advice, int device);
+
+/* Copy between two devices' memory, ordered on s (a stream of either device). */
+int tdm_memcpy_peer_async(tdm_stream *s, void *dst, int dst_device, const void *src, int src_device,
+                          size_t bytes);
 
 /* ---- events (pooled, timing disabled) ---- */
 

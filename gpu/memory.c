@@ -1,0 +1,186 @@
+/*
+ * Device memory for async work: stream-ordered allocation, managed memory on request, peer
+ * copies, and what a copy does with pageable host memory (staged through the pinned pool, or
+ * refused).
+ *
+ * Staging: the pageable side of a copy is copied on the host, in stream order. Host to device:
+ * the caller's thread copies into a pinned block at once (the source may change as soon as the
+ * call returns, as with cudaMemcpyAsync from pageable memory), the device copies from the
+ * block, and a host function on the stream gives the block back. Device to host: the device
+ * copies into the block, then a host function copies the block into the destination and gives
+ * it back. Host functions run on a driver thread that must not call CUDA: giving a block back to
+ * the pool is pure CPU work.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "gpu_internal.h"
+
+/* Head of a staging block: what the host function needs. 256 bytes keep the data aligned. */
+struct staging {
+	struct tdm_gpu *gpu;
+	void *dst; /* device to host: the pageable destination */
+	size_t bytes;
+	char pad[256 - 3 * sizeof(void *)];
+};
+
+_Static_assert(sizeof(struct staging) == 256, "the data after the head stays 256-aligned");
+
+int tdm__is_pinned(struct tdm_gpu *gpu, const void *p)
+{
+	if (tdm__pinned_owns(gpu, p))
+		return 1;
+	/* A backend that cannot tell gets the copy as it is, as a plain cudaMemcpyAsync would. */
+	return gpu->ops->is_pinned == NULL || gpu->ops->is_pinned(gpu->b, p) == 1;
+}
+
+static void staging_release(void *arg)
+{
+	struct staging *st = arg;
+	tdm_pinned_free(st->gpu, st);
+}
+
+static void staging_copy_out(void *arg)
+{
+	struct staging *st = arg;
+	memcpy(st->dst, st + 1, st->bytes);
+	tdm_pinned_free(st->gpu, st);
+}
+
+int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind)
+{
+	struct tdm_gpu *gpu = s->dev->gpu;
+	const struct tdm__backend_ops *ops = gpu->ops;
+	if (gpu->cfg.pageable == TDM_PAGEABLE_REFUSE)
+		return -EFAULT;
+	if (ops->host_fn == NULL)
+		return -ENOTSUP;
+	struct staging *st;
+	int rc = tdm_pinned_alloc(gpu, sizeof(*st) + bytes, (void **)&st);
+	if (rc != 0)
+		return rc;
+	st->gpu = gpu;
+	st->bytes = bytes;
+	if (kind == TDM_COPY_H2D) {
+		memcpy(st + 1, src, bytes);
+		rc = ops->memcpy_async(gpu->b, s->bs, dst, st + 1, bytes, kind);
+		if (rc == 0)
+			rc = ops->host_fn(gpu->b, s->bs, staging_release, st);
+	} else {
+		st->dst = dst;
+		rc = ops->memcpy_async(gpu->b, s->bs, st + 1, src, bytes, kind);
+		if (rc == 0)
+			rc = ops->host_fn(gpu->b, s->bs, staging_copy_out, st);
+	}
+	/* Only a failed enqueue leaves the block with us; once the host function is queued it
+	 * owns the block. A copy enqueued before a failed host function may still read the
+	 * block: the device has failed then (both calls fail together), so it never runs. */
+	if (rc != 0)
+		tdm_pinned_free(gpu, st);
+	return rc;
+}
+
+/* Backends fill the memory ops as they gain them; a missing one is -ENOTSUP, not a crash. */
+#define NEED(gpu, op)                                                                              \
+	do {                                                                                       \
+		if ((gpu)->ops == NULL)                                                            \
+			return -ENODEV;                                                            \
+		if ((gpu)->ops->op == NULL)                                                        \
+			return -ENOTSUP;                                                           \
+	} while (0)
+
+static bool dev_ok(struct tdm_gpu *gpu, int device)
+{
+	return gpu != NULL && device >= 0 && device < gpu->ndev;
+}
+
+int tdm_device_alloc_async(tdm_stream *s, size_t bytes, void **out)
+{
+	if (s == NULL || out == NULL || bytes == 0)
+		return -EINVAL;
+	struct tdm_gpu *gpu = s->dev->gpu;
+	NEED(gpu, malloc_async);
+	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
+		return -EIO;
+	return gpu->ops->malloc_async(gpu->b, s->bs, bytes, out);
+}
+
+int tdm_device_free_async(tdm_stream *s, void *p)
+{
+	if (s == NULL)
+		return -EINVAL;
+	if (p == NULL)
+		return 0;
+	struct tdm_gpu *gpu = s->dev->gpu;
+	NEED(gpu, free_async);
+	return gpu->ops->free_async(gpu->b, s->bs, p);
+}
+
+int tdm_managed_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out)
+{
+	if (out == NULL || bytes == 0)
+		return -EINVAL;
+	if (gpu != NULL && gpu->ndev == 0)
+		return -ENODEV;
+	if (!dev_ok(gpu, device))
+		return -EINVAL;
+	NEED(gpu, mem_info);
+	NEED(gpu, managed_alloc);
+	size_t free_bytes, total;
+	int rc = gpu->ops->mem_info(gpu->b, device, &free_bytes, &total);
+	if (rc != 0)
+		return rc;
+	/* Oversubscribing managed memory can hang the GPU, not just fail: refuse up front. */
+	if (bytes > free_bytes)
+		return -ENOMEM;
+	return gpu->ops->managed_alloc(gpu->b, device, bytes, out);
+}
+
+int tdm_managed_free(tdm_gpu *gpu, void *p)
+{
+	if (gpu == NULL)
+		return -EINVAL;
+	if (gpu->ndev == 0)
+		return -ENODEV;
+	NEED(gpu, managed_free);
+	if (p != NULL)
+		gpu->ops->managed_free(gpu->b, p);
+	return 0;
+}
+
+int tdm_mem_prefetch(tdm_stream *s, const void *p, size_t bytes, int device)
+{
+	if (s == NULL || p == NULL || bytes == 0)
+		return -EINVAL;
+	struct tdm_gpu *gpu = s->dev->gpu;
+	if (device >= gpu->ndev)
+		return -EINVAL;
+	NEED(gpu, prefetch);
+	return gpu->ops->prefetch(gpu->b, s->bs, p, bytes, device < 0 ? -1 : device);
+}
+
+int tdm_mem_advise(tdm_gpu *gpu, const void *p, size_t bytes, tdm_mem_advice advice, int device)
+{
+	if (gpu == NULL || p == NULL || bytes == 0 || advice < TDM_ADVISE_READ_MOSTLY ||
+	    advice > TDM_ADVISE_ACCESSED_BY || device >= gpu->ndev)
+		return -EINVAL;
+	if (gpu->ndev == 0)
+		return -ENODEV;
+	NEED(gpu, advise);
+	return gpu->ops->advise(gpu->b, p, bytes, advice, device < 0 ? -1 : device);
+}
+
+int tdm_memcpy_peer_async(tdm_stream *s, void *dst, int dst_device, const void *src, int src_device,
+                          size_t bytes)
+{
+	if (s == NULL || dst == NULL || src == NULL)
+		return -EINVAL;
+	struct tdm_gpu *gpu = s->dev->gpu;
+	if (!dev_ok(gpu, dst_device) || !dev_ok(gpu, src_device) ||
+	    (s->dev->index != dst_device && s->dev->index != src_device))
+		return -EINVAL;
+	NEED(gpu, memcpy_peer_async);
+	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
+		return -EIO;
+	return gpu->ops->memcpy_peer_async(gpu->b, s->bs, dst, dst_device, src, src_device, bytes);
+}
