@@ -257,6 +257,12 @@ const char *tdm_strerror(int err)
 		return "deadline passed";
 	case -EBUSY:
 		return "resource busy";
+	case -EEXIST:
+		return "already registered";
+	case -ENOTSUP:
+		return "not supported by this device or backend";
+	case -EFAULT:
+		return "pageable host memory refused (tdm_gpu_config.pageable)";
 	default:
 		return "unknown error";
 	}

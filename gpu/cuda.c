@@ -1,8 +1,10 @@
 /*
  * The `cuda` backend: tdm__backend_cuda over the CUDA runtime, with the kernels of kernels.cu.
  * It owns the device selection of the threads that call it, the stream and event wrappers that
- * remember their device, and the driver entry points it needs (cuStreamWriteValue64 and the
- * device queries that decide whether completion words are possible).
+ * remember their device, the driver entry points it needs (cuStreamWriteValue64 and the device
+ * queries that decide whether completion words are possible), and the release threshold of each
+ * device's default memory pool, which it raises at open so that stream-ordered frees keep their
+ * memory for the next allocation.
  *
  * Present in every build. Without TANDEM_HAVE_CUDA only open() exists, and says -ENODEV. With it,
  * the library links the static CUDA runtime and never libcuda itself: driver functions come
@@ -49,11 +51,25 @@ const struct tdm__backend_ops tdm__backend_cuda = {
  */
 #define TDM__CUDA_ABI 12000
 
+/*
+ * CUDA 13 gave cudaMemPrefetchAsync and cudaMemAdvise the cudaMemLocation signatures that 12.2
+ * introduced as their _v2 variants; the older forms are gone. The file needs 12.5 anyway.
+ */
+#if CUDART_VERSION >= 13000
+#define TDM__CUDA_PREFETCH cudaMemPrefetchAsync
+#define TDM__CUDA_ADVISE cudaMemAdvise
+#else
+#define TDM__CUDA_PREFETCH cudaMemPrefetchAsync_v2
+#define TDM__CUDA_ADVISE cudaMemAdvise_v2
+#endif
+
 struct tdm__cuda_dev {
 	int sm_count;
 	bool uva;      /* host pointers of mapped memory are device pointers too */
 	bool map_host; /* can map pinned host memory */
 	bool memops64; /* CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS */
+	bool pools;    /* cudaMallocAsync and memory pools */
+	bool managed;  /* concurrent managed access: prefetching managed memory is possible */
 };
 
 /* Immutable after open(): every op reads it from any thread without a lock. */
@@ -85,9 +101,15 @@ static int tdm__cuda_errno(cudaError_t e)
 	case cudaErrorMemoryAllocation:
 		return -ENOMEM;
 	case cudaErrorInvalidValue:
+	case cudaErrorInvalidDevice:
+	case cudaErrorHostMemoryNotRegistered: /* cudaHostUnregister of an unknown pointer */
 		return -EINVAL;
+	case cudaErrorHostMemoryAlreadyRegistered: /* a range overlapping a registered one */
+		return -EEXIST;
 	case cudaErrorNotReady:
 		return -EAGAIN;
+	case cudaErrorNotSupported:
+		return -ENOTSUP; /* not a device failure: the device is fine */
 	case cudaErrorNoDevice:
 	case cudaErrorInsufficientDriver:
 	case cudaErrorStubLibrary:
@@ -187,6 +209,17 @@ static bool tdm__cuda_stale(int dev)
 	return tdm__cuda_set(dev) == cudaSuccess;
 }
 
+/*
+ * Whether a hot-path call for `dev` that failed with e may be tried again: on the first try only,
+ * and only when the failure is the one a wrong current device produces and the cache had lied.
+ * Calls that take a stream mostly act on the stream's own context whichever device is current;
+ * this covers those that do not, at no cost when nothing fails.
+ */
+static bool tdm__cuda_retry(int dev, cudaError_t e, int tries)
+{
+	return tries == 0 && e == cudaErrorInvalidResourceHandle && tdm__cuda_stale(dev);
+}
+
 /* ---- driver entry points ----------------------------------------------------------------- */
 
 /*
@@ -210,6 +243,26 @@ static void tdm__cuda_sym(const char *name, void *fnp, size_t size)
 }
 
 /* ---- open, close, devices ---------------------------------------------------------------- */
+
+/*
+ * The default pool's release threshold is 0: at every synchronization it hands its free memory
+ * back to the driver, and the next cudaMallocAsync must get it from the driver again (on an H200,
+ * cudaMalloc + cudaFree cost 107 us; cudaMallocAsync + cudaFreeAsync from a retained pool,
+ * 1.37 us). Keep all of it: memory freed by free_async stays in the pool for the next
+ * malloc_async. The price is that cudaMemGetInfo counts retained memory as used. cudaMallocAsync
+ * allocates from the device's current pool, which is this one unless the application set another
+ * (cudaDeviceSetMemPool); then that pool's settings apply. Best effort: without it allocations
+ * work, only slower.
+ */
+static void tdm__cuda_retain_pool(int dev)
+{
+	uint64_t keep = UINT64_MAX;
+	cudaMemPool_t pool;
+
+	if (cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess ||
+	    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess)
+		(void)cudaGetLastError();
+}
 
 static int tdm__cuda_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 {
@@ -244,7 +297,9 @@ static int tdm__cuda_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 	tdm__cuda_sym("cuDeviceGet", &device_get, sizeof(device_get));
 	tdm__cuda_sym("cuDeviceGetAttribute", &device_attr, sizeof(device_attr));
 
-	/* Attribute queries need no context: open() creates none and changes no current device. */
+	/* Attribute queries need no context. The pool set-up may initialize a device's primary
+	 * context, which the stream pools created right after open() need anyway; open() changes
+	 * no current device. */
 	b->all_map_host = true;
 	for (int i = 0; i < n; i++) {
 		struct tdm__cuda_dev *d = &b->devs[i];
@@ -268,6 +323,14 @@ static int tdm__cuda_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 		    device_attr(&v, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, cud) ==
 		        CUDA_SUCCESS)
 			d->memops64 = v != 0;
+		v = 0;
+		(void)cudaDeviceGetAttribute(&v, cudaDevAttrConcurrentManagedAccess, i);
+		d->managed = v != 0;
+		v = 0;
+		(void)cudaDeviceGetAttribute(&v, cudaDevAttrMemoryPoolsSupported, i);
+		d->pools = v != 0;
+		if (d->pools)
+			tdm__cuda_retain_pool(i);
 	}
 	(void)cudaGetLastError();
 	*out = b;
@@ -692,6 +755,262 @@ static int tdm__cuda_launch_fault(struct tdm__backend *b, void *stream)
 	return tdm__cuda_launch(stream, &l);
 }
 
+/* ---- stream-ordered and managed memory --------------------------------------------------- */
+
+static int tdm__cuda_malloc_async(struct tdm__backend *b, void *stream, size_t bytes, void **out)
+{
+	const struct tdm__cuda_stream *st = stream;
+	void *p = NULL;
+	cudaError_t e;
+
+	if (st == NULL || out == NULL || bytes == 0)
+		return -EINVAL;
+	if (!b->devs[st->dev].pools)
+		return -ENOTSUP;
+	for (int tries = 0;; tries++) {
+		e = tdm__cuda_use(st->dev);
+		if (e == cudaSuccess)
+			e = cudaMallocAsync(&p, bytes, st->s);
+		if (e == cudaSuccess) {
+			*out = p;
+			return 0;
+		}
+		if (!tdm__cuda_retry(st->dev, e, tries))
+			return tdm__cuda_fail(e);
+	}
+}
+
+/* The memory goes back to its pool once the work enqueued on the stream before it is done. */
+static int tdm__cuda_free_async(struct tdm__backend *b, void *stream, void *p)
+{
+	const struct tdm__cuda_stream *st = stream;
+	cudaError_t e;
+
+	(void)b;
+	if (st == NULL)
+		return -EINVAL;
+	if (p == NULL)
+		return 0;
+	for (int tries = 0;; tries++) {
+		e = tdm__cuda_use(st->dev);
+		if (e == cudaSuccess)
+			e = cudaFreeAsync(p, st->s);
+		if (e == cudaSuccess)
+			return 0;
+		if (!tdm__cuda_retry(st->dev, e, tries))
+			return tdm__cuda_fail(e);
+	}
+}
+
+/* Portable, like host_alloc: the pages are locked for every device's context, not only for the
+ * one current here. */
+static int tdm__cuda_host_register(struct tdm__backend *b, void *p, size_t bytes)
+{
+	cudaError_t e;
+
+	(void)b;
+	if (p == NULL || bytes == 0)
+		return -EINVAL;
+	e = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
+}
+
+/* p must be the address that was registered: -EINVAL otherwise. */
+static int tdm__cuda_host_unregister(struct tdm__backend *b, void *p)
+{
+	cudaError_t e;
+
+	(void)b;
+	if (p == NULL)
+		return -EINVAL;
+	e = cudaHostUnregister(p);
+	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
+}
+
+/*
+ * Asked on every copy of host memory, so it must never leave an error behind: since CUDA 11 a
+ * pointer the driver does not know is cudaSuccess with cudaMemoryTypeUnregistered, but older
+ * drivers said cudaErrorInvalidValue, and either way the runtime's last error is taken back.
+ * cudaMemoryTypeHost covers cudaHostAlloc and cudaHostRegister memory alike (any address inside
+ * the range); managed memory is pageable on the host side, so it is not pinned.
+ */
+static int tdm__cuda_is_pinned(struct tdm__backend *b, const void *p)
+{
+	struct cudaPointerAttributes a;
+
+	(void)b;
+	if (p == NULL)
+		return 0;
+	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return 0;
+	}
+	return a.type == cudaMemoryTypeHost ? 1 : 0;
+}
+
+/*
+ * Attached globally: any stream of any device may use it. The caller (memory.c) has refused sizes
+ * above the device's free memory: oversubscribed managed memory can hang the GPU.
+ */
+static int tdm__cuda_managed_alloc(struct tdm__backend *b, int dev, size_t bytes, void **out)
+{
+	void *p = NULL;
+	cudaError_t e;
+
+	if (out == NULL || bytes == 0 || tdm__cuda_bad_dev(b, dev))
+		return -EINVAL;
+	e = tdm__cuda_use_exact(dev);
+	if (e == cudaSuccess)
+		e = cudaMallocManaged(&p, bytes, cudaMemAttachGlobal);
+	if (e != cudaSuccess)
+		return tdm__cuda_fail(e);
+	*out = p;
+	return 0;
+}
+
+static void tdm__cuda_managed_free(struct tdm__backend *b, void *p)
+{
+	(void)b;
+	if (p != NULL && cudaFree(p) != cudaSuccess)
+		(void)cudaGetLastError();
+}
+
+/* dev < 0: the host (its id is ignored). */
+static struct cudaMemLocation tdm__cuda_location(int dev)
+{
+	struct cudaMemLocation loc = {.type = cudaMemLocationTypeDevice, .id = dev};
+
+	if (dev < 0) {
+		loc.type = cudaMemLocationTypeHost;
+		loc.id = 0;
+	}
+	return loc;
+}
+
+static int tdm__cuda_prefetch(struct tdm__backend *b, void *stream, const void *p, size_t bytes,
+                              int dev)
+{
+	const struct tdm__cuda_stream *st = stream;
+	struct cudaMemLocation loc = tdm__cuda_location(dev);
+	cudaError_t e;
+
+	if (st == NULL || p == NULL || dev >= b->ndev)
+		return -EINVAL;
+	if (bytes == 0)
+		return 0;
+	/* Both the target device and the stream's device need concurrent managed access; without
+	 * it the runtime says cudaErrorInvalidDevice, which is no bad argument of the caller's. */
+	if (!b->devs[st->dev].managed || (dev >= 0 && !b->devs[dev].managed))
+		return -ENOTSUP;
+	for (int tries = 0;; tries++) {
+		e = tdm__cuda_use(st->dev);
+		if (e == cudaSuccess)
+			e = TDM__CUDA_PREFETCH(p, bytes, loc, 0, st->s);
+		if (e == cudaSuccess)
+			return 0;
+		if (!tdm__cuda_retry(st->dev, e, tries))
+			return tdm__cuda_fail(e);
+	}
+}
+
+/* A hint about a range, not stream-ordered: no device needs to be current. */
+static int tdm__cuda_advise(struct tdm__backend *b, const void *p, size_t bytes,
+                            tdm_mem_advice advice, int dev)
+{
+	enum cudaMemoryAdvise a;
+	cudaError_t e;
+
+	if (p == NULL || dev >= b->ndev)
+		return -EINVAL;
+	switch (advice) {
+	case TDM_ADVISE_READ_MOSTLY: /* the location is ignored */
+		a = cudaMemAdviseSetReadMostly;
+		break;
+	case TDM_ADVISE_PREFERRED_LOCATION:
+		a = cudaMemAdviseSetPreferredLocation;
+		break;
+	case TDM_ADVISE_ACCESSED_BY:
+		a = cudaMemAdviseSetAccessedBy;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (bytes == 0)
+		return 0;
+	e = TDM__CUDA_ADVISE(p, bytes, a, tdm__cuda_location(dev));
+	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
+}
+
+/* Asked of "the current device". Memory retained by the pool (see tdm__cuda_retain_pool) counts
+ * as used. */
+static int tdm__cuda_mem_info(struct tdm__backend *b, int dev, size_t *free_bytes,
+                              size_t *total_bytes)
+{
+	size_t f = 0, t = 0;
+	cudaError_t e;
+
+	if (free_bytes == NULL || total_bytes == NULL || tdm__cuda_bad_dev(b, dev))
+		return -EINVAL;
+	e = tdm__cuda_use_exact(dev);
+	if (e == cudaSuccess)
+		e = cudaMemGetInfo(&f, &t);
+	if (e != cudaSuccess)
+		return tdm__cuda_fail(e);
+	*free_bytes = f;
+	*total_bytes = t;
+	return 0;
+}
+
+/* ---- host functions and peer copies ------------------------------------------------------ */
+
+/*
+ * fn runs on a driver thread, which must not call CUDA (cudaLaunchHostFunc). Unlike a stream
+ * callback it is not called at all once the context has failed: whatever fn was to release stays
+ * with it then.
+ */
+static int tdm__cuda_host_fn(struct tdm__backend *b, void *stream, void (*fn)(void *), void *arg)
+{
+	const struct tdm__cuda_stream *st = stream;
+	cudaError_t e;
+
+	(void)b;
+	if (st == NULL || fn == NULL)
+		return -EINVAL;
+	for (int tries = 0;; tries++) {
+		e = tdm__cuda_use(st->dev);
+		if (e == cudaSuccess)
+			e = cudaLaunchHostFunc(st->s, fn, arg);
+		if (e == cudaSuccess)
+			return 0;
+		if (!tdm__cuda_retry(st->dev, e, tries))
+			return tdm__cuda_fail(e);
+	}
+}
+
+/* Works without peer access enabled (the driver stages through the host then), from a stream of
+ * either device. */
+static int tdm__cuda_memcpy_peer_async(struct tdm__backend *b, void *stream, void *dst, int dst_dev,
+                                       const void *src, int src_dev, size_t bytes)
+{
+	const struct tdm__cuda_stream *st = stream;
+	cudaError_t e;
+
+	if (st == NULL || (bytes > 0 && (dst == NULL || src == NULL)) ||
+	    tdm__cuda_bad_dev(b, dst_dev) || tdm__cuda_bad_dev(b, src_dev))
+		return -EINVAL;
+	if (bytes == 0)
+		return 0;
+	for (int tries = 0;; tries++) {
+		e = tdm__cuda_use(st->dev);
+		if (e == cudaSuccess)
+			e = cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, st->s);
+		if (e == cudaSuccess)
+			return 0;
+		if (!tdm__cuda_retry(st->dev, e, tries))
+			return tdm__cuda_fail(e);
+	}
+}
+
 const struct tdm__backend_ops tdm__backend_cuda = {
     .name = "cuda",
     .open = tdm__cuda_open,
@@ -717,6 +1036,18 @@ const struct tdm__backend_ops tdm__backend_cuda = {
     .launch_fault = tdm__cuda_launch_fault,
     .stream_native = tdm__cuda_stream_native,
     .sim_inject = NULL,
+    .malloc_async = tdm__cuda_malloc_async,
+    .free_async = tdm__cuda_free_async,
+    .host_register = tdm__cuda_host_register,
+    .host_unregister = tdm__cuda_host_unregister,
+    .is_pinned = tdm__cuda_is_pinned,
+    .managed_alloc = tdm__cuda_managed_alloc,
+    .managed_free = tdm__cuda_managed_free,
+    .prefetch = tdm__cuda_prefetch,
+    .advise = tdm__cuda_advise,
+    .mem_info = tdm__cuda_mem_info,
+    .host_fn = tdm__cuda_host_fn,
+    .memcpy_peer_async = tdm__cuda_memcpy_peer_async,
 };
 
 #endif /* TANDEM_HAVE_CUDA */

@@ -227,9 +227,12 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 	free(gpu->wake);
 	free(gpu->wake_rc);
 	if (gpu->ops != NULL) {
+		/* Streams first: destroying one waits for its host functions, and staged copies
+		 * give their blocks back to the pool from there. The pool still needs the backend
+		 * to unpin its chunks, so it goes before close. */
+		destroy_devices(gpu);
 		if (gpu->pinned != NULL)
 			tdm__pinned_fini(gpu);
-		destroy_devices(gpu);
 		gpu->ops->close(gpu->b);
 	}
 	free(gpu);

@@ -34,8 +34,7 @@ struct tdm_stream {
 	_Alignas(TDM__CACHELINE) struct tdm__task *head, *tail; /* awaits, by sequence */
 	struct tdm_stream *busy_next;
 	bool busy;
-	uint64_t done;       /* highest word value seen (writes may land out of order) */
-	uint64_t last_check; /* ns: last stream_query while waiting */
+	uint64_t done; /* highest word value seen (writes may land out of order) */
 };
 
 #define TDM__EXCLUSIVE (1 << 30)
@@ -57,6 +56,7 @@ struct tdm__gdev {
 	uint64_t *word_block; /* pinned: one cache line per stream */
 	_Atomic unsigned rr;  /* spreads threads that are not workers */
 	_Atomic int failed;   /* a sticky error was seen */
+	uint64_t last_alive;  /* poller only: ns of the last progress or healthy status query */
 	_Alignas(TDM__CACHELINE) _Atomic int launching;
 	pthread_mutex_t lock;
 	struct tdm_event *free_events; /* lock */
@@ -69,6 +69,7 @@ struct tdm__pinned; /* pinned.c */
 struct tdm_gpu {
 	tdm_executor *ex;
 	struct tdm__pinned *pinned; /* the pinned host pool */
+	struct tdm__topology *topo; /* facts and decisions per device (topology.h); immutable */
 	tdm_gpu_config cfg;
 	const struct tdm__backend_ops *ops;
 	struct tdm__backend *b;
@@ -117,6 +118,14 @@ int tdm__pinned_owns(struct tdm_gpu *gpu, const void *p);
 /* memory.c */
 int tdm__is_pinned(struct tdm_gpu *gpu, const void *p);
 int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind);
+
+/* topology.c: the devices' facts and decisions, from the backend (cuda: live discovery; sim:
+ * its device_info; none: empty), planned with gpu->cfg's overrides. Call once the backend is
+ * open and gpu->ndev set, before the config's defaults are filled in (a nonzero launch_limit or
+ * streams_per_device counts as the user's choice). -ENOMEM. */
+struct tdm__topology;
+int tdm__topology_for_backend(struct tdm_gpu *gpu);
+void tdm__topology_free(struct tdm__topology *t);
 
 /* gpu.c */
 int tdm__event_take(struct tdm__gdev *d, struct tdm_event **out);

@@ -11,8 +11,9 @@
  *   keeps the largest value it saw. That is sound because a task takes its number after its work
  *   was enqueued and before its write: a larger number written means the smaller one's work is
  *   done (gpu.c, tdm_await_stream).
- * - A stream whose oldest await has not moved for TDM__CHECK_NS is asked for its status: a
- *   sticky device error never writes the word, and this is where it is found.
+ * - A device none of whose streams made progress for TDM__CHECK_NS is asked for the status of
+ *   one waiting stream: a sticky device error never writes the word, and this is where it is
+ *   found.
  * - Idling: spin while anything completed within poll_spin_us, then sleep in short steps while
  *   awaits are outstanding, and sleep on the event count when nothing is.
  * - Everything a sweep completes is woken in one batch (tdm__task_wake_batch).
@@ -110,7 +111,8 @@ static void stream_insert(struct tdm_gpu *gpu, struct tdm_stream *s, struct tdm_
 			s->busy = true;
 			s->busy_next = gpu->busy;
 			gpu->busy = s;
-			s->last_check = tdm_now_ns();
+			if (s->dev->last_alive == 0)
+				s->dev->last_alive = tdm_now_ns();
 		}
 		return;
 	}
@@ -215,10 +217,16 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 		s->tail = NULL;
 		return progress;
 	}
+	/*
+	 * A sticky error kills the whole device, so one status query per device per
+	 * TDM__CHECK_NS is enough, and none while any of its streams makes progress. Querying
+	 * every waiting stream instead takes the driver's lock once per stream, which the
+	 * workers' launches wait for: it showed as latency with thousands of awaits pending.
+	 */
 	if (progress) {
-		s->last_check = now;
-	} else if (now - s->last_check > TDM__CHECK_NS) {
-		s->last_check = now;
+		d->last_alive = now;
+	} else if (now - d->last_alive > TDM__CHECK_NS) {
+		d->last_alive = now;
 		if (ops->stream_query(gpu->b, s->bs) == -EIO) {
 			tdm__device_fail(d);
 			fail_stream_awaits(gpu, s, -EIO);

@@ -17,8 +17,16 @@
  * for that value, or event_query) while the stream goes on. TDM_SIM_FAULT_STICKY: the operation
  * kills the device, as a trapping kernel does.
  *
+ * Memory: each device simulates 80 GiB. Its memory (device_alloc, malloc_async, managed_alloc)
+ * is host memory behind a header that names the device and the size, so that a free, which is
+ * given neither, can give the bytes back to the device's count for mem_info. A free_async is an
+ * operation of the stream: the memory stays valid for the work enqueued before it. Pinned host
+ * memory is a set of address ranges (host_alloc blocks and registered ranges) that is_pinned
+ * looks up; nothing is actually locked.
+ *
  * Lock rules: b->lock guards the lists of live streams and events; s->lock guards a stream's
- * queue, `stop` and `armed`; s->err_lock guards its erred values. No thread holds two at once.
+ * queue, `stop` and `armed`; s->err_lock guards its erred values; b->pin_lock guards the pinned
+ * ranges. No thread holds two at once.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -33,6 +41,8 @@
 #define SIM_MAX_DEVICES 1024
 #define SIM_SPIN_LIMIT_NS 50000u /* shorter kernels busy-wait: a sleep would overshoot them */
 #define SIM_HOST_ALIGN 64
+#define SIM_DEV_ALIGN 256                  /* cudaMalloc's alignment */
+#define SIM_DEV_TOTAL ((uint64_t)80 << 30) /* memory of each simulated device */
 
 /* A node of a circular list with a sentinel, first member of what it links. */
 struct sim_link {
@@ -43,6 +53,15 @@ struct sim_dev {
 	/* Sticky. Relaxed everywhere: it publishes no data, and an operation that races with the
 	 * failure may run or be skipped, as on a GPU. */
 	atomic_bool failed;
+	/* Bytes of device memory allocated and not yet freed, at most SIM_DEV_TOTAL. Relaxed: a
+	 * count that publishes nothing; the memory itself is handed over by the caller. */
+	_Atomic uint64_t held;
+};
+
+/* A pinned host range [lo, hi): a host_alloc block or a registered buffer. */
+struct sim_range {
+	uintptr_t lo, hi;
+	bool registered; /* host_register, not host_alloc: only host_unregister removes it */
 };
 
 struct tdm__backend {
@@ -51,6 +70,11 @@ struct tdm__backend {
 	pthread_mutex_t lock;
 	struct sim_link streams, events; /* lock */
 	unsigned next_id;                /* lock: numbers stream threads */
+
+	/* Read on every copy of host memory, changed by allocations: a reader-writer lock. */
+	pthread_rwlock_t pin_lock;
+	struct sim_range *pins; /* pin_lock: sorted by lo, disjoint */
+	size_t npins, cap_pins; /* pin_lock */
 };
 
 enum sim_op_kind {
@@ -62,6 +86,10 @@ enum sim_op_kind {
 	/* completion points */
 	SIM_WRITE,
 	SIM_MARK,
+	/* host-side actions in stream order: like completion points they take no fault */
+	SIM_FREE,
+	SIM_HOST_FN,
+	SIM_PREFETCH,
 };
 
 struct sim_event;
@@ -91,6 +119,11 @@ struct sim_op {
 			struct sim_event *ev;
 			uint64_t gen;
 		} mark;
+		void *block; /* SIM_FREE */
+		struct {
+			void (*fn)(void *);
+			void *arg;
+		} host_fn;
 	} u;
 };
 
@@ -179,6 +212,51 @@ static void run_spin(uint32_t ns)
 	}
 }
 
+/* ---- device memory blocks ---- */
+
+/* What precedes each block of device memory; SIM_DEV_ALIGN bytes keep the block aligned. */
+struct sim_block {
+	struct sim_dev *dev;
+	size_t bytes;
+};
+
+_Static_assert(sizeof(struct sim_block) <= SIM_DEV_ALIGN, "the header fits its slot");
+
+/* -ENOMEM past the device's free memory, as cudaMalloc: malloc would overcommit instead. */
+static int dmem_alloc(struct sim_dev *d, size_t bytes, void **out)
+{
+	if ((uint64_t)bytes > SIM_DEV_TOTAL)
+		return -ENOMEM;
+	/* Reserve first, so that concurrent allocations never hold more than the device has. */
+	uint64_t held = atomic_load_explicit(&d->held, memory_order_relaxed);
+	do {
+		if ((uint64_t)bytes > SIM_DEV_TOTAL - held)
+			return -ENOMEM;
+	} while (!atomic_compare_exchange_weak_explicit(
+	    &d->held, &held, held + bytes, memory_order_relaxed, memory_order_relaxed));
+	/* aligned_alloc wants a multiple of the alignment; bytes <= 80 GiB cannot overflow. */
+	size_t size = SIM_DEV_ALIGN + ((bytes + SIM_DEV_ALIGN - 1) & ~(size_t)(SIM_DEV_ALIGN - 1));
+	struct sim_block *h = aligned_alloc(SIM_DEV_ALIGN, size);
+	if (h == NULL) {
+		atomic_fetch_sub_explicit(&d->held, bytes, memory_order_relaxed);
+		return -ENOMEM;
+	}
+	h->dev = d;
+	h->bytes = bytes;
+	*out = (char *)h + SIM_DEV_ALIGN;
+	return 0;
+}
+
+/* Any device memory, from any of the three allocators: the header says whose it is. */
+static void dmem_free(void *p)
+{
+	if (p == NULL)
+		return;
+	struct sim_block *h = (struct sim_block *)(void *)((char *)p - SIM_DEV_ALIGN);
+	atomic_fetch_sub_explicit(&h->dev->held, h->bytes, memory_order_relaxed);
+	free(h);
+}
+
 static void event_unref(struct sim_event *e)
 {
 	/* Acq_rel: each holder's release orders its last use of e before the drop; the acquire
@@ -229,9 +307,13 @@ static void execute(struct sim_stream *s, struct sim_op *o)
 	if (o->fault == TDM_SIM_FAULT_STICKY)
 		dev_fail(s->dev);
 	if (dev_dead(s->dev)) {
-		/* A dead context runs nothing; a queued record still lets go of its event. */
+		/* A dead context runs nothing; a queued record still lets go of its event, and a
+		 * queued free still frees (a dead CUDA context's memory goes with the context).
+		 * Host functions are skipped, as cudaLaunchHostFunc's are after a context error. */
 		if (o->kind == SIM_MARK)
 			event_unref(o->u.mark.ev);
+		else if (o->kind == SIM_FREE)
+			dmem_free(o->u.block);
 		return;
 	}
 	if (o->fault == TDM_SIM_FAULT_OP) {
@@ -267,6 +349,14 @@ static void execute(struct sim_stream *s, struct sim_op *o)
 		s->pending_err = false;
 		event_unref(o->u.mark.ev);
 		break;
+	case SIM_FREE:
+		dmem_free(o->u.block);
+		break;
+	case SIM_HOST_FN:
+		o->u.host_fn.fn(o->u.host_fn.arg);
+		break;
+	case SIM_PREFETCH:
+		break; /* host memory is where it would be prefetched to */
 	}
 }
 
@@ -334,7 +424,7 @@ static int submit(struct sim_stream *s, struct sim_op op)
 	return 0;
 }
 
-/* ---- devices and memory ---- */
+/* ---- devices ---- */
 
 static int sim_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 {
@@ -354,6 +444,7 @@ static int sim_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 	}
 	b->ndev = (int)n;
 	pthread_mutex_init(&b->lock, NULL);
+	pthread_rwlock_init(&b->pin_lock, NULL);
 	list_init(&b->streams);
 	list_init(&b->events);
 	*out = b;
@@ -373,6 +464,8 @@ static void sim_close(struct tdm__backend *b)
 	while (b->events.next != &b->events)
 		sim_event_destroy(b, b->events.next);
 	pthread_mutex_destroy(&b->lock);
+	pthread_rwlock_destroy(&b->pin_lock);
+	free(b->pins);
 	free(b->devs);
 	free(b);
 }
@@ -396,6 +489,78 @@ static int sim_device_info(struct tdm__backend *b, int dev, struct tdm__device_i
 	return 0;
 }
 
+/* ---- pinned ranges ---- */
+
+/* The index of the last range that starts at or below a, or -1. pin_lock held. */
+static ptrdiff_t pin_find(const struct tdm__backend *b, uintptr_t a)
+{
+	size_t lo = 0, hi = b->npins; /* ranges before lo start at or below a; from hi on, above */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (b->pins[mid].lo <= a)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return (ptrdiff_t)lo - 1;
+}
+
+/*
+ * Records [lo, hi). A registration that overlaps a recorded range is -EEXIST, as in CUDA. A
+ * host_alloc block is fresh memory: whatever overlaps it was registered and freed without
+ * host_unregister, and that stale registration goes.
+ */
+static int pin_add(struct tdm__backend *b, uintptr_t lo, uintptr_t hi, bool registered)
+{
+	int rc = 0;
+	pthread_rwlock_wrlock(&b->pin_lock);
+	ptrdiff_t i = pin_find(b, lo);
+	size_t first = i >= 0 && b->pins[i].hi > lo ? (size_t)i : (size_t)(i + 1);
+	size_t end = first;
+	while (end < b->npins && b->pins[end].lo < hi)
+		end++;
+	if (end > first) {
+		if (registered) {
+			rc = -EEXIST;
+			goto out;
+		}
+		memmove(&b->pins[first], &b->pins[end], (b->npins - end) * sizeof(*b->pins));
+		b->npins -= end - first;
+	}
+	if (b->npins == b->cap_pins) {
+		size_t cap = b->cap_pins != 0 ? 2 * b->cap_pins : 16;
+		struct sim_range *p = realloc(b->pins, cap * sizeof(*p));
+		if (p == NULL) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		b->pins = p;
+		b->cap_pins = cap;
+	}
+	memmove(&b->pins[first + 1], &b->pins[first], (b->npins - first) * sizeof(*b->pins));
+	b->pins[first] = (struct sim_range){.lo = lo, .hi = hi, .registered = registered};
+	b->npins++;
+out:
+	pthread_rwlock_unlock(&b->pin_lock);
+	return rc;
+}
+
+/* Removes the range that starts at lo and was made the same way; -EINVAL if there is none. */
+static int pin_del(struct tdm__backend *b, uintptr_t lo, bool registered)
+{
+	int rc = -EINVAL;
+	pthread_rwlock_wrlock(&b->pin_lock);
+	ptrdiff_t i = pin_find(b, lo);
+	if (i >= 0 && b->pins[i].lo == lo && b->pins[i].registered == registered) {
+		memmove(&b->pins[i], &b->pins[i + 1],
+		        (b->npins - (size_t)i - 1) * sizeof(*b->pins));
+		b->npins--;
+		rc = 0;
+	}
+	pthread_rwlock_unlock(&b->pin_lock);
+	return rc;
+}
+
 static int sim_host_alloc(struct tdm__backend *b, size_t bytes, void **out)
 {
 	if (b == NULL || out == NULL || bytes == 0)
@@ -407,31 +572,99 @@ static int sim_host_alloc(struct tdm__backend *b, size_t bytes, void **out)
 	                        (bytes + SIM_HOST_ALIGN - 1) & ~(size_t)(SIM_HOST_ALIGN - 1));
 	if (p == NULL)
 		return -ENOMEM;
+	if (pin_add(b, (uintptr_t)p, (uintptr_t)p + bytes, false) != 0) {
+		free(p);
+		return -ENOMEM;
+	}
 	*out = p;
 	return 0;
 }
 
 static void sim_host_free(struct tdm__backend *b, void *p)
 {
-	(void)b;
+	if (b == NULL || p == NULL)
+		return;
+	(void)pin_del(b, (uintptr_t)p, false);
 	free(p);
 }
+
+static int sim_host_register(struct tdm__backend *b, void *p, size_t bytes)
+{
+	if (b == NULL || p == NULL || bytes == 0 || (uintptr_t)p > UINTPTR_MAX - bytes)
+		return -EINVAL;
+	return pin_add(b, (uintptr_t)p, (uintptr_t)p + bytes, true);
+}
+
+/* p must be the address that was registered. */
+static int sim_host_unregister(struct tdm__backend *b, void *p)
+{
+	if (b == NULL || p == NULL)
+		return -EINVAL;
+	return pin_del(b, (uintptr_t)p, true);
+}
+
+static int sim_is_pinned(struct tdm__backend *b, const void *p)
+{
+	if (b == NULL || p == NULL)
+		return 0;
+	uintptr_t a = (uintptr_t)p;
+	pthread_rwlock_rdlock(&b->pin_lock);
+	ptrdiff_t i = pin_find(b, a);
+	int pinned = i >= 0 && a < b->pins[i].hi;
+	pthread_rwlock_unlock(&b->pin_lock);
+	return pinned;
+}
+
+/* ---- device memory ---- */
 
 static int sim_device_alloc(struct tdm__backend *b, int dev, size_t bytes, void **out)
 {
 	if (b == NULL || out == NULL || bytes == 0 || !dev_ok(b, dev))
 		return -EINVAL;
-	void *p = malloc(bytes);
-	if (p == NULL)
-		return -ENOMEM;
-	*out = p;
-	return 0;
+	return dmem_alloc(&b->devs[dev], bytes, out);
 }
 
 static void sim_device_free(struct tdm__backend *b, int dev, void *p)
 {
 	if (b != NULL && dev_ok(b, dev))
-		free(p);
+		dmem_free(p);
+}
+
+/* Managed memory is device memory here: it counts against the device it was asked for. */
+static int sim_managed_alloc(struct tdm__backend *b, int dev, size_t bytes, void **out)
+{
+	if (b == NULL || out == NULL || bytes == 0 || !dev_ok(b, dev))
+		return -EINVAL;
+	return dmem_alloc(&b->devs[dev], bytes, out);
+}
+
+static void sim_managed_free(struct tdm__backend *b, void *p)
+{
+	if (b != NULL)
+		dmem_free(p);
+}
+
+static int sim_advise(struct tdm__backend *b, const void *p, size_t bytes, tdm_mem_advice advice,
+                      int dev)
+{
+	(void)bytes;
+	if (b == NULL || p == NULL || advice < TDM_ADVISE_READ_MOSTLY ||
+	    advice > TDM_ADVISE_ACCESSED_BY || dev >= b->ndev)
+		return -EINVAL;
+	return 0; /* a hint about where pages should live; all of them live in host memory */
+}
+
+/* Like cudaMemGetInfo, it fails on a dead device. */
+static int sim_mem_info(struct tdm__backend *b, int dev, size_t *free_bytes, size_t *total_bytes)
+{
+	if (b == NULL || free_bytes == NULL || total_bytes == NULL || !dev_ok(b, dev))
+		return -EINVAL;
+	if (dev_dead(&b->devs[dev]))
+		return -EIO;
+	uint64_t held = atomic_load_explicit(&b->devs[dev].held, memory_order_relaxed);
+	*free_bytes = (size_t)(SIM_DEV_TOTAL - held);
+	*total_bytes = (size_t)SIM_DEV_TOTAL;
+	return 0;
 }
 
 /* ---- streams ---- */
@@ -638,6 +871,57 @@ static int sim_launch_fault(struct tdm__backend *b, void *stream)
 	return submit(stream, (struct sim_op){.kind = SIM_TRAP});
 }
 
+/* Allocates at once: the memory is valid for the stream's later work, as cudaMallocAsync
+ * promises, and already before. */
+static int sim_malloc_async(struct tdm__backend *b, void *stream, size_t bytes, void **out)
+{
+	struct sim_stream *s = stream;
+	if (b == NULL || s == NULL || out == NULL || bytes == 0)
+		return -EINVAL;
+	if (dev_dead(s->dev))
+		return -EIO;
+	return dmem_alloc(s->dev, bytes, out);
+}
+
+/* The free runs when the stream reaches it. A refused free (-EIO) leaves p with the caller. */
+static int sim_free_async(struct tdm__backend *b, void *stream, void *p)
+{
+	if (b == NULL || stream == NULL)
+		return -EINVAL;
+	if (p == NULL)
+		return 0;
+	return submit(stream, (struct sim_op){.kind = SIM_FREE, .u.block = p});
+}
+
+static int sim_prefetch(struct tdm__backend *b, void *stream, const void *p, size_t bytes, int dev)
+{
+	if (b == NULL || stream == NULL || p == NULL || dev >= b->ndev)
+		return -EINVAL;
+	if (bytes == 0)
+		return 0;
+	return submit(stream, (struct sim_op){.kind = SIM_PREFETCH});
+}
+
+/* fn runs on the stream's thread, after the work before it and before the work after it. */
+static int sim_host_fn(struct tdm__backend *b, void *stream, void (*fn)(void *), void *arg)
+{
+	if (b == NULL || stream == NULL || fn == NULL)
+		return -EINVAL;
+	return submit(stream, (struct sim_op){.kind = SIM_HOST_FN, .u.host_fn = {fn, arg}});
+}
+
+/* A copy like any other (it may take an armed fault), refused if either side's device is dead. */
+static int sim_memcpy_peer_async(struct tdm__backend *b, void *stream, void *dst, int dst_dev,
+                                 const void *src, int src_dev, size_t bytes)
+{
+	if (b == NULL || stream == NULL || dst == NULL || src == NULL || !dev_ok(b, dst_dev) ||
+	    !dev_ok(b, src_dev))
+		return -EINVAL;
+	if (dev_dead(&b->devs[dst_dev]) || dev_dead(&b->devs[src_dev]))
+		return -EIO;
+	return submit(stream, (struct sim_op){.kind = SIM_COPY, .u.copy = {dst, src, bytes}});
+}
+
 static int sim_inject(struct tdm__backend *b, void *stream, tdm_sim_fault fault)
 {
 	struct sim_stream *s = stream;
@@ -675,4 +959,16 @@ const struct tdm__backend_ops tdm__backend_sim = {
     .launch_fault = sim_launch_fault,
     .stream_native = sim_stream_native,
     .sim_inject = sim_inject,
+    .malloc_async = sim_malloc_async,
+    .free_async = sim_free_async,
+    .host_register = sim_host_register,
+    .host_unregister = sim_host_unregister,
+    .is_pinned = sim_is_pinned,
+    .managed_alloc = sim_managed_alloc,
+    .managed_free = sim_managed_free,
+    .prefetch = sim_prefetch,
+    .advise = sim_advise,
+    .mem_info = sim_mem_info,
+    .host_fn = sim_host_fn,
+    .memcpy_peer_async = sim_memcpy_peer_async,
 };

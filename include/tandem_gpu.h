@@ -228,6 +228,143 @@ int tdm_await_deadline(tdm_task *t, tdm_gpu *gpu, uint64_t deadline_ns);
 /* CLOCK_MONOTONIC now, in nanoseconds. */
 uint64_t tdm_now_ns(void);
 
+/* ---- pipelines ---- */
+
+/*
+ * A pipeline runs batches through five stages: prepare (host), copy in, compute (GPU), copy out,
+ * consume (host). `in_flight` batches run at once, each in a slot with its own pinned and device
+ * buffers and its own stream, so that while the GPU computes batch N, batch N+1 is prepared and
+ * copied in and batch N-1 is copied out. A slot enqueues copy in, compute and copy out back to
+ * back on its stream and awaits them once, as a resumable task, so no worker waits for the GPU;
+ * buffers are recycled from batch to batch; a slot prepares its next batch only after its last
+ * one was consumed (back-pressure: a slow consumer slows preparation, memory stays bounded, and
+ * at most in_flight batches are between prepare and the end of consume at any moment).
+ *
+ * Streams: each slot leases a stream of cfg.device exclusively while that leaves at least one
+ * stream of the device's set to shared leases, and a shared one past that; slots share streams
+ * only when the set has no stream left for them (then their GPU stages run one after another).
+ * Buffers come from tdm_pinned_alloc and tdm_device_alloc, taken before the first batch and
+ * given back before tdm_pipeline_run returns.
+ */
+typedef struct tdm_batch {
+	uint64_t index;     /* 0, 1, 2, ... in the order batches were prepared */
+	void *host_in;      /* pinned, in_bytes */
+	void *host_out;     /* pinned, out_bytes */
+	void *dev_in;       /* in_bytes */
+	void *dev_out;      /* out_bytes; dev_in itself when compute is NULL */
+	size_t in_len;      /* bytes to copy in; prepare may lower it (starts at in_bytes) */
+	size_t out_len;     /* bytes to copy out; compute may lower it (starts at out_bytes) */
+	tdm_stream *stream; /* compute enqueues its kernels here */
+	int status;         /* 0, or the error that stopped this batch */
+	void *slot_user;    /* the slot's own, kept across the batches it carries (starts NULL) */
+} tdm_batch;
+
+#define TDM_PIPELINE_END 1 /* from prepare: the input is over, this slot carries no batch */
+#define TDM_PIPELINE_MAX_IN_FLIGHT 64
+
+typedef struct tdm_pipeline_config {
+	int device;
+	unsigned in_flight;         /* batches at once, 1..TDM_PIPELINE_MAX_IN_FLIGHT; 0: 3 */
+	size_t in_bytes, out_bytes; /* buffer sizes of a slot, both nonzero */
+	int ordered;                /* nonzero: consume runs in batch order */
+	/*
+	 * Host: fill host_in (and lower in_len if the batch is shorter). 0, TDM_PIPELINE_END, or
+	 * -errno (this batch fails; any other value is -EINVAL). Calls are serialised and in batch
+	 * order; after TDM_PIPELINE_END there are none. Required.
+	 */
+	int (*prepare)(tdm_batch *b, void *user);
+	/*
+	 * Enqueue kernels on b->stream from dev_in to dev_out (and lower out_len if less comes
+	 * out). 0 or -errno. Runs on a worker, possibly beside other slots' compute. May be NULL:
+	 * copy only, dev_in is copied back out (out_len is lowered to in_len if larger).
+	 */
+	int (*compute)(tdm_batch *b, void *user);
+	/*
+	 * Host: use host_out. 0 or -errno (this batch fails). Not called for a batch that failed
+	 * upstream. Ordered: one call at a time, in batch order, a failed batch passing its turn
+	 * on. Unordered: calls for different batches may run at once on different workers. May be
+	 * NULL (the output is dropped).
+	 */
+	int (*consume)(tdm_batch *b, void *user);
+	void *user;
+} tdm_pipeline_config;
+
+typedef struct tdm_pipeline_stats {
+	uint64_t batches;   /* consumed */
+	uint64_t failed;    /* stopped by an error in some stage; their later stages did not run */
+	uint64_t cancelled; /* prepared, then stopped by executor shutdown (neither of the above) */
+	int first_error;    /* of the failed batch with the lowest index, 0 if none */
+	uint64_t bytes_in, bytes_out; /* in_len and out_len of the consumed batches */
+	double seconds;               /* from the first prepare to the end of the last batch */
+} tdm_pipeline_stats;
+
+/*
+ * Runs a pipeline until prepare returns TDM_PIPELINE_END and every batch is through; blocks the
+ * caller, which must not be a worker of gpu's executor (-EDEADLK). A batch that fails does not
+ * stop the others; after a sticky device error the remaining batches fail at once. stats may be
+ * NULL; it is zeroed first and filled in whenever the pipeline ran. Returns 0 when every batch
+ * succeeded, else the first batch error (stats says which and how many); -ECANCELED when the
+ * executor's shutdown (TDM_SHUTDOWN_CANCEL) cancelled the pipeline's tasks, whatever else failed;
+ * -EINVAL for a bad config; -ENODEV: no device; -ENOMEM when buffers cannot be had; -ESHUTDOWN:
+ * the executor or the GPU layer is being destroyed; -EBUSY: no stream of the device could be
+ * leased.
+ */
+int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_stats *stats);
+
+/* ---- devices ---- */
+
+/* MIG mode of a physical GPU, as NVML reports it. */
+typedef enum tdm_mig_mode {
+	TDM_MIG_UNKNOWN = -1, /* NVML not available: CUDA alone cannot tell */
+	TDM_MIG_DISABLED = 0,
+	TDM_MIG_ENABLED = 1,
+} tdm_mig_mode;
+
+/*
+ * What tandem found out about a device (from the CUDA runtime, NVML when libnvidia-ml.so.1 is
+ * there, and sysfs) and what it decided for it, each decision with a line that says why.
+ * Strings are NUL-terminated, "" when unknown; counts and sizes are 0 when unknown. A MIG
+ * instance is a device of its own, with its own streams and memory pool; its bus id, NUMA node
+ * and CPUs are its physical GPU's. On the sim backend the facts are the simulator's.
+ */
+typedef struct tdm_device_info {
+	int index; /* the device number of tandem's calls (the CUDA ordinal) */
+	char name[96];
+	char uuid[96]; /* GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, or MIG-... */
+	int sm_count;
+	uint64_t memory_bytes;
+	char pci_bus_id[32];                /* dddd:bb:dd.f, lower case */
+	int numa_node;                      /* -1: unknown */
+	char cpus[512];                     /* the CPUs nearest the device, as a list ("0-55") */
+	int copy_engines;                   /* async copy engines */
+	int mig_mode;                       /* tdm_mig_mode of the physical GPU */
+	int is_mig;                         /* 1: a MIG instance */
+	char mig_profile[32];               /* "1g.10gb" */
+	int gpu_instance, compute_instance; /* MIG instance ids; -1 unless is_mig */
+	int mig_instances;                  /* MIG instances NVML shows on the physical GPU */
+	char parent_uuid[96];               /* the physical GPU: the device itself unless is_mig */
+	int parent_index;                   /* its NVML index; -1: unknown */
+	int nvml; /* 1: NVML supplied the MIG facts; 0: CUDA alone (nvml_note says why) */
+	char nvml_note[160];
+
+	unsigned streams;            /* streams per priority class (the bounded set) */
+	unsigned launch_limit;       /* threads that may launch on the device at once */
+	uint64_t pool_release_bytes; /* device memory pool release threshold; 0: default */
+	int pin_numa_node;           /* NUMA node to run the device's workers near; -1: none */
+	char pin_cpus[512];          /* CPUs to run them on; "": not pinned */
+	char why_streams[192];
+	char why_launch[192];
+	char why_pool[192];
+	char why_pin[192];
+	char why_mig[192];
+} tdm_device_info;
+
+/*
+ * The facts and decisions for `device`, gathered once by tdm_gpu_create; any thread may ask.
+ * -EINVAL: bad gpu, device or out.  -ENODEV: no device (backend none).
+ */
+int tdm_gpu_device_info(const tdm_gpu *gpu, int device, tdm_device_info *out);
+
 /* ---- the simulator ---- */
 
 typedef enum tdm_sim_fault {

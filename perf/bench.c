@@ -189,6 +189,7 @@ static void usage(FILE *f)
 {
 	fputs("usage: tandem-bench fib|skynet|spawn|idle|all [options]\n"
 	      "       tandem-bench gpu-latency|gpu-throughput [options]\n"
+	      "       tandem-bench pipeline [options]   (tandem-bench pipeline --help)\n"
 	      "  --threads LIST  comma-separated thread counts (default: 1,<CPUs>)\n"
 	      "  --reps N        timed reps per config, after 1 untimed warm-up (default 10;\n"
 	      "                  idle: 1 window unless given; gpu-throughput: 3)\n"
@@ -730,11 +731,23 @@ static int run_gpu(struct opts *o)
 	return bench_gpu_throughput(&g);
 }
 
+/* bench_pinned.c: `pinned`, which parses its own options. */
+int bench_pinned(int argc, char **argv);
+int bench_gpu_idle(int argc, char **argv);
+
 int main(int argc, char **argv)
 {
 	static const uint64_t defaults[] = {30, 6, 1000000, 2};
 	struct opts o;
 
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "pinned") == 0)
+			return bench_pinned(argc, argv);
+		if (strcmp(argv[i], "gpu-idle") == 0)
+			return bench_gpu_idle(argc, argv); /* bench_gpu_idle.c */
+		if (strcmp(argv[i], "pipeline") == 0)
+			return bench_pipeline(argc, argv); /* bench_pipeline.c, its own options */
+	}
 	parse_args(argc, argv, &o);
 	if (o.bench == BENCH_GPU_LATENCY || o.bench == BENCH_GPU_THROUGHPUT)
 		return run_gpu(&o);

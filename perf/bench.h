@@ -47,9 +47,16 @@ struct bench_gpu_opts {
 	unsigned cpus;
 };
 
-/* Each runs its benchmark and returns the process's exit status (3: the backend has no device). */
+/*
+ * Each runs its benchmark and returns the process's exit status; no device for the backend exits
+ * with 3 at once, and a configuration that stops making progress ends the process with 4.
+ */
 int bench_gpu_latency(const struct bench_gpu_opts *o);
 int bench_gpu_throughput(const struct bench_gpu_opts *o);
+
+/* bench_pipeline.c: `pipeline`, which parses its own options from the whole command line and
+ * returns the exit status (3: the backend has no device). */
+int bench_pipeline(int argc, char **argv);
 
 #ifdef __cplusplus
 }

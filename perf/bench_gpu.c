@@ -8,11 +8,14 @@
 #include "raw_cuda.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tandem.h"
 #include "tandem_gpu.h"
@@ -96,6 +99,97 @@ static void env_close(struct env *e)
 	gmust(tdm_gpu_destroy(e->gpu), "tdm_gpu_destroy");
 	gmust(tdm_executor_destroy(e->ex), "tdm_executor_destroy");
 }
+
+/*
+ * The watchdog turns a configuration that stopped making progress into an error instead of a
+ * hang: a thread that once a second sums the workers' tasks_run (tdm_executor_stats, read without
+ * stopping them; a resumed task counts again) and ends the process with status 4 once the sum has
+ * not moved for stall_ns. The measured threads pay nothing but that one wake-up a second.
+ */
+struct watchdog {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* on CLOCK_MONOTONIC */
+	int stop;            /* lock */
+	tdm_executor *ex;
+	_Atomic uint64_t stall_ns;
+	char what[160];
+};
+
+static void *watchdog_main(void *arg)
+{
+	struct watchdog *w = arg;
+	int workers = tdm_executor_workers(w->ex);
+	uint64_t last = UINT64_MAX, since = tdm_now_ns();
+
+	pthread_mutex_lock(&w->lock);
+	while (!w->stop) {
+		struct timespec dl;
+		uint64_t sum = 0, now;
+
+		clock_gettime(CLOCK_MONOTONIC, &dl);
+		dl.tv_sec += 1;
+		pthread_cond_timedwait(&w->cond, &w->lock, &dl);
+		if (w->stop)
+			break;
+		for (int i = 0; i < workers; i++) {
+			tdm_worker_stats st;
+
+			if (tdm_executor_stats(w->ex, (unsigned)i, &st) == 0)
+				sum += st.tasks_run;
+		}
+		now = tdm_now_ns();
+		if (sum != last) {
+			last = sum;
+			since = now;
+		} else if (now - since > atomic_load(&w->stall_ns)) {
+			fflush(stdout);
+			fprintf(stderr,
+			        "tandem-bench: %s: no task has run for %.0f s: awaits that never "
+			        "complete; giving up (exit status 4)\n",
+			        w->what, (double)(now - since) / 1e9);
+			_exit(4);
+		}
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+__attribute__((format(printf, 4, 5))) static void
+watchdog_start(struct watchdog *w, tdm_executor *ex, uint64_t stall_ns, const char *fmt, ...)
+{
+	pthread_condattr_t ca;
+	va_list ap;
+
+	w->stop = 0;
+	w->ex = ex;
+	atomic_init(&w->stall_ns, stall_ns);
+	va_start(ap, fmt);
+	vsnprintf(w->what, sizeof(w->what), fmt, ap);
+	va_end(ap);
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	if (pthread_create(&w->thread, NULL, watchdog_main, w) != 0)
+		die("watchdog", -EAGAIN);
+}
+
+/* Before the executor goes: the watchdog reads its statistics. */
+static void watchdog_stop(struct watchdog *w)
+{
+	pthread_mutex_lock(&w->lock);
+	w->stop = 1;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+	pthread_join(w->thread, NULL);
+	pthread_cond_destroy(&w->cond);
+	pthread_mutex_destroy(&w->lock);
+}
+
+/* No progress for this long, plus what the configuration may legitimately spend waiting. */
+#define STALL_NS 10000000000ull
 
 /* What the report's header names: backend, completion mechanism and device. */
 struct gpu_info {
@@ -305,6 +399,7 @@ static void tandem_latency(const struct bench_gpu_opts *o, unsigned workers, uin
 	struct bg_task *bgt = NULL;
 	tdm_stream **bgs = NULL;
 	tdm_group g, bgg;
+	struct watchdog wd;
 	uint64_t t_bg = 0;
 	int phase;
 
@@ -326,6 +421,8 @@ static void tandem_latency(const struct bench_gpu_opts *o, unsigned workers, uin
 	}
 
 	env_open(&e, o, workers, nstreams);
+	watchdog_start(&wd, e.ex, STALL_NS, "gpu-latency workers=%u outstanding=%llu", workers,
+	               (unsigned long long)outstanding);
 	/* The measured stream first and exclusive: no other work is ever enqueued on it. The
 	 * background streams are shared leases of the others; an exclusive lease is skipped. */
 	gmust(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &m.s),
@@ -356,13 +453,26 @@ static void tandem_latency(const struct bench_gpu_opts *o, unsigned workers, uin
 		uint64_t chunks = (total + BG_CHUNK_NS - 1) / BG_CHUNK_NS;
 
 		res->bg_kernel_ms = (double)total / 1e6;
+		/* The end of the run waits for the background kernels. */
+		atomic_store(&wd.stall_ns, STALL_NS + total);
 		for (unsigned j = 0; j < nbg; j++)
 			for (uint64_t k = 0; k < chunks; k++)
 				gmust(tdm_launch_spin(bgs[j], (uint32_t)(total / chunks)),
 				      "tdm_launch_spin (background)");
 		t_bg = tdm_now_ns();
 		gmust(tdm_group_init(&bgg, e.ex), "tdm_group_init");
+		/*
+		 * In batches of one await per background stream, each batch spawned once the one
+		 * before is suspended: then no two awaits on one stream run at once, and each
+		 * stream gets its completion-word writes in the order of their sequence numbers
+		 * (gpu.c, tdm_await_stream). Awaits racing on a shared stream can enqueue their
+		 * writes out of order, and that is a different test: this one wants them all
+		 * outstanding.
+		 */
 		for (uint64_t i = 0; i < outstanding; i++) {
+			if (i > 0 && i % nbg == 0)
+				while (atomic_load(&bg.suspended) + atomic_load(&bg.failed) < i)
+					sleep_us(50);
 			bgt[i] = (struct bg_task){&bg, bgs[i % nbg]};
 			gmust(tdm_spawn(e.ex, bg_task_fn, &bgt[i], &bgg), "tdm_spawn (background)");
 		}
@@ -388,6 +498,7 @@ static void tandem_latency(const struct bench_gpu_opts *o, unsigned workers, uin
 	for (unsigned j = 0; j < nbg; j++)
 		gmust(tdm_stream_release(bgs[j]), "tdm_stream_release");
 	gmust(tdm_stream_release(m.s), "tdm_stream_release");
+	watchdog_stop(&wd);
 	env_close(&e);
 	free(bgt);
 	free(bgs);
@@ -627,11 +738,14 @@ static void tandem_throughput(const struct bench_gpu_opts *o, unsigned workers, 
 {
 	struct env e;
 	struct tp_run r;
+	struct watchdog wd;
 	struct tp_task *tasks = malloc((size_t)o->n * sizeof(*tasks));
 
 	if (tasks == NULL)
 		die("gpu-throughput", -ENOMEM);
 	env_open(&e, o, workers, 0);
+	watchdog_start(&wd, e.ex, STALL_NS + 2ull * ns, "gpu-throughput workers=%u kernel_us=%u",
+	               workers, ns / 1000u);
 	r.gpu = e.gpu;
 	r.ns = ns;
 	atomic_init(&r.err, 0);
@@ -642,6 +756,7 @@ static void tandem_throughput(const struct bench_gpu_opts *o, unsigned workers, 
 		ms[i] = (double)tandem_tp_once(&e, &r, tasks, o->n) / 1e6;
 	res->streams = distinct_streams(tasks, o->n);
 	res->in_flight = o->n;
+	watchdog_stop(&wd);
 	env_close(&e);
 	free(tasks);
 	tp_summary(res, ms, o->reps, o->n);
@@ -685,7 +800,7 @@ static void tp_header(const struct bench_gpu_opts *o, const struct gpu_info *inf
 	printf("\ngpu-throughput on %s (%s, completion %s): tasks/s, median of %d runs of %llu "
 	       "tasks (a kernel and its await each)\n",
 	       info->backend, info->device, info->completion, o->reps, (unsigned long long)o->n);
-	printf("%9s %7s", "kernel_us", "workers");
+	printf("%7s %9s", "workers", "kernel_us");
 	for (int k = 0; k < nimpl; k++)
 		printf(" %14s", tp_names[k]);
 	printf("  %12s %16s\n", "tandem/best", "tandem/hostfunc");
@@ -695,7 +810,7 @@ static void tp_row(uint64_t kernel_us, unsigned workers, const struct tp_result 
 {
 	double best = 0;
 
-	printf("%9llu %7u", (unsigned long long)kernel_us, workers);
+	printf("%7u %9llu", workers, (unsigned long long)kernel_us);
 	for (int k = 0; k < nimpl; k++) {
 		if (r[k].have)
 			printf(" %14.0f", r[k].tps);
@@ -744,10 +859,11 @@ int bench_gpu_throughput(const struct bench_gpu_opts *o)
 	gpu_probe(o, &info);
 	if (!o->json)
 		tp_header(o, &info, nimpl);
-	for (int k = 0; k < o->nkernel; k++) {
-		uint32_t ns = (uint32_t)(o->kernel_us[k] * 1000u);
-
-		for (int w = 0; w < o->nworkers; w++) {
+	/* Workers outside: should a configuration stall (the watchdog then ends the run), the ones
+	 * with most workers, where workers share streams and awaits race on them, come last. */
+	for (int w = 0; w < o->nworkers; w++) {
+		for (int k = 0; k < o->nkernel; k++) {
+			uint32_t ns = (uint32_t)(o->kernel_us[k] * 1000u);
 			struct tp_result r[TP_NIMPL];
 
 			memset(r, 0, sizeof(r));

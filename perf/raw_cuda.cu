@@ -260,7 +260,10 @@ int open_floor(floor_state &f, raw_cuda_floor how, unsigned bg_streams, uint64_t
 	RAW_TRY(cudaStreamCreateWithFlags(&f.s, cudaStreamNonBlocking));
 	if (bg_streams > 0) {
 		RAW_TRY(cudaMalloc(reinterpret_cast<void **>(&f.stop), sizeof(*f.stop)));
-		RAW_TRY(cudaMemset(f.stop, 0, sizeof(*f.stop)));
+		// Done before any background kernel starts: cudaMemset would be asynchronous (and
+		// on the legacy stream, which non-blocking streams do not wait for).
+		RAW_TRY(cudaMemsetAsync(f.stop, 0, sizeof(*f.stop), f.s));
+		RAW_TRY(cudaStreamSynchronize(f.s));
 		for (unsigned i = 0; i < bg_streams; i++) {
 			cudaStream_t b;
 			RAW_TRY(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));

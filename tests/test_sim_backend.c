@@ -3,8 +3,10 @@
  * drive it: work on a stream runs in order and completion words and events report it; injected
  * faults reach exactly the completion point after them; a sticky fault kills the device; many
  * threads may enqueue at once; destroying streams, events and the backend waits for and frees
- * what they hold. No test asserts a timing: where a check needs "the spin has not ended yet", it
- * is made only when the test measured that it ran before the spin could have ended.
+ * what they hold; stream-ordered frees and host functions wait for the work before them; pinned
+ * ranges, device memory counts and peer copies behave as on CUDA. No test asserts a timing: where a
+ * check needs "the spin has not ended yet", it is made only when the test measured that it ran
+ * before the spin could have ended.
  */
 #include "common.h"
 
@@ -583,6 +585,415 @@ Test(sim_backend, many_threads_enqueue_on_shared_streams_at_once, .timeout = 20)
 	}
 	for (int i = 0; i < STREAMS; i++)
 		ops->stream_destroy(b, streams[i]);
+	ops->close(b);
+}
+
+/* ---- memory ---- */
+
+#define GIB ((size_t)1 << 30)
+#define MIB ((size_t)1 << 20)
+
+static size_t free_memory(struct tdm__backend *b, int dev)
+{
+	size_t free_bytes = 0, total = 0;
+	cr_assert_eq(ops->mem_info(b, dev, &free_bytes, &total), 0);
+	return free_bytes;
+}
+
+Test(sim_backend, mem_info_describes_an_80_gib_device, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	size_t free_bytes = 0, total = 0;
+	cr_assert_eq(ops->mem_info(b, 0, &free_bytes, &total), 0);
+	cr_assert_eq(total, 80 * GIB);
+	cr_assert_eq(free_bytes, total, "nothing is allocated yet");
+	ops->close(b);
+}
+
+Test(sim_backend, device_memory_of_every_kind_counts_until_freed, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(2);
+	void *s = new_stream(b, 0), *d = NULL, *a = NULL, *m = NULL;
+	size_t total = free_memory(b, 0);
+	cr_assert_eq(ops->device_alloc(b, 0, 1 * MIB, &d), 0);
+	cr_assert_eq(ops->malloc_async(b, s, 2 * MIB, &a), 0);
+	cr_assert_eq(ops->managed_alloc(b, 0, 4 * MIB, &m), 0);
+	cr_assert_eq(free_memory(b, 0), total - 7 * MIB);
+	cr_assert_eq(free_memory(b, 1), total, "another device's memory was counted");
+	ops->device_free(b, 0, d);
+	ops->managed_free(b, m);
+	cr_assert_eq(ops->free_async(b, s, a), 0);
+	cr_assert_eq(wait_stream(b, s), 0);
+	cr_assert_eq(free_memory(b, 0), total);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+Test(sim_backend, device_memory_is_256_byte_aligned_and_usable, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0), *p[3] = {NULL, NULL, NULL};
+	cr_assert_eq(ops->device_alloc(b, 0, 1, &p[0]), 0);
+	cr_assert_eq(ops->malloc_async(b, s, 100, &p[1]), 0);
+	cr_assert_eq(ops->managed_alloc(b, 0, 300, &p[2]), 0);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq((uintptr_t)p[i] % 256, 0, "block %d: %p", i, p[i]);
+	memset(p[0], 0xAB, 1);
+	memset(p[1], 0xAB, 100);
+	memset(p[2], 0xAB, 300);
+	ops->device_free(b, 0, p[0]);
+	cr_assert_eq(ops->free_async(b, s, p[1]), 0);
+	ops->managed_free(b, p[2]);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+Test(sim_backend, managed_alloc_refuses_more_than_the_free_memory, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *d = NULL, *m = NULL;
+	cr_assert_eq(ops->device_alloc(b, 0, 1 * MIB, &d), 0);
+	size_t free_bytes = free_memory(b, 0);
+	cr_assert_eq(ops->managed_alloc(b, 0, free_bytes + 1, &m), -ENOMEM);
+	cr_assert_null(m);
+	cr_assert_eq(ops->managed_alloc(b, 0, SIZE_MAX, &m), -ENOMEM);
+	cr_assert_eq(free_memory(b, 0), free_bytes, "a refused allocation was counted");
+	cr_assert_eq(ops->managed_alloc(b, 0, 1 * MIB, &m), 0);
+	cr_assert_not_null(m);
+	memset(m, 0x5A, 1 * MIB);
+	cr_assert_eq(free_memory(b, 0), free_bytes - 1 * MIB);
+	ops->managed_free(b, m);
+	cr_assert_eq(free_memory(b, 0), free_bytes);
+	ops->device_free(b, 0, d);
+	ops->close(b);
+}
+
+Test(sim_backend, device_alloc_refuses_more_than_the_free_memory, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0), *p = NULL;
+	cr_assert_eq(ops->device_alloc(b, 0, 80 * GIB + 1, &p), -ENOMEM);
+	cr_assert_eq(ops->malloc_async(b, s, 80 * GIB + 1, &p), -ENOMEM);
+	cr_assert_null(p);
+	cr_assert_eq(free_memory(b, 0), 80 * GIB);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+Test(sim_backend, free_async_waits_for_the_work_before_it, .timeout = 20)
+{
+	enum { N = 4096 };
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0);
+	uint64_t *w = host_zeroed(b, 64);
+	unsigned char *src = host_zeroed(b, N), *dst = host_zeroed(b, N), *d = NULL;
+	for (int i = 0; i < N; i++)
+		src[i] = (unsigned char)(i * 7 + 1);
+	size_t before = free_memory(b, 0);
+	cr_assert_eq(ops->malloc_async(b, s, N, (void **)&d), 0);
+	cr_assert_eq(ops->memcpy_async(b, s, d, src, N, TDM_COPY_H2D), 0);
+	uint64_t t0 = now_ns();
+	cr_assert_eq(ops->launch_spin(b, s, SPIN_NS), 0);
+	/* Reads d after the spin: under ASan an early free is a use after free here. */
+	cr_assert_eq(ops->memcpy_async(b, s, dst, d, N, TDM_COPY_D2H), 0);
+	cr_assert_eq(ops->free_async(b, s, d), 0);
+	size_t during = free_memory(b, 0);
+	if (before_spin_end(t0))
+		cr_assert_eq(during, before - N,
+		             "the memory was freed before the stream reached it");
+	cr_assert_eq(ops->write_value(b, s, w, 1), 0);
+	wait_word(w, 1);
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(dst[i], (unsigned char)(i * 7 + 1), "byte %d", i);
+	cr_assert_eq(free_memory(b, 0), before, "the free ran before the write after it");
+	ops->host_free(b, w);
+	ops->host_free(b, src);
+	ops->host_free(b, dst);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+Test(sim_backend, a_free_queued_behind_a_fatal_fault_still_frees, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0), *d = NULL;
+	cr_assert_eq(ops->malloc_async(b, s, 4096, &d), 0);
+	cr_assert_eq(ops->launch_fault(b, s), 0);
+	int rc = ops->free_async(b, s, d);
+	enqueue_behind_fault(rc);
+	if (rc != 0)
+		ops->device_free(b, 0, d); /* a refused free leaves the memory with the caller */
+	ops->stream_destroy(b, s);
+	ops->close(b); /* a leak fails the test under ASan (the suite's fini) */
+}
+
+struct host_fn_probe {
+	const uint64_t *copied; /* what a copy before the function wrote */
+	const uint64_t *word;   /* written after the function */
+	uint64_t seen_copied, seen_word;
+	atomic_int calls;
+};
+
+static void probe(void *arg)
+{
+	struct host_fn_probe *p = arg;
+	p->seen_copied = *p->copied;
+	p->seen_word = load_word(p->word);
+	/* Release: pairs with the acquire load of calls by the test thread. */
+	atomic_fetch_add_explicit(&p->calls, 1, memory_order_release);
+}
+
+Test(sim_backend, a_host_function_runs_in_stream_order, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0);
+	uint64_t *w = host_zeroed(b, 64), *src = host_zeroed(b, 64), *dst = host_zeroed(b, 64);
+	struct host_fn_probe p = {.copied = dst, .word = w};
+	src[0] = 42;
+	uint64_t t0 = now_ns();
+	cr_assert_eq(ops->launch_spin(b, s, SPIN_NS), 0);
+	cr_assert_eq(ops->memcpy_async(b, s, dst, src, 8, TDM_COPY_D2H), 0);
+	cr_assert_eq(ops->host_fn(b, s, probe, &p), 0);
+	int calls = atomic_load_explicit(&p.calls, memory_order_acquire);
+	if (before_spin_end(t0))
+		cr_assert_eq(calls, 0, "the host function ran before the spin ended");
+	cr_assert_eq(ops->write_value(b, s, w, 1), 0);
+	wait_word(w, 1);
+	cr_assert_eq(atomic_load_explicit(&p.calls, memory_order_acquire), 1);
+	cr_assert_eq(p.seen_copied, 42, "the host function ran before the copy before it");
+	cr_assert_eq(p.seen_word, 0, "the host function ran after the write after it");
+	ops->host_free(b, w);
+	ops->host_free(b, src);
+	ops->host_free(b, dst);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+Test(sim_backend, a_host_function_behind_a_fatal_fault_is_not_called, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0);
+	uint64_t w = 0, copied = 0;
+	struct host_fn_probe p = {.copied = &copied, .word = &w};
+	cr_assert_eq(ops->launch_fault(b, s), 0);
+	enqueue_behind_fault(ops->host_fn(b, s, probe, &p));
+	ops->stream_destroy(b, s); /* drains the stream */
+	cr_assert_eq(atomic_load_explicit(&p.calls, memory_order_acquire), 0,
+	             "a dead device called a host function (cudaLaunchHostFunc does not)");
+	ops->close(b);
+}
+
+Test(sim_backend, host_alloc_memory_is_pinned, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	char *h = NULL;
+	cr_assert_eq(ops->host_alloc(b, 100, (void **)&h), 0);
+	cr_assert_eq(ops->is_pinned(b, h), 1);
+	cr_assert_eq(ops->is_pinned(b, h + 99), 1, "the last byte");
+	ops->host_free(b, h);
+	cr_assert_eq(ops->is_pinned(b, h), 0, "freed memory stayed pinned");
+	ops->close(b);
+}
+
+Test(sim_backend, malloc_memory_is_not_pinned, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	char *p = malloc(100), *d = NULL;
+	cr_assert_not_null(p);
+	cr_assert_eq(ops->device_alloc(b, 0, 100, (void **)&d), 0);
+	cr_assert_eq(ops->is_pinned(b, p), 0);
+	cr_assert_eq(ops->is_pinned(b, d), 0, "device memory is not pinned host memory");
+	cr_assert_eq(ops->is_pinned(b, NULL), 0);
+	ops->device_free(b, 0, d);
+	free(p);
+	ops->close(b);
+}
+
+Test(sim_backend, a_registered_range_is_pinned_until_unregistered, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	char *p = malloc(300);
+	cr_assert_not_null(p);
+	cr_assert_eq(ops->host_register(b, p + 100, 100), 0);
+	cr_assert_eq(ops->is_pinned(b, p + 99), 0, "before the range");
+	cr_assert_eq(ops->is_pinned(b, p + 100), 1);
+	cr_assert_eq(ops->is_pinned(b, p + 199), 1, "the last byte");
+	cr_assert_eq(ops->is_pinned(b, p + 200), 0, "past the end");
+	cr_assert_eq(ops->host_unregister(b, p + 100), 0);
+	cr_assert_eq(ops->is_pinned(b, p + 100), 0);
+	cr_assert_eq(ops->host_unregister(b, p + 100), -EINVAL, "unregistered twice");
+	free(p);
+	ops->close(b);
+}
+
+Test(sim_backend, registering_an_overlapping_range_fails, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	char *p = malloc(300), *h = NULL;
+	cr_assert_not_null(p);
+	cr_assert_eq(ops->host_alloc(b, 64, (void **)&h), 0);
+	cr_assert_eq(ops->host_register(b, p + 100, 100), 0);
+	cr_assert_eq(ops->host_register(b, p + 150, 100), -EEXIST);
+	cr_assert_eq(ops->host_register(b, p, 101), -EEXIST);
+	cr_assert_eq(ops->host_register(b, p, 300), -EEXIST, "a range around a registered one");
+	cr_assert_eq(ops->host_register(b, h, 64), -EEXIST, "host_alloc memory is pinned already");
+	cr_assert_eq(ops->host_unregister(b, h), -EINVAL, "host_alloc memory is not registered");
+	cr_assert_eq(ops->host_register(b, p, 100), 0, "the range just before");
+	cr_assert_eq(ops->host_register(b, p + 200, 100), 0, "the range just after");
+	cr_assert_eq(ops->is_pinned(b, p + 299), 1);
+	cr_assert_eq(ops->host_unregister(b, p), 0);
+	cr_assert_eq(ops->host_unregister(b, p + 100), 0);
+	cr_assert_eq(ops->host_unregister(b, p + 200), 0);
+	cr_assert_eq(ops->is_pinned(b, h), 1);
+	ops->host_free(b, h);
+	free(p);
+	ops->close(b);
+}
+
+/* Many blocks at once: the ranges stay sorted and each lookup finds its own. */
+Test(sim_backend, is_pinned_finds_each_of_many_ranges, .timeout = 20)
+{
+	enum { N = 200 };
+	struct tdm__backend *b = open_sim(1);
+	char *h[N];
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(ops->host_alloc(b, 32 + (size_t)i, (void **)&h[i]), 0);
+	for (int i = 0; i < N; i += 2)
+		ops->host_free(b, h[i]);
+	for (int i = 1; i < N; i += 2) {
+		cr_assert_eq(ops->is_pinned(b, h[i]), 1, "block %d", i);
+		cr_assert_eq(ops->is_pinned(b, h[i] + 32 + i - 1), 1, "block %d, last byte", i);
+	}
+	for (int i = 1; i < N; i += 2)
+		ops->host_free(b, h[i]);
+	ops->close(b);
+}
+
+Test(sim_backend, prefetch_and_advise_accept_managed_memory, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(2);
+	void *s = new_stream(b, 0), *m = NULL;
+	uint64_t *w = host_zeroed(b, 64);
+	cr_assert_eq(ops->managed_alloc(b, 0, 4096, &m), 0);
+	cr_assert_eq(ops->prefetch(b, s, m, 4096, 1), 0);
+	cr_assert_eq(ops->prefetch(b, s, m, 4096, -1), 0, "dev < 0 is the host");
+	cr_assert_eq(ops->advise(b, m, 4096, TDM_ADVISE_READ_MOSTLY, 0), 0);
+	cr_assert_eq(ops->advise(b, m, 4096, TDM_ADVISE_PREFERRED_LOCATION, -1), 0);
+	cr_assert_eq(ops->advise(b, m, 4096, TDM_ADVISE_ACCESSED_BY, 1), 0);
+	cr_assert_eq(ops->write_value(b, s, w, 1), 0);
+	wait_word(w, 1);
+	cr_assert_eq(wait_stream(b, s), 0);
+	ops->managed_free(b, m);
+	ops->host_free(b, w);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+Test(sim_backend, a_peer_copy_moves_data_between_two_devices, .timeout = 20)
+{
+	enum { N = 4096 };
+	struct tdm__backend *b = open_sim(2);
+	void *s0 = new_stream(b, 0), *s1 = new_stream(b, 1);
+	uint64_t *w = host_zeroed(b, 64);
+	unsigned char *src = host_zeroed(b, N), *dst = host_zeroed(b, N), *d0 = NULL, *d1 = NULL;
+	for (int i = 0; i < N; i++)
+		src[i] = (unsigned char)(i * 13 + 5);
+	cr_assert_eq(ops->device_alloc(b, 0, N, (void **)&d0), 0);
+	cr_assert_eq(ops->device_alloc(b, 1, N, (void **)&d1), 0);
+	cr_assert_eq(ops->memcpy_async(b, s0, d0, src, N, TDM_COPY_H2D), 0);
+	cr_assert_eq(ops->memcpy_peer_async(b, s0, d1, 1, d0, 0, N), 0);
+	cr_assert_eq(ops->write_value(b, s0, w, 1), 0);
+	wait_word(w, 1);
+	cr_assert_eq(ops->memcpy_async(b, s1, dst, d1, N, TDM_COPY_D2H), 0);
+	cr_assert_eq(ops->write_value(b, s1, w, 2), 0);
+	wait_word(w, 2);
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(dst[i], (unsigned char)(i * 13 + 5), "byte %d", i);
+	ops->device_free(b, 0, d0);
+	ops->device_free(b, 1, d1);
+	ops->host_free(b, w);
+	ops->host_free(b, src);
+	ops->host_free(b, dst);
+	ops->stream_destroy(b, s0);
+	ops->stream_destroy(b, s1);
+	ops->close(b);
+}
+
+static void never_called(void *arg)
+{
+	(void)arg;
+}
+
+Test(sim_backend, memory_ops_return_einval_for_bad_arguments, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(2);
+	void *s = new_stream(b, 0), *p = NULL;
+	char buf[64];
+	size_t f = 0, t = 0;
+
+	cr_assert_eq(ops->malloc_async(b, NULL, 8, &p), -EINVAL);
+	cr_assert_eq(ops->malloc_async(b, s, 0, &p), -EINVAL);
+	cr_assert_eq(ops->malloc_async(b, s, 8, NULL), -EINVAL);
+	cr_assert_eq(ops->free_async(b, NULL, buf), -EINVAL);
+	cr_assert_eq(ops->host_register(b, NULL, 8), -EINVAL);
+	cr_assert_eq(ops->host_register(b, buf, 0), -EINVAL);
+	cr_assert_eq(ops->host_register(b, (void *)(UINTPTR_MAX - 3), 8), -EINVAL,
+	             "a range past the end of the address space");
+	cr_assert_eq(ops->host_unregister(b, NULL), -EINVAL);
+	cr_assert_eq(ops->host_unregister(b, buf), -EINVAL, "never registered");
+	cr_assert_eq(ops->managed_alloc(b, 2, 8, &p), -EINVAL);
+	cr_assert_eq(ops->managed_alloc(b, -1, 8, &p), -EINVAL);
+	cr_assert_eq(ops->managed_alloc(b, 0, 0, &p), -EINVAL);
+	cr_assert_eq(ops->managed_alloc(b, 0, 8, NULL), -EINVAL);
+	cr_assert_eq(ops->prefetch(b, NULL, buf, 8, 0), -EINVAL);
+	cr_assert_eq(ops->prefetch(b, s, NULL, 8, 0), -EINVAL);
+	cr_assert_eq(ops->prefetch(b, s, buf, 8, 2), -EINVAL);
+	cr_assert_eq(ops->advise(b, NULL, 8, TDM_ADVISE_READ_MOSTLY, 0), -EINVAL);
+	cr_assert_eq(ops->advise(b, buf, 8, (tdm_mem_advice)0, 0), -EINVAL);
+	cr_assert_eq(ops->advise(b, buf, 8, (tdm_mem_advice)4, 0), -EINVAL);
+	cr_assert_eq(ops->advise(b, buf, 8, TDM_ADVISE_ACCESSED_BY, 2), -EINVAL);
+	cr_assert_eq(ops->mem_info(b, 2, &f, &t), -EINVAL);
+	cr_assert_eq(ops->mem_info(b, -1, &f, &t), -EINVAL);
+	cr_assert_eq(ops->mem_info(b, 0, NULL, &t), -EINVAL);
+	cr_assert_eq(ops->mem_info(b, 0, &f, NULL), -EINVAL);
+	cr_assert_eq(ops->host_fn(b, NULL, never_called, NULL), -EINVAL);
+	cr_assert_eq(ops->host_fn(b, s, NULL, NULL), -EINVAL);
+	cr_assert_eq(ops->memcpy_peer_async(b, NULL, buf, 1, buf + 8, 0, 8), -EINVAL);
+	cr_assert_eq(ops->memcpy_peer_async(b, s, NULL, 1, buf + 8, 0, 8), -EINVAL);
+	cr_assert_eq(ops->memcpy_peer_async(b, s, buf, 1, NULL, 0, 8), -EINVAL);
+	cr_assert_eq(ops->memcpy_peer_async(b, s, buf, 2, buf + 8, 0, 8), -EINVAL);
+	cr_assert_eq(ops->memcpy_peer_async(b, s, buf, 1, buf + 8, -1, 8), -EINVAL);
+	cr_assert_null(p);
+
+	/* Nothing above was enqueued or counted. */
+	cr_assert_eq(ops->stream_query(b, s), 0);
+	cr_assert_eq(free_memory(b, 0), 80 * GIB);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+Test(sim_backend, memory_ops_on_a_dead_device_fail_with_eio, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(2);
+	void *s = new_stream(b, 0), *other = new_stream(b, 1), *p = NULL, *d1 = NULL;
+	size_t f = 0, t = 0;
+	char buf[64];
+	cr_assert_eq(ops->device_alloc(b, 1, 64, &d1), 0);
+	cr_assert_eq(ops->launch_fault(b, s), 0);
+	cr_assert_eq(wait_stream(b, s), -EIO);
+	cr_assert_eq(ops->malloc_async(b, s, 64, &p), -EIO);
+	cr_assert_null(p);
+	cr_assert_eq(ops->free_async(b, s, d1), -EIO);
+	cr_assert_eq(ops->prefetch(b, s, buf, 64, -1), -EIO);
+	cr_assert_eq(ops->host_fn(b, s, never_called, NULL), -EIO);
+	cr_assert_eq(ops->memcpy_peer_async(b, s, d1, 1, buf, 0, 64), -EIO);
+	cr_assert_eq(ops->memcpy_peer_async(b, other, d1, 1, buf, 0, 64), -EIO,
+	             "a copy from a dead device, on a stream of a live one");
+	cr_assert_eq(ops->mem_info(b, 0, &f, &t), -EIO);
+	cr_assert_eq(ops->mem_info(b, 1, &f, &t), 0, "the other device goes on");
+	ops->device_free(b, 1, d1);
+	ops->stream_destroy(b, s);
+	ops->stream_destroy(b, other);
 	ops->close(b);
 }
 

@@ -1,0 +1,522 @@
+/*
+ * Pipelines (tdm_pipeline_run): slots that carry batches through prepare, copy in, compute, copy
+ * out and consume. This file owns a pipeline's whole life: checking the config, the slots'
+ * buffers and stream leases, the slots' tasks, the order of consume, the stats, and giving every
+ * resource back.
+ *
+ * Why it is shaped this way:
+ * - One await per batch. A slot enqueues copy in, compute and copy out back to back on its own
+ *   stream and awaits the stream once. The stream runs the three in order; slots on other
+ *   streams overlap with it (one slot's copy in beside another's kernel and a third's copy out,
+ *   on the device's separate copy engines). An await per stage would add a round trip per stage
+ *   and leave the stream idle during each.
+ * - Back-pressure comes free: a slot takes its next batch only after its last one was consumed,
+ *   so in_flight bounds the memory and the batches between prepare and the end of consume.
+ * - No task ever waits for another task. In ordered mode a slot whose batch is done before its
+ *   turn parks the batch in `ring`, and its task ends; whoever consumes batch i goes on with
+ *   i+1, i+2, ... while they are parked, and starts a new task for each slot it frees. A task
+ *   suspended on a notify that another slot fires would hang shutdown: in TDM_SHUTDOWN_CANCEL
+ *   mode the executor cancels woken tasks instead of running them, so the slot that should pass
+ *   the turn on may never run again, and the executor does not terminate while a task is
+ *   suspended. The only awaits here are on GPU work, which always ends.
+ * - Resources belong to the pipeline, not to its tasks: a task cancelled by shutdown never runs
+ *   again, so tdm_pipeline_run takes everything before the first task and gives it all back after
+ *   the group's wait, on its own thread.
+ * - A slot task that got through a batch without suspending (everything failed at once) ends and
+ *   starts its successor instead of looping: that is the point where shutdown can cancel it.
+ *
+ * Lock rules: prep_lock serialises prepare and guards the batch counter; lock guards the consume
+ * order (ring, next_consume) and the stats. Neither is held across an await or a call of consume,
+ * and no thread holds both. A slot's own fields are used by one task at a time: its current task,
+ * or, for a batch parked in the ring, the task that consumes it; the hand-over goes through
+ * `lock`, and tdm_spawn publishes the slot to its next task.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpu_internal.h"
+
+#define DEFAULT_IN_FLIGHT 3
+
+struct pipe;
+
+struct slot {
+	struct pipe *p;
+	tdm_batch b;     /* the batch it carries; buffers and stream stay from batch to batch */
+	bool owns_lease; /* false: the stream is borrowed from another slot (no stream was left) */
+	bool dev_async;  /* dev_in and dev_out are stream-ordered, on the slot's stream */
+	bool busy;       /* carries a batch that prepare gave and that is not finished yet */
+	bool enqueued;   /* the current batch put work on the stream */
+	bool waited;     /* the current batch's await suspended: the poller saw its work end */
+	bool retired;    /* takes no more batches: work of its may still run on the stream */
+};
+
+struct pipe {
+	tdm_gpu *gpu;
+	tdm_pipeline_config cfg;
+	unsigned n; /* slots */
+	tdm_group group;
+
+	pthread_mutex_t prep_lock;
+	uint64_t next_index; /* prep_lock */
+	bool ended;          /* prep_lock: prepare returned TDM_PIPELINE_END */
+	bool started;        /* prep_lock: prepare was called */
+	uint64_t t_first;    /* prep_lock: when the first prepare began */
+
+	pthread_mutex_t lock;
+	/* Ordered mode: the batch whose turn it is, and the batches done before their turn, by
+	 * index % n. Batches between prepare and the end of consume are at most n, and all have
+	 * indices in [next_consume, next_consume + n): the entries never collide. */
+	uint64_t next_consume;                         /* lock */
+	struct slot *ring[TDM_PIPELINE_MAX_IN_FLIGHT]; /* lock */
+	tdm_pipeline_stats st;                         /* lock */
+	uint64_t first_error_index;                    /* lock */
+	uint64_t t_last;                               /* lock: when the last batch finished */
+	int run_err; /* lock: a failure of the pipeline itself, not of a batch */
+
+	struct slot slots[];
+};
+
+static int batch_error(int rc)
+{
+	return rc < 0 ? rc : -EINVAL;
+}
+
+static void note_run_error(struct pipe *p, int rc)
+{
+	pthread_mutex_lock(&p->lock);
+	if (p->run_err == 0)
+		p->run_err = rc;
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* ---- the stages ---- */
+
+/* Gives s the next batch and prepares it; false when the input is over. */
+static bool batch_take(struct slot *s)
+{
+	struct pipe *p = s->p;
+	tdm_batch *b = &s->b;
+	bool taken = false;
+
+	s->enqueued = false;
+	s->waited = false;
+	pthread_mutex_lock(&p->prep_lock);
+	if (!p->ended) {
+		if (!p->started) {
+			p->started = true;
+			p->t_first = tdm_now_ns();
+		}
+		b->index = p->next_index;
+		b->in_len = p->cfg.in_bytes;
+		b->out_len = p->cfg.out_bytes;
+		b->status = 0;
+		int rc = p->cfg.prepare(b, p->cfg.user);
+		if (rc == TDM_PIPELINE_END) {
+			p->ended = true;
+		} else {
+			p->next_index++;
+			b->status = rc == 0 ? 0 : batch_error(rc);
+			taken = true;
+		}
+	}
+	pthread_mutex_unlock(&p->prep_lock);
+	if (taken) {
+		s->busy = true;
+		if (b->status == 0 && b->in_len > p->cfg.in_bytes)
+			b->status = -EINVAL;
+	}
+	return taken;
+}
+
+/* Copy in, compute, copy out, back to back on the slot's stream; the first failure stops it. */
+static void batch_enqueue(struct slot *s)
+{
+	struct pipe *p = s->p;
+	tdm_batch *b = &s->b;
+	int rc = 0;
+
+	if (b->in_len > 0) {
+		rc = tdm_memcpy_async(b->stream, b->dev_in, b->host_in, b->in_len, TDM_COPY_H2D);
+		s->enqueued = rc == 0;
+	}
+	if (rc == 0 && p->cfg.compute != NULL) {
+		rc = p->cfg.compute(b, p->cfg.user);
+		s->enqueued = true; /* it may have enqueued work before it failed */
+	} else if (rc == 0 && b->out_len > b->in_len) {
+		b->out_len = b->in_len; /* copy only: what went in comes out */
+	}
+	if (rc == 0 && b->out_len > p->cfg.out_bytes)
+		rc = -EINVAL;
+	if (rc == 0 && b->out_len > 0) {
+		rc = tdm_memcpy_async(b->stream, b->host_out, b->dev_out, b->out_len, TDM_COPY_D2H);
+		s->enqueued |= rc == 0;
+	}
+	if (rc != 0)
+		b->status = batch_error(rc);
+}
+
+static int batch_await(tdm_task *t, struct slot *s)
+{
+	/* Set before the call: once it returns TDM_SUSPENDED the task may already run again on
+	 * another worker, and this thread must not touch the slot. */
+	s->waited = true;
+	int rc = tdm_await_stream(t, s->b.stream);
+	if (rc != TDM_SUSPENDED)
+		s->waited = false;
+	return rc;
+}
+
+static void batch_settle(struct slot *s, int result)
+{
+	if (s->b.status == 0)
+		s->b.status = result;
+	/*
+	 * An await that suspended resumed once the poller saw the work end (or fail). One that
+	 * failed at once (the GPU layer shutting down, no memory for its completion) leaves the
+	 * work running: the slot's buffers may not be reused, so the slot retires, and the
+	 * teardown drains its stream before freeing them. A failed device runs nothing more:
+	 * there the slot goes on, and its later batches fail at once. Acquire: pairs with the
+	 * release in tdm__device_fail.
+	 */
+	if (!s->waited && !atomic_load_explicit(&s->b.stream->dev->failed, memory_order_acquire))
+		s->retired = true;
+}
+
+/* Consume stage: runs without a lock. */
+static void batch_consume(struct slot *s)
+{
+	struct pipe *p = s->p;
+	tdm_batch *b = &s->b;
+
+	if (b->status == 0 && p->cfg.consume != NULL) {
+		int rc = p->cfg.consume(b, p->cfg.user);
+		if (rc != 0)
+			b->status = batch_error(rc);
+	}
+}
+
+/* Counts a finished batch; p->lock held. */
+static void batch_account(struct slot *s)
+{
+	struct pipe *p = s->p;
+	const tdm_batch *b = &s->b;
+	uint64_t now = tdm_now_ns();
+
+	if (b->status == 0) {
+		p->st.batches++;
+		p->st.bytes_in += b->in_len;
+		p->st.bytes_out += b->out_len;
+	} else {
+		p->st.failed++;
+		if (p->st.first_error == 0 || b->index < p->first_error_index) {
+			p->st.first_error = b->status;
+			p->first_error_index = b->index;
+		}
+	}
+	if (now > p->t_last)
+		p->t_last = now;
+	s->busy = false;
+}
+
+static int slot_task(tdm_task *t, void *arg);
+
+/* Starts a new task for s; the caller must not touch s afterwards. */
+static int slot_spawn(struct slot *s)
+{
+	return tdm_spawn(s->p->gpu->ex, slot_task, s, &s->p->group);
+}
+
+/*
+ * Ordered mode: parks s's finished batch, then, if the batch whose turn it is is parked, takes
+ * the consumer's part: consumes it and every parked batch after it, in order, and starts a task
+ * for each other slot it freed. Only the task that takes ring[next_consume % n] out of the ring
+ * consumes, and next_consume moves on only after that consume returned, so one task at a time
+ * consumes, in index order. True when s's own batch was consumed here (s goes on).
+ */
+static bool batch_turn(struct slot *s)
+{
+	struct pipe *p = s->p;
+	bool self = false;
+
+	pthread_mutex_lock(&p->lock);
+	p->ring[s->b.index % p->n] = s;
+	for (;;) {
+		struct slot *c = p->ring[p->next_consume % p->n];
+		if (c == NULL)
+			break; /* its turn's batch is still on the GPU, or being consumed */
+		p->ring[p->next_consume % p->n] = NULL;
+		pthread_mutex_unlock(&p->lock);
+		batch_consume(c);
+		pthread_mutex_lock(&p->lock);
+		batch_account(c);
+		p->next_consume++;
+		if (c == s) {
+			self = true;
+		} else if (!c->retired) {
+			/* After next_consume moved: c's next batch may land on c's old entry. */
+			pthread_mutex_unlock(&p->lock);
+			int rc = slot_spawn(c);
+			if (rc != 0)
+				note_run_error(p, rc); /* the slot stops; the others go on */
+			pthread_mutex_lock(&p->lock);
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	return self;
+}
+
+/* After a batch: true when the calling task goes on with s's next batch. */
+static bool batch_done(struct slot *s)
+{
+	struct pipe *p = s->p;
+
+	if (p->cfg.ordered) {
+		if (!batch_turn(s))
+			return false; /* parked: its consumer starts the slot's next task */
+	} else {
+		batch_consume(s);
+		pthread_mutex_lock(&p->lock);
+		batch_account(s);
+		pthread_mutex_unlock(&p->lock);
+	}
+	if (s->retired)
+		return false;
+	if (s->waited)
+		return true;
+	/* Nothing suspended this batch: end here and let a new task go on, so that a slot whose
+	 * batches all fail at once still meets the executor between batches (where shutdown can
+	 * cancel it). Without memory for that task, loop on. */
+	return slot_spawn(s) != 0;
+}
+
+/* One slot: batches one after another, until the input is over or the slot is handed on. */
+static int slot_task(tdm_task *t, void *arg)
+{
+	struct slot *s = arg;
+
+	TDM_BEGIN(t);
+	while (batch_take(s)) {
+		if (s->b.status == 0)
+			batch_enqueue(s);
+		if (s->enqueued) {
+			TDM_AWAIT(t, batch_await(t, s));
+			batch_settle(s, tdm_task_result(t));
+		}
+		if (!batch_done(s))
+			return 0;
+	}
+	TDM_END(t);
+}
+
+/* ---- set-up and teardown ---- */
+
+/*
+ * Exclusive while at least one stream of the set stays for other tasks' shared leases; shared
+ * past that; when no stream can be leased at all, another slot's stream is borrowed.
+ */
+static int slot_lease(struct pipe *p, unsigned k)
+{
+	struct slot *s = &p->slots[k];
+	const struct tdm__gdev *d = &p->gpu->devs[p->cfg.device];
+	int rc = -EBUSY;
+
+	if (k + 1 < d->nstreams)
+		rc = tdm_stream_lease(p->gpu, p->cfg.device, TDM_STREAM_EXCLUSIVE, &s->b.stream);
+	if (rc == -EBUSY)
+		rc = tdm_stream_lease(p->gpu, p->cfg.device, TDM_STREAM_SHARED, &s->b.stream);
+	if (rc == 0) {
+		s->owns_lease = true;
+		return 0;
+	}
+	if (rc != -EBUSY)
+		return rc;
+	unsigned owners = 0;
+	for (unsigned j = 0; j < k; j++)
+		owners += p->slots[j].owns_lease;
+	if (owners == 0)
+		return -EBUSY;
+	for (unsigned j = 0, nth = k % owners; j < k; j++)
+		if (p->slots[j].owns_lease && nth-- == 0) {
+			s->b.stream = p->slots[j].b.stream;
+			return 0;
+		}
+	return -EBUSY; /* not reached */
+}
+
+/*
+ * Device memory is stream-ordered on the slot's stream, where all its use is: no device-wide
+ * synchronisation at the teardown (cudaFree has one), and the device's pool serves the next
+ * pipeline. A backend without it gets plain allocations.
+ */
+static int slot_device_alloc(struct slot *s, size_t bytes, void **out)
+{
+	struct pipe *p = s->p;
+	if (s->dev_async) {
+		int rc = tdm_device_alloc_async(s->b.stream, bytes, out);
+		if (rc != -ENOTSUP)
+			return rc;
+		s->dev_async = false;
+	}
+	return tdm_device_alloc(p->gpu, p->cfg.device, bytes, out);
+}
+
+static void slot_device_free(struct slot *s, void *ptr)
+{
+	struct pipe *p = s->p;
+	/* Ordered after the stream's work; a refused free (a failed device) leaves it to us. */
+	if (!s->dev_async || tdm_device_free_async(s->b.stream, ptr) != 0)
+		tdm_device_free(p->gpu, p->cfg.device, ptr);
+}
+
+static int slot_setup(struct pipe *p, unsigned k)
+{
+	struct slot *s = &p->slots[k];
+	tdm_batch *b = &s->b;
+	int rc;
+
+	s->p = p;
+	if ((rc = slot_lease(p, k)) != 0)
+		return rc;
+	s->dev_async = true;
+	if ((rc = tdm_pinned_alloc(p->gpu, p->cfg.in_bytes, &b->host_in)) != 0 ||
+	    (rc = tdm_pinned_alloc(p->gpu, p->cfg.out_bytes, &b->host_out)) != 0 ||
+	    (rc = slot_device_alloc(s, p->cfg.in_bytes, &b->dev_in)) != 0)
+		return rc;
+	if (p->cfg.compute == NULL)
+		b->dev_out = b->dev_in; /* copy only: nothing is written to a second buffer */
+	else if ((rc = slot_device_alloc(s, p->cfg.out_bytes, &b->dev_out)) != 0)
+		return rc;
+	return 0;
+}
+
+static void sleep_us(long us)
+{
+	struct timespec ts = {0, us * 1000L};
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+	}
+}
+
+/*
+ * Waits until the work enqueued on a retired slot's stream so far is done: an event recorded
+ * now and polled (the poller may be stopping). A failed device refuses the record: it runs
+ * nothing more.
+ */
+static void slot_drain(struct slot *s)
+{
+	struct tdm__gdev *d = s->b.stream->dev;
+	struct tdm_gpu *gpu = d->gpu;
+	struct tdm_event *e;
+
+	if (tdm__event_take(d, &e) != 0) {
+		while (gpu->ops->stream_query(gpu->b, s->b.stream->bs) == -EAGAIN)
+			sleep_us(20);
+		return;
+	}
+	if (tdm_event_record(e, s->b.stream) == 0)
+		while (gpu->ops->event_query(gpu->b, e->be) == -EAGAIN)
+			sleep_us(20);
+	tdm__event_give(e);
+}
+
+/* Gives back what slot_setup took (any part of it). Memory first, the lease last: while a
+ * lease is held, tdm_gpu_destroy waits, so the pools the memory goes back to still exist. */
+static void slot_teardown(struct slot *s)
+{
+	struct pipe *p = s->p;
+	tdm_batch *b = &s->b;
+
+	if (p == NULL)
+		return; /* never set up */
+	if (s->retired && b->stream != NULL)
+		slot_drain(s);
+	if (b->host_in != NULL)
+		tdm_pinned_free(p->gpu, b->host_in);
+	if (b->host_out != NULL)
+		tdm_pinned_free(p->gpu, b->host_out);
+	if (b->dev_out != NULL && b->dev_out != b->dev_in)
+		slot_device_free(s, b->dev_out);
+	if (b->dev_in != NULL)
+		slot_device_free(s, b->dev_in);
+	if (s->owns_lease)
+		tdm_stream_release(b->stream);
+}
+
+/* Starts the slots' tasks and waits for them: 0, -ECANCELED, or why a task could not start. */
+static int pipe_run(struct pipe *p)
+{
+	int rc = tdm_group_init(&p->group, p->gpu->ex);
+	if (rc != 0)
+		return rc;
+	int spawn_rc = 0;
+	for (unsigned k = 0; k < p->n && spawn_rc == 0; k++)
+		spawn_rc = slot_spawn(&p->slots[k]);
+	/* The slots that did start run to the end; the input goes through fewer of them. */
+	rc = tdm_group_wait(&p->group);
+	if (spawn_rc != 0 && p->run_err == 0) /* the tasks are over: no lock needed */
+		p->run_err = spawn_rc;
+	return rc;
+}
+
+int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_stats *stats)
+{
+	if (stats != NULL)
+		memset(stats, 0, sizeof(*stats));
+	if (gpu == NULL || cfg == NULL || cfg->prepare == NULL || cfg->in_bytes == 0 ||
+	    cfg->out_bytes == 0 || cfg->in_flight > TDM_PIPELINE_MAX_IN_FLIGHT)
+		return -EINVAL;
+	if (gpu->ndev == 0)
+		return -ENODEV;
+	if (cfg->device < 0 || cfg->device >= gpu->ndev)
+		return -EINVAL;
+	if (tdm_worker_index(gpu->ex) >= 0)
+		return -EDEADLK; /* the slots' tasks may need this very worker */
+
+	unsigned n = cfg->in_flight != 0 ? cfg->in_flight : DEFAULT_IN_FLIGHT;
+	struct pipe *p = calloc(1, sizeof(*p) + n * sizeof(struct slot));
+	if (p == NULL)
+		return -ENOMEM;
+	p->gpu = gpu;
+	p->cfg = *cfg;
+	p->n = n;
+	pthread_mutex_init(&p->prep_lock, NULL);
+	pthread_mutex_init(&p->lock, NULL);
+
+	int rc = 0;
+	for (unsigned k = 0; k < n && rc == 0; k++)
+		rc = slot_setup(p, k);
+	int wait_rc = 0;
+	if (rc == 0)
+		wait_rc = pipe_run(p);
+
+	/* Every task is over (the group's wait orders their writes before what follows). */
+	uint64_t cancelled = 0;
+	/* Backwards: a slot that borrows a stream comes after the slot that leased it. */
+	for (unsigned k = n; k-- > 0;) {
+		cancelled += p->slots[k].busy;
+		slot_teardown(&p->slots[k]);
+	}
+	if (rc == 0) {
+		p->st.cancelled = cancelled;
+		if (p->started && p->t_last > p->t_first)
+			p->st.seconds = (double)(p->t_last - p->t_first) / 1e9;
+		if (stats != NULL)
+			*stats = p->st;
+		if (wait_rc == -ECANCELED || cancelled > 0)
+			rc = -ECANCELED;
+		else if (p->st.first_error != 0)
+			rc = p->st.first_error;
+		else if (wait_rc != 0)
+			rc = wait_rc;
+		else
+			rc = p->run_err;
+	}
+	pthread_mutex_destroy(&p->lock);
+	pthread_mutex_destroy(&p->prep_lock);
+	free(p);
+	return rc;
+}
