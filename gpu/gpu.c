@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "gpu_internal.h"
+#include "topology.h"
 
 uint64_t tdm_now_ns(void)
 {
@@ -106,8 +107,18 @@ static int init_device(struct tdm_gpu *gpu, int i)
 	int rc = gpu->ops->device_info(gpu->b, i, &d->info);
 	if (rc != 0)
 		return rc;
-	d->nstreams =
-	    gpu->cfg.streams_per_device != 0 ? gpu->cfg.streams_per_device : default_streams();
+	/* Sized for this device: a MIG instance gets fewer streams and launchers than a whole
+	 * GPU (topology.c states the rules; tdm_gpu_device_info says why for each device). */
+	const struct tdm__device_plan *plan =
+	    gpu->topo != NULL && gpu->topo->plans != NULL && i < gpu->topo->ndev
+	        ? &gpu->topo->plans[i]
+	        : NULL;
+	d->nstreams = plan != NULL                       ? plan->streams
+	              : gpu->cfg.streams_per_device != 0 ? gpu->cfg.streams_per_device
+	                                                 : default_streams();
+	d->launch_limit = plan != NULL                 ? plan->launch_limit
+	                  : gpu->cfg.launch_limit != 0 ? gpu->cfg.launch_limit
+	                                               : 4;
 	d->prio[0] = d->info.prio_least;
 	d->prio[1] = d->info.prio_greatest;
 	d->words = d->info.can_write_value64 && gpu->ops->write_value != NULL &&
@@ -149,8 +160,6 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	if (gpu == NULL)
 		return -ENOMEM;
 	memset(gpu, 0, sizeof(*gpu));
-	if (cfg.launch_limit == 0)
-		cfg.launch_limit = 4;
 	if (cfg.poll_spin_us == 0)
 		cfg.poll_spin_us = 200;
 	gpu->ex = ex;
@@ -176,12 +185,16 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 			goto fail;
 		}
 		memset(gpu->devs, 0, (size_t)gpu->ndev * sizeof(*gpu->devs));
+		if ((rc = tdm__topology_for_backend(gpu)) != 0)
+			goto fail;
 		for (int i = 0; i < gpu->ndev; i++)
 			if ((rc = init_device(gpu, i)) != 0) {
 				gpu->ndev = i + 1;
 				goto fail;
 			}
 	}
+	if (ops == NULL && (rc = tdm__topology_for_backend(gpu)) != 0)
+		goto fail;
 	if (ops != NULL && (rc = tdm__pinned_init(gpu)) != 0)
 		goto fail;
 	if (pthread_create(&gpu->poller, NULL, tdm__poller_main, gpu) != 0) {
@@ -197,6 +210,7 @@ fail:
 		destroy_devices(gpu);
 	if (gpu->b != NULL)
 		ops->close(gpu->b);
+	tdm__topology_free(gpu->topo);
 	free(gpu);
 	return rc;
 }
@@ -234,6 +248,7 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 		if (gpu->pinned != NULL)
 			tdm__pinned_fini(gpu);
 		gpu->ops->close(gpu->b);
+		tdm__topology_free(gpu->topo);
 	}
 	free(gpu);
 	return 0;
@@ -378,7 +393,7 @@ int tdm_stream_device(const tdm_stream *s)
 void tdm_launch_begin(tdm_stream *s)
 {
 	struct tdm__gdev *d = s->dev;
-	unsigned limit = d->gpu->cfg.launch_limit;
+	unsigned limit = d->launch_limit;
 	for (;;) {
 		int cur = atomic_load_explicit(&d->launching, memory_order_relaxed);
 		if ((unsigned)cur < limit &&

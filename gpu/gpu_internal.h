@@ -53,10 +53,11 @@ struct tdm__gdev {
 	unsigned nstreams; /* per priority class */
 	int prio[TDM__PRIO_CLASSES];
 	_Atomic(struct tdm_stream *) *streams[TDM__PRIO_CLASSES]; /* created lazily */
-	uint64_t *word_block; /* pinned: one cache line per stream */
-	_Atomic unsigned rr;  /* spreads threads that are not workers */
-	_Atomic int failed;   /* a sticky error was seen */
-	uint64_t last_alive;  /* poller only: ns of the last progress or healthy status query */
+	uint64_t *word_block;  /* pinned: one cache line per stream */
+	_Atomic unsigned rr;   /* spreads threads that are not workers */
+	_Atomic int failed;    /* a sticky error was seen */
+	uint64_t last_alive;   /* poller only: ns of the last progress or healthy status query */
+	unsigned launch_limit; /* threads launching here at once (topology's plan) */
 	_Alignas(TDM__CACHELINE) _Atomic int launching;
 	pthread_mutex_t lock;
 	struct tdm_event *free_events; /* lock */
