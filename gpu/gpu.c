@@ -248,8 +248,8 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 		if (gpu->pinned != NULL)
 			tdm__pinned_fini(gpu);
 		gpu->ops->close(gpu->b);
-		tdm__topology_free(gpu->topo);
 	}
+	tdm__topology_free(gpu->topo);
 	free(gpu);
 	return 0;
 }
