@@ -104,6 +104,13 @@ struct tdm__backend_ops {
 	/* Copy between devices (cudaMemcpyPeerAsync), ordered on stream. */
 	int (*memcpy_peer_async)(struct tdm__backend *b, void *stream, void *dst, int dst_dev,
 	                         const void *src, int src_dev, size_t bytes);
+	/*
+	 * A kernel that keeps every SM of the device busy for about ns nanoseconds: kernels of this
+	 * kind serialise on a device, so a device runs 1e9/ns of them per second (a compute-bound
+	 * task). cuda: as many blocks as fit on the device at once, each spinning for ns from its
+	 * own start; sim: the stream's thread holds the device's busy lock for ns.
+	 */
+	int (*launch_busy)(struct tdm__backend *b, void *stream, uint32_t ns);
 };
 
 extern const struct tdm__backend_ops tdm__backend_sim;

@@ -98,6 +98,8 @@ static void destroy_devices(struct tdm_gpu *gpu)
 	gpu->devs = NULL;
 }
 
+static void cpulist_to_set(const char *l, cpu_set_t *set);
+
 static int init_device(struct tdm_gpu *gpu, int i)
 {
 	struct tdm__gdev *d = &gpu->devs[i];
@@ -119,6 +121,10 @@ static int init_device(struct tdm_gpu *gpu, int i)
 	d->launch_limit = plan != NULL                 ? plan->launch_limit
 	                  : gpu->cfg.launch_limit != 0 ? gpu->cfg.launch_limit
 	                                               : 4;
+	if (plan != NULL && plan->pin_cpus[0] != '\0') {
+		cpulist_to_set(plan->pin_cpus, &d->cpus);
+		d->has_cpus = true;
+	}
 	d->prio[0] = d->info.prio_least;
 	d->prio[1] = d->info.prio_greatest;
 	d->words = d->info.can_write_value64 && gpu->ops->write_value != NULL &&
@@ -149,7 +155,9 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 		cfg = *cfg_in;
 	else
 		tdm_gpu_config_init(&cfg);
-	if ((unsigned)cfg.completion > TDM_COMPLETION_EVENT || cfg.streams_per_device > 1024 ||
+	if ((unsigned)cfg.completion > TDM_COMPLETION_EVENT ||
+	    (unsigned)cfg.placement > TDM_PLACE_NEAREST ||
+	    (unsigned)cfg.pageable > TDM_PAGEABLE_REFUSE || cfg.streams_per_device > 1024 ||
 	    cfg.launch_limit > 1024)
 		return -EINVAL;
 	const struct tdm__backend_ops *ops;
@@ -319,6 +327,55 @@ static int stream_at(struct tdm__gdev *d, int c, unsigned k, struct tdm_stream *
 	return rc;
 }
 
+/* "0-3,8" into a CPU set; malformed parts are skipped (the list came from sysfs or a plan). */
+static void cpulist_to_set(const char *l, cpu_set_t *set)
+{
+	CPU_ZERO(set);
+	while (l != NULL && *l != '\0') {
+		char *end;
+		long a = strtol(l, &end, 10), b = a;
+		if (end == l)
+			return;
+		if (*end == '-')
+			b = strtol(end + 1, &end, 10);
+		for (long c = a; c <= b && c >= 0 && c < CPU_SETSIZE; c++)
+			CPU_SET((int)c, set);
+		l = *end == ',' ? end + 1 : NULL;
+	}
+}
+
+static int place(struct tdm_gpu *gpu)
+{
+	unsigned n = (unsigned)gpu->ndev;
+	unsigned rr = atomic_fetch_add_explicit(&gpu->place_rr, 1, memory_order_relaxed);
+	switch (gpu->cfg.placement) {
+	case TDM_PLACE_LEAST_LOADED: {
+		/* Start the scan at rr so that ties spread instead of piling on device 0. */
+		int best = (int)(rr % n), best_load = INT32_MAX;
+		for (unsigned k = 0; k < n; k++) {
+			int i = (int)((rr + k) % n);
+			int load = atomic_load_explicit(&gpu->devs[i].leased, memory_order_relaxed);
+			if (load < best_load) {
+				best = i;
+				best_load = load;
+			}
+		}
+		return best;
+	}
+	case TDM_PLACE_NEAREST: {
+		int cpu = sched_getcpu();
+		for (unsigned k = 0; cpu >= 0 && k < n; k++) {
+			int i = (int)((rr + k) % n);
+			if (gpu->devs[i].has_cpus && CPU_ISSET(cpu, &gpu->devs[i].cpus))
+				return i;
+		}
+		return (int)(rr % n);
+	}
+	default:
+		return (int)(rr % n);
+	}
+}
+
 int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 {
 	if (gpu == NULL || out == NULL ||
@@ -326,6 +383,8 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 		return -EINVAL;
 	if (gpu->ndev == 0)
 		return -ENODEV;
+	if (device == TDM_DEVICE_ANY)
+		device = place(gpu);
 	if (device < 0 || device >= gpu->ndev)
 		return -EINVAL;
 	if (atomic_load_explicit(&gpu->stopping, memory_order_relaxed))
@@ -347,6 +406,7 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 			if (atomic_compare_exchange_strong_explicit(
 			        &s->leases, &none, TDM__EXCLUSIVE, memory_order_acquire,
 			        memory_order_relaxed)) {
+				atomic_fetch_add_explicit(&d->leased, 1, memory_order_relaxed);
 				*out = s;
 				return 0;
 			}
@@ -355,6 +415,7 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 		/* Shared: take it unless someone holds it exclusively. */
 		int prev = atomic_fetch_add_explicit(&s->leases, 1, memory_order_acquire);
 		if (prev < TDM__EXCLUSIVE) {
+			atomic_fetch_add_explicit(&d->leased, 1, memory_order_relaxed);
 			*out = s;
 			return 0;
 		}
@@ -371,6 +432,7 @@ int tdm_stream_release(tdm_stream *s)
 	if (cur == 0)
 		return -EINVAL;
 	/* Release: the holder's use of the stream happens before the next exclusive lease. */
+	atomic_fetch_sub_explicit(&s->dev->leased, 1, memory_order_relaxed);
 	if (cur >= TDM__EXCLUSIVE)
 		atomic_fetch_sub_explicit(&s->leases, TDM__EXCLUSIVE, memory_order_release);
 	else

@@ -8,6 +8,7 @@
 #define TDM_GPU_GPU_INTERNAL_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -58,6 +59,9 @@ struct tdm__gdev {
 	_Atomic int failed;    /* a sticky error was seen */
 	uint64_t last_alive;   /* poller only: ns of the last progress or healthy status query */
 	unsigned launch_limit; /* threads launching here at once (topology's plan) */
+	cpu_set_t cpus;        /* the CPUs nearest the device (topology's plan), if has_cpus */
+	bool has_cpus;
+	_Atomic int leased; /* stream leases held: the load TDM_PLACE_LEAST_LOADED compares */
 	_Alignas(TDM__CACHELINE) _Atomic int launching;
 	pthread_mutex_t lock;
 	struct tdm_event *free_events; /* lock */
@@ -76,6 +80,7 @@ struct tdm_gpu {
 	struct tdm__backend *b;
 	int ndev;
 	struct tdm__gdev *devs;
+	_Atomic unsigned place_rr; /* placement's rotation */
 
 	/* Awaits handed to the poller, newest first. */
 	_Alignas(TDM__CACHELINE) struct tdm__stack submit;

@@ -1,5 +1,5 @@
 /*
- * The cuda backend's kernels (empty, spin, scale, fault) and their extern "C" launch wrappers,
+ * The cuda backend's kernels (empty, spin, busy, scale, fault) and their extern "C" launch wrappers,
  * declared in kernels.h for cuda.c. Nothing here chooses a device or checks arguments: cuda.c
  * does both before it calls in.
  */
@@ -27,6 +27,22 @@ __device__ __forceinline__ uint64_t globaltimer()
 __global__ void spin_kernel(uint32_t ns)
 {
 	const uint64_t t0 = globaltimer();
+	while (globaltimer() - t0 < ns) {
+	}
+}
+
+// Every thread of a block spins from the block's start, read once by thread 0: a block that the
+// hardware schedules late (another kernel still held its SM) still spins for the whole ns, so the
+// kernel occupies its SMs for at least ns. The launch bounds cap registers so that
+// TDM__BUSY_BLOCKS_PER_SM blocks fit on an SM at once: the grid of cuda.c then fills the device
+// in one wave, and a second busy kernel finds no room until the first one's blocks retire.
+__global__ void __launch_bounds__(TDM__BUSY_BLOCK, TDM__BUSY_BLOCKS_PER_SM) busy_kernel(uint32_t ns)
+{
+	__shared__ uint64_t t0;
+
+	if (threadIdx.x == 0)
+		t0 = globaltimer();
+	__syncthreads();
 	while (globaltimer() - t0 < ns) {
 	}
 }
@@ -70,6 +86,12 @@ extern "C" cudaError_t tdm__kernel_spin(cudaStream_t s, uint32_t ns)
 {
 	const cudaLaunchConfig_t c = config(s, 1, 1);
 	return cudaLaunchKernelEx(&c, spin_kernel, ns);
+}
+
+extern "C" cudaError_t tdm__kernel_busy(cudaStream_t s, unsigned blocks, uint32_t ns)
+{
+	const cudaLaunchConfig_t c = config(s, blocks, TDM__BUSY_BLOCK);
+	return cudaLaunchKernelEx(&c, busy_kernel, ns);
 }
 
 extern "C" cudaError_t tdm__kernel_scale(cudaStream_t s, unsigned blocks, float *y, const float *x,

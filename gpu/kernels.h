@@ -21,6 +21,10 @@ extern "C" {
 
 /* Threads per block of tdm__kernel_scale. */
 #define TDM__SCALE_BLOCK 256u
+/* Threads per block of tdm__kernel_busy, and the blocks of it that the kernel is built to fit on
+ * one SM at once (__launch_bounds__: 8 x 256 = 2048 threads, the most an SM of sm_80/sm_90 holds). */
+#define TDM__BUSY_BLOCK 256u
+#define TDM__BUSY_BLOCKS_PER_SM 8u
 
 /* An empty kernel, 1x1: the floor of launch-to-completion latency. */
 cudaError_t tdm__kernel_empty(cudaStream_t s);
@@ -30,6 +34,12 @@ cudaError_t tdm__kernel_spin(cudaStream_t s, uint32_t ns);
  * equal x. */
 cudaError_t tdm__kernel_scale(cudaStream_t s, unsigned blocks, float *y, const float *x, float a,
                               size_t n);
+/*
+ * `blocks` blocks of TDM__BUSY_BLOCK threads, each spinning on %globaltimer until ns nanoseconds
+ * have passed since the block started. With blocks = SMs x the blocks that fit on one SM, the
+ * grid occupies every SM for about ns, so that busy kernels run one after another on a device.
+ */
+cudaError_t tdm__kernel_busy(cudaStream_t s, unsigned blocks, uint32_t ns);
 /* One thread that executes a trap: a sticky error that ends the device's context. */
 cudaError_t tdm__kernel_fault(cudaStream_t s);
 

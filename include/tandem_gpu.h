@@ -66,7 +66,18 @@ typedef struct tdm_gpu_config {
 	size_t pinned_cap_bytes;
 	/* Copies from or to pageable host memory: TDM_PAGEABLE_STAGE or _REFUSE. */
 	int pageable;
+	/* Where a lease for TDM_DEVICE_ANY goes: a tdm_placement. */
+	int placement;
 } tdm_gpu_config;
+
+/* Placement of tasks that do not name a device (tdm_stream_lease with TDM_DEVICE_ANY). */
+typedef enum tdm_placement {
+	TDM_PLACE_ROUND_ROBIN = 0,  /* the default */
+	TDM_PLACE_LEAST_LOADED = 1, /* the device with the fewest stream leases held */
+	TDM_PLACE_NEAREST = 2,      /* a device whose CPUs include the caller's; else round robin */
+} tdm_placement;
+
+#define TDM_DEVICE_ANY (-1)
 
 enum {
 	/* Staged through the pinned pool: the caller's side of the copy happens on the host,
@@ -110,7 +121,9 @@ enum {
 };
 
 /*
- * Leases a stream of `device` from the calling worker's cache over the device's bounded set.
+ * Leases a stream of `device` (or of the device the placement policy picks, for TDM_DEVICE_ANY)
+ * from the calling worker's slice of the device's bounded set. A task keeps its device across
+ * its awaits by keeping its lease; tdm_stream_device() says which device it got.
  * Shared leases never wait. -EINVAL: bad gpu, device or flags.  -ENODEV: device failed or no
  * device.  -EBUSY: an exclusive lease was asked for and every stream of the set is in use.
  * -ESHUTDOWN: the GPU layer is being destroyed.

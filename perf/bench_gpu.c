@@ -195,18 +195,29 @@ static void watchdog_stop(struct watchdog *w)
 struct gpu_info {
 	const char *backend, *completion;
 	char device[96];
+	/* What tandem decided for device 0 with the default configuration (tdm_gpu_device_info). */
+	unsigned streams, launch_limit;
 };
 
 static void gpu_probe(const struct bench_gpu_opts *o, struct gpu_info *info)
 {
 	struct env e;
+	tdm_device_info di;
 
 	env_open(&e, o, 1, 0);
 	info->backend = o->sim ? "sim" : "cuda";
 	info->completion = tdm_gpu_completion(e.gpu, 0) == TDM_COMPLETION_WORD ? "word" : "event";
 	snprintf(info->device, sizeof(info->device), "%s", o->sim ? "tandem simulator" : "?");
+	info->streams = info->launch_limit = 0;
+	if (tdm_gpu_device_info(e.gpu, 0, &di) == 0) {
+		if (di.name[0] != '\0')
+			snprintf(info->device, sizeof(info->device), "%s", di.name);
+		info->streams = di.streams;
+		info->launch_limit = di.launch_limit;
+	}
 #if HAVE_RAW
-	if (!o->sim && raw_cuda_device_name(info->device, sizeof(info->device)) != 0)
+	if (!o->sim && strcmp(info->device, "?") == 0 &&
+	    raw_cuda_device_name(info->device, sizeof(info->device)) != 0)
 		snprintf(info->device, sizeof(info->device), "?");
 #endif
 	env_close(&e);
@@ -369,8 +380,18 @@ static int lat_task_fn(tdm_task *t, void *arg)
 struct lat_result {
 	struct lat_stats st;
 	uint64_t bg_early;
+	unsigned bg_streams; /* distinct background streams */
 	double bg_setup_ms, bg_kernel_ms;
 };
+
+/* Whether v[j] already appears among v[0..j-1]. */
+static int seen_before(tdm_stream *const *v, unsigned j)
+{
+	for (unsigned k = 0; k < j; k++)
+		if (v[k] == v[j])
+			return 1;
+	return 0;
+}
 
 /*
  * How many background streams: at most BG_PER_STREAM awaits on each, at least BG_MIN_STREAMS, and
@@ -427,9 +448,18 @@ static void tandem_latency(const struct bench_gpu_opts *o, unsigned workers, uin
 	 * background streams are shared leases of the others; an exclusive lease is skipped. */
 	gmust(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &m.s),
 	      "tdm_stream_lease (measured)");
-	for (unsigned j = 0; j < nbg; j++)
+	for (unsigned j = 0; j < nbg; j++) {
 		gmust(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &bgs[j]),
 		      "tdm_stream_lease (background)");
+		res->bg_streams += !seen_before(bgs, j);
+	}
+	if (res->bg_streams < nbg)
+		fprintf(
+		    stderr,
+		    "tandem-bench: warning: gpu-latency outstanding=%llu: %u background leases "
+		    "landed on %u streams (a smaller stream set than asked for): more awaits per "
+		    "stream than intended\n",
+		    (unsigned long long)outstanding, nbg, res->bg_streams);
 	gmust(tdm_notify_init(&m.go, e.ex), "tdm_notify_init");
 	gmust(tdm_group_init(&g, e.ex), "tdm_group_init");
 	gmust(tdm_spawn(e.ex, lat_task_fn, &m, &g), "tdm_spawn");
@@ -456,7 +486,7 @@ static void tandem_latency(const struct bench_gpu_opts *o, unsigned workers, uin
 		/* The end of the run waits for the background kernels. */
 		atomic_store(&wd.stall_ns, STALL_NS + total);
 		for (unsigned j = 0; j < nbg; j++)
-			for (uint64_t k = 0; k < chunks; k++)
+			for (uint64_t k = 0; k < chunks && !seen_before(bgs, j); k++)
 				gmust(tdm_launch_spin(bgs[j], (uint32_t)(total / chunks)),
 				      "tdm_launch_spin (background)");
 		t_bg = tdm_now_ns();
@@ -626,7 +656,8 @@ int bench_gpu_latency(const struct bench_gpu_opts *o)
 			struct lat_result r;
 
 			tandem_latency(o, o->workers[w], outstanding, nbg, nstreams, ns, &r);
-			lat_report(&c, "tandem", o->workers[w], outstanding, nbg, &r, floor);
+			lat_report(&c, "tandem", o->workers[w], outstanding, r.bg_streams, &r,
+			           floor);
 		}
 	}
 	free(ns);
@@ -797,9 +828,11 @@ static const char *const tp_names[TP_NIMPL] = {"tandem", "cuda-sync", "cuda-host
 
 static void tp_header(const struct bench_gpu_opts *o, const struct gpu_info *info, int nimpl)
 {
-	printf("\ngpu-throughput on %s (%s, completion %s): tasks/s, median of %d runs of %llu "
-	       "tasks (a kernel and its await each)\n",
-	       info->backend, info->device, info->completion, o->reps, (unsigned long long)o->n);
+	printf(
+	    "\ngpu-throughput on %s (%s; tandem: completion %s, %u streams per set, launch limit "
+	    "%u): tasks/s, median of %d runs of %llu tasks (a kernel and its await each)\n",
+	    info->backend, info->device, info->completion, info->streams, info->launch_limit,
+	    o->reps, (unsigned long long)o->n);
 	printf("%7s %9s", "workers", "kernel_us");
 	for (int k = 0; k < nimpl; k++)
 		printf(" %14s", tp_names[k]);
@@ -838,7 +871,8 @@ static void tp_json(const struct bench_gpu_opts *o, const struct gpu_info *info,
 	json_str(info->device);
 	putchar('"');
 	if (impl == TP_TANDEM)
-		printf(",\"completion\":\"%s\"", info->completion);
+		printf(",\"completion\":\"%s\",\"stream_set\":%u,\"launch_limit\":%u",
+		       info->completion, info->streams, info->launch_limit);
 	printf(",\"workers\":%u,\"kernel_us\":%llu,\"n\":%llu,\"reps\":%d,"
 	       "\"tasks_per_s\":%.1f,\"best_tasks_per_s\":%.1f,\"median_ms\":%.3f,\"min_ms\":%.3f,"
 	       "\"streams\":%u,\"in_flight\":%llu,\"cpus\":%u}\n",

@@ -542,3 +542,243 @@ Test(gpu_errors, destroy_cancels_far_deadlines, .timeout = 30)
 	cr_assert_eq(c.rc, -ECANCELED);
 	cr_assert_eq(tdm_executor_destroy(e.ex), 0);
 }
+
+/* ---- placement and memory across devices (sim, two devices) ---- */
+
+static void open_two(struct env *e, int placement)
+{
+	tdm_config c;
+	tdm_config_init(&c);
+	c.workers = 2;
+	cr_assert_eq(tdm_executor_create(&e->ex, &c), 0);
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	g.sim_devices = 2;
+	g.placement = placement;
+	cr_assert_eq(tdm_gpu_create(&e->gpu, e->ex, &g), 0);
+	cr_assert_eq(tdm_gpu_device_count(e->gpu), 2);
+}
+
+Test(gpu_placement, round_robin_spreads_leases_over_devices)
+{
+	struct env e;
+	open_two(&e, TDM_PLACE_ROUND_ROBIN);
+	tdm_stream *s[4];
+	int seen[2] = {0, 0};
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(tdm_stream_lease(e.gpu, TDM_DEVICE_ANY, 0, &s[i]), 0);
+		seen[tdm_stream_device(s[i])]++;
+	}
+	cr_assert_eq(seen[0], 2);
+	cr_assert_eq(seen[1], 2);
+	for (int i = 0; i < 4; i++)
+		tdm_stream_release(s[i]);
+	env_close(&e);
+}
+
+Test(gpu_placement, least_loaded_picks_the_device_with_fewer_leases)
+{
+	struct env e;
+	open_two(&e, TDM_PLACE_LEAST_LOADED);
+	tdm_stream *held[3], *s;
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(tdm_stream_lease(e.gpu, 0, 0, &held[i]), 0);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(tdm_stream_lease(e.gpu, TDM_DEVICE_ANY, 0, &s), 0);
+		cr_assert_eq(tdm_stream_device(s), 1, "device 0 holds more leases");
+		tdm_stream_release(s);
+	}
+	for (int i = 0; i < 3; i++)
+		tdm_stream_release(held[i]);
+	env_close(&e);
+}
+
+Test(gpu_placement, bad_placement_is_refused)
+{
+	tdm_executor *ex;
+	tdm_gpu *gpu;
+	tdm_gpu_config g;
+	cr_assert_eq(tdm_executor_create(&ex, NULL), 0);
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	g.placement = 9;
+	cr_assert_eq(tdm_gpu_create(&gpu, ex, &g), -EINVAL);
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
+
+struct peer_state {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	int *host, *d0, *d1;
+};
+
+static int peer_task(tdm_task *t, void *arg)
+{
+	struct peer_state *c = arg;
+	TDM_BEGIN(t);
+	cr_assert_eq(tdm_stream_lease(c->gpu, 0, 0, &c->s), 0);
+	tdm_memcpy_async(c->s, c->d0, c->host, LEN * sizeof(int), TDM_COPY_H2D);
+	tdm_memcpy_peer_async(c->s, c->d1, 1, c->d0, 0, LEN * sizeof(int));
+	memset(c->host + LEN, 0, LEN * sizeof(int));
+	tdm_memcpy_async(c->s, c->host + LEN, c->d1, LEN * sizeof(int), TDM_COPY_D2H);
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	tdm_stream_release(c->s);
+	TDM_END(t);
+}
+
+Test(gpu_memory, peer_copy_moves_data_between_devices)
+{
+	struct env e;
+	open_two(&e, TDM_PLACE_ROUND_ROBIN);
+	struct peer_state c = {.gpu = e.gpu};
+	cr_assert_eq(tdm_host_alloc(e.gpu, 2 * LEN * sizeof(int), (void **)&c.host), 0);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, LEN * sizeof(int), (void **)&c.d0), 0);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 1, LEN * sizeof(int), (void **)&c.d1), 0);
+	for (int i = 0; i < LEN; i++)
+		c.host[i] = 3 * i + 1;
+	cr_assert_eq(run_one(&e, peer_task, &c), 0);
+	for (int i = 0; i < LEN; i++)
+		cr_assert_eq(c.host[LEN + i], 3 * i + 1);
+	tdm_device_free(e.gpu, 0, c.d0);
+	tdm_device_free(e.gpu, 1, c.d1);
+	tdm_host_free(e.gpu, c.host);
+	env_close(&e);
+}
+
+struct pageable_state {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	int *in, *out, *dev; /* in and out: plain malloc, pageable */
+	int rc_in, rc_out;
+};
+
+static int pageable_task(tdm_task *t, void *arg)
+{
+	struct pageable_state *c = arg;
+	TDM_BEGIN(t);
+	cr_assert_eq(tdm_stream_lease(c->gpu, 0, 0, &c->s), 0);
+	c->rc_in = tdm_memcpy_async(c->s, c->dev, c->in, LEN * sizeof(int), TDM_COPY_H2D);
+	c->rc_out = tdm_memcpy_async(c->s, c->out, c->dev, LEN * sizeof(int), TDM_COPY_D2H);
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	tdm_stream_release(c->s);
+	TDM_END(t);
+}
+
+static void pageable_copies(int policy)
+{
+	struct env e;
+	tdm_config c;
+	tdm_config_init(&c);
+	c.workers = 2;
+	cr_assert_eq(tdm_executor_create(&e.ex, &c), 0);
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	g.pageable = policy;
+	cr_assert_eq(tdm_gpu_create(&e.gpu, e.ex, &g), 0);
+	struct pageable_state st = {.gpu = e.gpu};
+	st.in = malloc(LEN * sizeof(int));
+	st.out = calloc(LEN, sizeof(int));
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, LEN * sizeof(int), (void **)&st.dev), 0);
+	for (int i = 0; i < LEN; i++)
+		st.in[i] = i ^ 0x5a5a;
+	cr_assert_eq(run_one(&e, pageable_task, &st), 0);
+	if (policy == TDM_PAGEABLE_STAGE) {
+		cr_assert_eq(st.rc_in, 0);
+		cr_assert_eq(st.rc_out, 0);
+		for (int i = 0; i < LEN; i++)
+			cr_assert_eq(st.out[i], i ^ 0x5a5a, "staged round trip at %d", i);
+		tdm_pinned_stats ps;
+		cr_assert_eq(tdm_pinned_stats_get(e.gpu, &ps), 0);
+		cr_assert_eq(ps.bytes_in_use, 0, "staging blocks went back to the pool");
+	} else {
+		cr_assert_eq(st.rc_in, -EFAULT);
+		cr_assert_eq(st.rc_out, -EFAULT);
+	}
+	tdm_device_free(e.gpu, 0, st.dev);
+	free(st.in);
+	free(st.out);
+	env_close(&e);
+}
+
+Test(gpu_memory, pageable_copies_are_staged_through_the_pinned_pool, .timeout = 30)
+{
+	pageable_copies(TDM_PAGEABLE_STAGE);
+}
+
+Test(gpu_memory, pageable_copies_are_refused_when_asked, .timeout = 30)
+{
+	pageable_copies(TDM_PAGEABLE_REFUSE);
+}
+
+struct ordered_free_state {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	int *host, *dev;
+	int rc_alloc, rc_free;
+};
+
+/* Allocates on the stream, uses the memory, frees it right after the last use, then awaits. */
+static int ordered_free_task(tdm_task *t, void *arg)
+{
+	struct ordered_free_state *c = arg;
+	TDM_BEGIN(t);
+	cr_assert_eq(tdm_stream_lease(c->gpu, 0, 0, &c->s), 0);
+	c->rc_alloc = tdm_device_alloc_async(c->s, LEN * sizeof(int), (void **)&c->dev);
+	if (c->rc_alloc == 0) {
+		tdm_memcpy_async(c->s, c->dev, c->host, LEN * sizeof(int), TDM_COPY_H2D);
+		tdm_launch_spin(c->s, 5000000); /* the free must wait for this and the copy */
+		tdm_memcpy_async(c->s, c->host + LEN, c->dev, LEN * sizeof(int), TDM_COPY_D2H);
+		c->rc_free = tdm_device_free_async(c->s, c->dev);
+	}
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	tdm_stream_release(c->s);
+	TDM_END(t);
+}
+
+static void stream_ordered_free_after_last_use(struct env *e)
+{
+	struct ordered_free_state c = {.gpu = e->gpu};
+	cr_assert_eq(tdm_host_alloc(e->gpu, 2 * LEN * sizeof(int), (void **)&c.host), 0);
+	for (int i = 0; i < LEN; i++) {
+		c.host[i] = 7 * i;
+		c.host[LEN + i] = -1;
+	}
+	cr_assert_eq(run_one(e, ordered_free_task, &c), 0);
+	cr_assert_eq(c.rc_alloc, 0);
+	cr_assert_eq(c.rc_free, 0);
+	for (int i = 0; i < LEN; i++)
+		cr_assert_eq(c.host[LEN + i], 7 * i, "read back before the free ran, at %d", i);
+	tdm_host_free(e->gpu, c.host);
+}
+
+Test(gpu_memory, stream_ordered_free_after_last_use_sim, .timeout = 30)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
+	stream_ordered_free_after_last_use(&e);
+	env_close(&e);
+}
+
+#ifndef TANDEM_TEST_NO_CUDA
+Test(gpu_memory, stream_ordered_free_after_last_use_cuda, .timeout = 30)
+{
+	struct env e;
+	if (!env_open(&e, TDM_BACKEND_CUDA, TDM_COMPLETION_AUTO, 2))
+		cr_skip_test("no CUDA device");
+	stream_ordered_free_after_last_use(&e);
+	env_close(&e);
+}
+#endif
+
+Test(gpu_memory, managed_memory_past_free_memory_is_refused)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 1));
+	void *p;
+	cr_assert_eq(tdm_managed_alloc(e.gpu, 0, (size_t)1 << 50, &p), -ENOMEM);
+	cr_assert_eq(tdm_managed_alloc(e.gpu, 0, 1 << 20, &p), 0);
+	cr_assert_eq(tdm_managed_free(e.gpu, p), 0);
+	env_close(&e);
+}
