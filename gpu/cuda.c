@@ -65,6 +65,8 @@ const struct tdm__backend_ops tdm__backend_cuda = {
 
 struct tdm__cuda_dev {
 	int sm_count;
+	/* The grid of tdm__kernel_busy: as many blocks as are resident on the device at once. */
+	unsigned busy_blocks;
 	bool uva;      /* host pointers of mapped memory are device pointers too */
 	bool map_host; /* can map pinned host memory */
 	bool memops64; /* CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS */
@@ -264,6 +266,30 @@ static void tdm__cuda_retain_pool(int dev)
 		(void)cudaGetLastError();
 }
 
+/*
+ * Blocks of the busy kernel that fit on the device at once: per SM, what the kernel's launch
+ * bounds allow (its registers fit TDM__BUSY_BLOCKS_PER_SM blocks), cut to the SM's thread and
+ * block limits. More would run in a second wave and double the kernel's length; fewer would
+ * leave SMs to a concurrent kernel, which then would not wait for this one.
+ */
+static unsigned tdm__cuda_busy_blocks(int dev, int sm_count)
+{
+	unsigned per_sm = TDM__BUSY_BLOCKS_PER_SM;
+	int threads = 0, blocks = 0;
+
+	if (cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerMultiProcessor, dev) ==
+	        cudaSuccess &&
+	    threads > 0 && (unsigned)threads / TDM__BUSY_BLOCK < per_sm)
+		per_sm = (unsigned)threads / TDM__BUSY_BLOCK;
+	if (cudaDeviceGetAttribute(&blocks, cudaDevAttrMaxBlocksPerMultiprocessor, dev) ==
+	        cudaSuccess &&
+	    blocks > 0 && (unsigned)blocks < per_sm)
+		per_sm = (unsigned)blocks;
+	if (per_sm == 0)
+		per_sm = 1;
+	return (unsigned)(sm_count > 0 ? sm_count : 1) * per_sm;
+}
+
 static int tdm__cuda_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 {
 	PFN_cuDeviceGet_v2000 device_get = NULL;
@@ -308,6 +334,7 @@ static int tdm__cuda_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 
 		if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, i) == cudaSuccess)
 			d->sm_count = v;
+		d->busy_blocks = tdm__cuda_busy_blocks(i, d->sm_count);
 		v = 0;
 		(void)cudaDeviceGetAttribute(&v, cudaDevAttrUnifiedAddressing, i);
 		d->uva = v != 0;
@@ -667,7 +694,7 @@ static int tdm__cuda_memcpy_async(struct tdm__backend *b, void *stream, void *ds
 	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
 }
 
-enum tdm__cuda_kernel { TDM__K_EMPTY, TDM__K_SPIN, TDM__K_SCALE, TDM__K_FAULT };
+enum tdm__cuda_kernel { TDM__K_EMPTY, TDM__K_SPIN, TDM__K_BUSY, TDM__K_SCALE, TDM__K_FAULT };
 
 struct tdm__cuda_launch {
 	enum tdm__cuda_kernel k;
@@ -699,6 +726,9 @@ static int tdm__cuda_launch(const struct tdm__cuda_stream *st, const struct tdm_
 		case TDM__K_SPIN:
 			e = tdm__kernel_spin(st->s, l->ns);
 			break;
+		case TDM__K_BUSY:
+			e = tdm__kernel_busy(st->s, l->blocks, l->ns);
+			break;
 		case TDM__K_SCALE:
 			e = tdm__kernel_scale(st->s, l->blocks, l->y, l->x, l->a, l->n);
 			break;
@@ -723,6 +753,17 @@ static int tdm__cuda_launch_spin(struct tdm__backend *b, void *stream, uint32_t 
 	if (stream == NULL)
 		return -EINVAL;
 	return tdm__cuda_launch(stream, &l);
+}
+
+static int tdm__cuda_launch_busy(struct tdm__backend *b, void *stream, uint32_t ns)
+{
+	const struct tdm__cuda_stream *st = stream;
+	struct tdm__cuda_launch l = {.k = TDM__K_BUSY, .ns = ns};
+
+	if (st == NULL)
+		return -EINVAL;
+	l.blocks = b->devs[st->dev].busy_blocks;
+	return tdm__cuda_launch(st, &l);
 }
 
 static int tdm__cuda_launch_scale(struct tdm__backend *b, void *stream, float *y, const float *x,
@@ -1048,6 +1089,7 @@ const struct tdm__backend_ops tdm__backend_cuda = {
     .mem_info = tdm__cuda_mem_info,
     .host_fn = tdm__cuda_host_fn,
     .memcpy_peer_async = tdm__cuda_memcpy_peer_async,
+    .launch_busy = tdm__cuda_launch_busy,
 };
 
 #endif /* TANDEM_HAVE_CUDA */

@@ -81,6 +81,7 @@ static void destroy_devices(struct tdm_gpu *gpu)
 				if (s == NULL)
 					continue;
 				gpu->ops->stream_destroy(gpu->b, s->bs);
+				pthread_mutex_destroy(&s->wlock);
 				free(s);
 			}
 			free(d->streams[c]);
@@ -308,6 +309,7 @@ static int stream_at(struct tdm__gdev *d, int c, unsigned k, struct tdm_stream *
 		} else {
 			memset(s, 0, sizeof(*s));
 			s->dev = d;
+			pthread_mutex_init(&s->wlock, NULL);
 			if (d->words)
 				s->word = d->word_block +
 				          ((size_t)c * d->nstreams + k) * (TDM__CACHELINE / 8);
@@ -511,6 +513,11 @@ int tdm_launch_spin(tdm_stream *s, uint32_t ns)
 	LAUNCH(s, B(s)->ops->launch_spin(B(s)->b, s->bs, ns));
 }
 
+int tdm_launch_busy(tdm_stream *s, uint32_t ns)
+{
+	LAUNCH(s, B(s)->ops->launch_busy(B(s)->b, s->bs, ns));
+}
+
 int tdm_launch_scale(tdm_stream *s, float *y, const float *x, float a, size_t n)
 {
 	if (y == NULL || x == NULL)
@@ -684,11 +691,18 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *s)
 	if (rc != 0)
 		return fail_now(t, rc);
 	if (d->words) {
-		/* The sequence is taken after the task's work was enqueued and before its write:
-		 * any later write of a larger value implies this task's work is done, so the
-		 * poller may complete by the largest value seen (see poller.c). */
-		uint64_t seq = atomic_fetch_add_explicit(&s->seq, 1, memory_order_relaxed) + 1;
+		/*
+		 * Numbering and enqueueing the write under one lock keeps the writes in number
+		 * order on the stream, so the word only grows. Without it, two tasks sharing the
+		 * stream could enqueue 6 before 5: the word would end at 5, and a poller that
+		 * never read the 6 in between would wait for it forever.
+		 */
+		pthread_mutex_lock(&s->wlock);
+		uint64_t seq = atomic_load_explicit(&s->seq, memory_order_relaxed) + 1;
 		rc = gpu->ops->write_value(gpu->b, s->bs, s->word, seq);
+		if (rc == 0)
+			atomic_store_explicit(&s->seq, seq, memory_order_relaxed);
+		pthread_mutex_unlock(&s->wlock);
 		t->await_obj = s;
 		t->await_seq = seq;
 	} else {

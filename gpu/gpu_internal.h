@@ -29,7 +29,8 @@ struct tdm_stream {
 	uint64_t *word; /* completion word, in pinned memory, a cache line of its own */
 	/* Last sequence number handed to an await on this stream. */
 	_Alignas(TDM__CACHELINE) _Atomic uint64_t seq;
-	_Atomic int leases; /* shared leases held; TDM__EXCLUSIVE when exclusive */
+	_Atomic int leases;    /* shared leases held; TDM__EXCLUSIVE when exclusive */
+	pthread_mutex_t wlock; /* numbers awaits and enqueues their writes in one step */
 
 	/* Poller only. */
 	_Alignas(TDM__CACHELINE) struct tdm__task *head, *tail; /* awaits, by sequence */

@@ -1,7 +1,7 @@
 /*
- * The cuda backend's kernels (empty, spin, busy, scale, fault) and their extern "C" launch wrappers,
- * declared in kernels.h for cuda.c. Nothing here chooses a device or checks arguments: cuda.c
- * does both before it calls in.
+ * The cuda backend's kernels (empty, spin, busy, scale, fault) and their extern "C" launch
+ * wrappers, declared in kernels.h for cuda.c. Nothing here chooses a device or checks arguments:
+ * cuda.c does both before it calls in.
  */
 #include "kernels.h"
 

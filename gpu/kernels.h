@@ -21,8 +21,8 @@ extern "C" {
 
 /* Threads per block of tdm__kernel_scale. */
 #define TDM__SCALE_BLOCK 256u
-/* Threads per block of tdm__kernel_busy, and the blocks of it that the kernel is built to fit on
- * one SM at once (__launch_bounds__: 8 x 256 = 2048 threads, the most an SM of sm_80/sm_90 holds). */
+/* Threads per block of tdm__kernel_busy, and its blocks that fit on one SM at once by its launch
+ * bounds: 8 x 256 = 2048 threads, the most an SM of sm_80 or sm_90 holds. */
 #define TDM__BUSY_BLOCK 256u
 #define TDM__BUSY_BLOCKS_PER_SM 8u
 

@@ -6,11 +6,10 @@
  *   looks only at each busy stream's oldest: the cost of a sweep grows with busy streams, not
  *   with outstanding awaits.
  * - Completion words: an await enqueues a write of the stream's next sequence number into pinned
- *   memory; the poller reads that word. Two tasks sharing a stream may enqueue their writes in
- *   the opposite order of their numbers, so the word can move backwards for a moment; the poller
- *   keeps the largest value it saw. That is sound because a task takes its number after its work
- *   was enqueued and before its write: a larger number written means the smaller one's work is
- *   done (gpu.c, tdm_await_stream).
+ *   memory; the poller reads that word. Numbers are taken and their writes enqueued under the
+ *   stream's lock (gpu.c, tdm_await_stream), so the word only grows: every await numbered at or
+ *   below the value read is complete. FIFOs stay sorted by number because submissions may
+ *   still reach the poller out of order.
  * - A device none of whose streams made progress for TDM__CHECK_NS is asked for the status of
  *   one waiting stream: a sticky device error never writes the word, and this is where it is
  *   found.

@@ -24,9 +24,14 @@
  * memory is a set of address ranges (host_alloc blocks and registered ranges) that is_pinned
  * looks up; nothing is actually locked.
  *
+ * A busy kernel (launch_busy) fills the whole device, so it runs on its stream's thread under
+ * the device's busy lock, held for the kernel's length: busy kernels on a device's streams run one
+ * after another, as on a saturated GPU, while other work (spin kernels, copies) runs beside them.
+ *
  * Lock rules: b->lock guards the lists of live streams and events; s->lock guards a stream's
  * queue, `stop` and `armed`; s->err_lock guards its erred values; b->pin_lock guards the pinned
- * ranges. No thread holds two at once.
+ * ranges; d->busy is held by a stream thread while it runs a busy kernel. No thread holds two at
+ * once.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -56,6 +61,8 @@ struct sim_dev {
 	/* Bytes of device memory allocated and not yet freed, at most SIM_DEV_TOTAL. Relaxed: a
 	 * count that publishes nothing; the memory itself is handed over by the caller. */
 	_Atomic uint64_t held;
+	/* Held for the length of a busy kernel: the device's SMs, all of them. */
+	pthread_mutex_t busy;
 };
 
 /* A pinned host range [lo, hi): a host_alloc block or a registered buffer. */
@@ -80,6 +87,7 @@ struct tdm__backend {
 enum sim_op_kind {
 	/* work: may take an armed fault */
 	SIM_SPIN,
+	SIM_BUSY,
 	SIM_SCALE,
 	SIM_TRAP,
 	SIM_COPY,
@@ -324,6 +332,11 @@ static void execute(struct sim_stream *s, struct sim_op *o)
 	case SIM_SPIN:
 		run_spin(o->u.ns);
 		break;
+	case SIM_BUSY:
+		pthread_mutex_lock(&s->dev->busy);
+		run_spin(o->u.ns);
+		pthread_mutex_unlock(&s->dev->busy);
+		break;
 	case SIM_SCALE:
 		for (size_t i = 0; i < o->u.scale.n; i++)
 			o->u.scale.y[i] = o->u.scale.a * o->u.scale.x[i];
@@ -443,6 +456,8 @@ static int sim_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 		return -ENOMEM;
 	}
 	b->ndev = (int)n;
+	for (unsigned i = 0; i < n; i++)
+		pthread_mutex_init(&b->devs[i].busy, NULL);
 	pthread_mutex_init(&b->lock, NULL);
 	pthread_rwlock_init(&b->pin_lock, NULL);
 	list_init(&b->streams);
@@ -463,6 +478,9 @@ static void sim_close(struct tdm__backend *b)
 		sim_stream_destroy(b, b->streams.next);
 	while (b->events.next != &b->events)
 		sim_event_destroy(b, b->events.next);
+	for (int i = 0; i < b->ndev; i++)
+		pthread_mutex_destroy(
+		    &b->devs[i].busy); /* the stream threads that take it are gone */
 	pthread_mutex_destroy(&b->lock);
 	pthread_rwlock_destroy(&b->pin_lock);
 	free(b->pins);
@@ -856,6 +874,13 @@ static int sim_launch_spin(struct tdm__backend *b, void *stream, uint32_t ns)
 	return submit(stream, (struct sim_op){.kind = SIM_SPIN, .u.ns = ns});
 }
 
+static int sim_launch_busy(struct tdm__backend *b, void *stream, uint32_t ns)
+{
+	if (b == NULL || stream == NULL)
+		return -EINVAL;
+	return submit(stream, (struct sim_op){.kind = SIM_BUSY, .u.ns = ns});
+}
+
 static int sim_launch_scale(struct tdm__backend *b, void *stream, float *y, const float *x, float a,
                             size_t n)
 {
@@ -971,4 +996,5 @@ const struct tdm__backend_ops tdm__backend_sim = {
     .mem_info = sim_mem_info,
     .host_fn = sim_host_fn,
     .memcpy_peer_async = sim_memcpy_peer_async,
+    .launch_busy = sim_launch_busy,
 };

@@ -157,6 +157,12 @@ typedef enum tdm_copy_kind {
 int tdm_memcpy_async(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind);
 /* A kernel that runs about `ns` nanoseconds (0: an empty kernel). */
 int tdm_launch_spin(tdm_stream *s, uint32_t ns);
+/*
+ * A compute-bound kernel: it keeps every SM of the stream's device busy for about `ns`
+ * nanoseconds, so such kernels run one after another on a device (1e9/ns of them a second),
+ * whichever streams they are on. For benchmarks of work that saturates a device.
+ */
+int tdm_launch_busy(tdm_stream *s, uint32_t ns);
 /* y[i] = a * x[i] for i < n, device pointers. */
 int tdm_launch_scale(tdm_stream *s, float *y, const float *x, float a, size_t n);
 /* A kernel that traps: a sticky device error, for tests of error handling. */
@@ -253,11 +259,13 @@ uint64_t tdm_now_ns(void);
  * one was consumed (back-pressure: a slow consumer slows preparation, memory stays bounded, and
  * at most in_flight batches are between prepare and the end of consume at any moment).
  *
- * Streams: each slot leases a stream of cfg.device exclusively while that leaves at least one
- * stream of the device's set to shared leases, and a shared one past that; slots share streams
- * only when the set has no stream left for them (then their GPU stages run one after another).
- * Buffers come from tdm_pinned_alloc and tdm_device_alloc, taken before the first batch and
- * given back before tdm_pipeline_run returns.
+ * Streams: each slot leases a stream of cfg.device, exclusively while that leaves at least one
+ * stream of the device's set to other tasks' shared leases, shared past that; a slot that finds
+ * every stream held exclusively elsewhere uses an earlier slot's. Slots on one stream run their
+ * GPU stages one after another: in_flight beyond the set's size overlaps host stages only.
+ * Buffers come from tdm_pinned_alloc and from tdm_device_alloc_async on the slot's stream
+ * (tdm_device_alloc where the backend has no stream-ordered memory), taken before the first batch
+ * and given back before tdm_pipeline_run returns.
  */
 typedef struct tdm_batch {
 	uint64_t index;     /* 0, 1, 2, ... in the order batches were prepared */

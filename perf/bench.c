@@ -190,6 +190,7 @@ static void usage(FILE *f)
 	fputs("usage: tandem-bench fib|skynet|spawn|idle|all [options]\n"
 	      "       tandem-bench gpu-latency|gpu-throughput [options]\n"
 	      "       tandem-bench pipeline [options]   (tandem-bench pipeline --help)\n"
+	      "       tandem-bench gpu-scaling [options]   (tandem-bench gpu-scaling --help)\n"
 	      "  --threads LIST  comma-separated thread counts (default: 1,<CPUs>)\n"
 	      "  --reps N        timed reps per config, after 1 untimed warm-up (default 10;\n"
 	      "                  idle: 1 window unless given; gpu-throughput: 3)\n"
@@ -734,6 +735,7 @@ static int run_gpu(struct opts *o)
 /* bench_pinned.c: `pinned`, which parses its own options. */
 int bench_pinned(int argc, char **argv);
 int bench_gpu_idle(int argc, char **argv);
+int bench_gpu_scaling(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
@@ -745,6 +747,8 @@ int main(int argc, char **argv)
 			return bench_pinned(argc, argv);
 		if (strcmp(argv[i], "gpu-idle") == 0)
 			return bench_gpu_idle(argc, argv); /* bench_gpu_idle.c */
+		if (strcmp(argv[i], "gpu-scaling") == 0)
+			return bench_gpu_scaling(argc, argv); /* bench_gpu_scaling.c, its own options */
 		if (strcmp(argv[i], "pipeline") == 0)
 			return bench_pipeline(argc, argv); /* bench_pipeline.c, its own options */
 	}

@@ -386,9 +386,15 @@ static void report(const struct opts *o, const char *device, const struct load *
 			else
 				printf("\"gb_per_s\":null,");
 			printf("\"batches_per_s\":%.1f,", (double)n / s);
-			if (i == I_TANDEM)
-				printf("\"overlap_efficiency\":%.4f,\"in_flight\":%u,", ideal / s,
-				       o->in_flight);
+			if (i == I_TANDEM) {
+				printf("\"overlap_efficiency\":%.4f,\"ideal_seconds\":%.6f,"
+				       "\"vs_bidir\":%.4f,\"vs_compute_alone\":%.4f,",
+				       ideal / s, ideal, r[I_BIDIR].median / s,
+				       s / r[I_COMPUTE].median);
+				if (r[I_DB].have)
+					printf("\"vs_double_buffer\":%.4f,", r[I_DB].median / s);
+				printf("\"in_flight\":%u,", o->in_flight);
+			}
 			printf("\"seconds\":%.6f,\"reps\":%u,\"cpus\":%u}\n", s, o->reps, o->cpus);
 			continue;
 		}
@@ -521,8 +527,10 @@ static void run_load(const struct opts *o, const char *device, const struct load
 	struct env e;
 	struct work w = {.l = l, .native = HAVE_RAW && !o->sim};
 	struct row r[I_COUNT];
-	uint64_t n = o->batches, warm = n < 2u * o->in_flight ? n : 2u * o->in_flight;
+	uint64_t n = o->batches, warm = 2 * (uint64_t)o->in_flight;
 
+	if (warm > n)
+		warm = n;
 	memset(r, 0, sizeof(r));
 	atomic_init(&w.bad, 0);
 	env_open(&e, o, l->bytes);

@@ -782,3 +782,54 @@ Test(gpu_memory, managed_memory_past_free_memory_is_refused)
 	cr_assert_eq(tdm_managed_free(e.gpu, p), 0);
 	env_close(&e);
 }
+
+/* ---- many tasks awaiting one shared stream ---- */
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define SHARED_ROUNDS 40
+#else
+#define SHARED_ROUNDS 150
+#endif
+
+static atomic_int shared_done;
+static tdm_stream *shared_stream;
+
+static int shared_task(tdm_task *t, void *arg)
+{
+	(void)arg;
+	TDM_BEGIN(t);
+	TDM_AWAIT(t, tdm_await_stream(t, shared_stream));
+	atomic_fetch_add(&shared_done, 1);
+	TDM_END(t);
+}
+
+/*
+ * Awaits of several workers on one stream, queued behind a kernel so that their completion
+ * writes run back to back: the writes must land in the order of the awaits' numbers, or the word
+ * can end below an await's number and that await never resumes (the test then times out).
+ */
+Test(gpu_sim_words, concurrent_awaits_on_one_shared_stream_all_resume, .timeout = 120)
+{
+	struct env e;
+	tdm_config c;
+	tdm_config_init(&c);
+	c.workers = 4;
+	cr_assert_eq(tdm_executor_create(&e.ex, &c), 0);
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	cr_assert_eq(tdm_gpu_create(&e.gpu, e.ex, &g), 0);
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &shared_stream), 0);
+	atomic_store(&shared_done, 0);
+	for (int r = 0; r < SHARED_ROUNDS; r++) {
+		tdm_group grp;
+		tdm_group_init(&grp, e.ex);
+		tdm_launch_spin(shared_stream, 200000);
+		for (int i = 0; i < 64; i++)
+			cr_assert_eq(tdm_spawn(e.ex, shared_task, NULL, &grp), 0);
+		cr_assert_eq(tdm_group_wait(&grp), 0);
+	}
+	cr_assert_eq(atomic_load(&shared_done), 64 * SHARED_ROUNDS);
+	tdm_stream_release(shared_stream);
+	env_close(&e);
+}

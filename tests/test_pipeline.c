@@ -64,10 +64,11 @@ struct rec {
 	uint32_t spin_ns; /* compute: a kernel this long first ... */
 	bool vary;        /* ... plus more for the earlier batches of each 4: they end late */
 	uint64_t fail_prepare, fail_compute, fail_consume; /* that batch's stage fails (NONE) */
-	int fail_rc;
+	int fail_rc, consume_rc;                           /* with these */
 	uint64_t inject_at; /* sim: prepare arms this fault on the batch's stream (NONE) */
 	tdm_sim_fault inject;
 	unsigned consume_sleep_us; /* a slow consumer */
+	uint64_t slow_at;          /* this batch's consume takes 200 ms (NONE) */
 	/* What they saw. */
 	atomic_size_t prepared, consumed;
 	atomic_long outstanding, max_outstanding; /* prepared and not yet consumed */
@@ -82,8 +83,8 @@ static void rec_init(struct rec *r, uint64_t total)
 {
 	memset(r, 0, sizeof(*r));
 	r->total = total;
-	r->fail_prepare = r->fail_compute = r->fail_consume = r->inject_at = NONE;
-	r->fail_rc = -EIO;
+	r->fail_prepare = r->fail_compute = r->fail_consume = r->inject_at = r->slow_at = NONE;
+	r->fail_rc = r->consume_rc = -EIO;
 }
 
 static uint64_t word(uint64_t index, unsigned k)
@@ -158,6 +159,8 @@ static int rec_consume(tdm_batch *b, void *user)
 	struct rec *r = user;
 	if (r->consume_sleep_us > 0)
 		tdm_test_sleep_us(r->consume_sleep_us);
+	if (b->index == r->slow_at)
+		tdm_test_sleep_us(200000);
 	if (b->index < MAXB)
 		r->out_buf[b->index] = disguise(b->host_out);
 	const uint64_t *w = b->host_out;
@@ -177,7 +180,7 @@ static int rec_consume(tdm_batch *b, void *user)
 	atomic_fetch_sub(&r->outstanding, 1);
 	atomic_fetch_add_explicit(&r->consumed, 1, memory_order_release);
 	if (b->index == r->fail_consume)
-		return r->fail_rc;
+		return r->consume_rc;
 	return 0;
 }
 
@@ -327,7 +330,7 @@ static void failed_consume_counts_as_failed(struct env *e)
 	static struct rec r;
 	rec_init(&r, 20);
 	r.fail_consume = 11;
-	r.fail_rc = -EBADMSG;
+	r.consume_rc = -EBADMSG;
 	tdm_pipeline_config c = rec_config(&r, 3, 1);
 	tdm_pipeline_stats st;
 	cr_assert_eq(tdm_pipeline_run(e->gpu, &c, &st), -EBADMSG);
@@ -337,18 +340,21 @@ static void failed_consume_counts_as_failed(struct env *e)
 	cr_assert_eq(atomic_load(&r.npos), 20, "consume was called for every batch");
 }
 
-/* Of two failed batches, first_error is the one with the lower index. */
+/* Of two failed batches, first_error is the one with the lower index, even when the other
+ * fails first (batch 4's consume is slow, batch 9's compute fails meanwhile). */
 static void first_error_is_the_lowest_batch(struct env *e)
 {
 	static struct rec r;
 	rec_init(&r, 20);
 	r.fail_compute = 9;
-	r.fail_consume = 4;
 	r.fail_rc = -ENOSPC;
-	r.vary = true;
+	r.fail_consume = 4;
+	r.consume_rc = -EBADMSG;
+	r.slow_at = 4;
 	tdm_pipeline_config c = rec_config(&r, 4, 0);
 	tdm_pipeline_stats st;
-	cr_assert_eq(tdm_pipeline_run(e->gpu, &c, &st), -ENOSPC);
+	cr_assert_eq(tdm_pipeline_run(e->gpu, &c, &st), -EBADMSG);
+	cr_assert_eq(st.first_error, -EBADMSG);
 	cr_assert_eq(st.failed, 2);
 	cr_assert_eq(st.batches, 18);
 }

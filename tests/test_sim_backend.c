@@ -3,10 +3,10 @@
  * drive it: work on a stream runs in order and completion words and events report it; injected
  * faults reach exactly the completion point after them; a sticky fault kills the device; many
  * threads may enqueue at once; destroying streams, events and the backend waits for and frees
- * what they hold; stream-ordered frees and host functions wait for the work before them; pinned
- * ranges, device memory counts and peer copies behave as on CUDA. No test asserts a timing: where a
- * check needs "the spin has not ended yet", it is made only when the test measured that it ran
- * before the spin could have ended.
+ * what they hold; busy kernels on one device run one after another; stream-ordered frees and host
+ * functions wait for the work before them; pinned ranges, device memory counts and peer copies
+ * behave as on CUDA. No test asserts a timing: where a check needs "the spin has not ended yet",
+ * it is made only when the test measured that it ran before the spin could have ended.
  */
 #include "common.h"
 
@@ -165,6 +165,7 @@ Test(sim_backend, bad_arguments_return_einval, .timeout = 20)
 	cr_assert_eq(ops->memcpy_async(b, s, w, w + 1, 8, (tdm_copy_kind)0), -EINVAL);
 	cr_assert_eq(ops->memcpy_async(b, s, w, w + 1, 8, (tdm_copy_kind)4), -EINVAL);
 	cr_assert_eq(ops->launch_spin(b, NULL, 0), -EINVAL);
+	cr_assert_eq(ops->launch_busy(b, NULL, 0), -EINVAL);
 	cr_assert_eq(ops->launch_scale(b, s, NULL, &f, 1.0f, 1), -EINVAL);
 	cr_assert_eq(ops->launch_scale(b, s, &f, NULL, 1.0f, 1), -EINVAL);
 	cr_assert_eq(ops->launch_fault(b, NULL), -EINVAL);
@@ -271,6 +272,49 @@ Test(sim_backend, a_spin_kernel_delays_the_work_after_it, .timeout = 20)
 	cr_assert_eq(load_word(w), 1);
 	ops->host_free(b, w);
 	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+/* ---- busy kernels ---- */
+
+/* Polls until one of two words is set; returns 0 or 1, whichever it saw first. */
+static int wait_either(const uint64_t *w0, const uint64_t *w1)
+{
+	for (;;) {
+		if (load_word(w0) != 0)
+			return 0;
+		if (load_word(w1) != 0)
+			return 1;
+		tdm_test_sleep_us(100);
+	}
+}
+
+Test(sim_backend, busy_kernels_on_two_streams_of_a_device_run_one_after_another, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s[2] = {new_stream(b, 0), new_stream(b, 0)};
+	uint64_t *w = host_zeroed(b, 2 * 64);
+	uint64_t *word[2] = {&w[0], &w[8]};
+	uint64_t t0 = now_ns();
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(ops->launch_busy(b, s[i], SPIN_NS), 0);
+		cr_assert_eq(ops->write_value(b, s[i], word[i], 1), 0);
+	}
+	/* Whichever kernel took the device first, the other starts when it ends and its word
+	 * comes at least SPIN_NS after the first one's: not before 2 * SPIN_NS from t0. */
+	int first = wait_either(word[0], word[1]);
+	uint64_t other = load_word(word[1 - first]);
+	if (now_ns() - t0 < 2ull * SPIN_NS)
+		cr_assert_eq(other, 0,
+		             "stream %d's busy kernel ended with stream %d's: they ran at once",
+		             1 - first, first);
+	wait_word(word[1 - first], 1);
+	cr_assert_eq(load_word(word[first]), 1);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(wait_stream(b, s[i]), 0);
+	ops->host_free(b, w);
+	for (int i = 0; i < 2; i++)
+		ops->stream_destroy(b, s[i]);
 	ops->close(b);
 }
 
@@ -466,6 +510,7 @@ Test(sim_backend, a_sticky_fault_kills_the_device_for_good, .timeout = 20)
 	cr_assert_eq(ops->event_query(b, e), -EIO);
 	cr_assert_eq(ops->memcpy_async(b, s1, dst, src, 8, TDM_COPY_D2D), -EIO);
 	cr_assert_eq(ops->launch_spin(b, s1, 0), -EIO);
+	cr_assert_eq(ops->launch_busy(b, s1, 0), -EIO);
 	cr_assert_eq(ops->launch_scale(b, s1, &f, &f, 2.0f, 1), -EIO);
 	cr_assert_eq(ops->launch_fault(b, s1), -EIO);
 	cr_assert_eq(ops->write_value(b, s1, w1, 2), -EIO);
