@@ -244,7 +244,7 @@ const char *tdm_strerror(int err)
 	case -EAGAIN:
 		return "could not start a thread";
 	case -ESHUTDOWN:
-		return "executor is shutting down";
+		return "shutting down (executor or GPU layer)";
 	case -ECANCELED:
 		return "task cancelled by shutdown";
 	case -EDEADLK:

@@ -540,7 +540,7 @@ static void cache_flush(struct tdm__pinned *pool, struct pin_cache *mine)
  */
 static void reclaim(struct tdm__pinned *pool)
 {
-	struct pin_free *lists[PIN_NCLASS_MAX], *release = NULL;
+	struct pin_free *lists[PIN_NCLASS_MAX] = {0}, *release = NULL;
 	for (unsigned c = 0; c < pool->nclass; c++) {
 		struct pin_class *pc = &pool->cls[c];
 		pthread_mutex_lock(&pc->lock);

@@ -748,7 +748,7 @@ int main(int argc, char **argv)
 		if (strcmp(argv[i], "gpu-idle") == 0)
 			return bench_gpu_idle(argc, argv); /* bench_gpu_idle.c */
 		if (strcmp(argv[i], "gpu-scaling") == 0)
-			return bench_gpu_scaling(argc, argv); /* bench_gpu_scaling.c, its own options */
+			return bench_gpu_scaling(argc, argv); /* bench_gpu_scaling.c */
 		if (strcmp(argv[i], "pipeline") == 0)
 			return bench_pipeline(argc, argv); /* bench_pipeline.c, its own options */
 	}

@@ -87,7 +87,7 @@ static void sc_stalled(int sig)
 	_exit(4);
 }
 
-static void sc_die(const char *what, int err)
+_Noreturn static void sc_die(const char *what, int err)
 {
 	fprintf(stderr, "tandem-bench gpu-scaling: %s: %s\n", what, tdm_strerror(err));
 	exit(1);

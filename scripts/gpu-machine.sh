@@ -2,7 +2,7 @@
 # One call on the GPU machine: build with CUDA, run every test (the cuda suites included), the
 # cuda tests under compute-sanitizer, the GPU examples, and the benchmarks; logs go to $OUT.
 # Prepare here first: ../shared/device/prepare-deps.sh; then run with carry [".devdeps"]:
-#   bash scripts/gpu-machine.sh [all|test|bench]
+#   bash scripts/gpu-machine.sh [all|test|bench|scaling]
 set -uo pipefail
 what=${1:-all}
 OUT=${OUT:-/tmp/tandem-out}
@@ -35,9 +35,21 @@ if [ "$what" != bench ]; then
 		grep -E "ERROR SUMMARY|Synthesis" "$OUT/memcheck.log" | tail -5 | tee -a "$OUT/summary.txt"
 	fi
 	log examples
-	for e in gpu_await gpu_many demo; do
+	for e in gpu_await gpu_many pipeline demo; do
 		timeout 60 $B/examples/$e 2>&1 | tail -3 | tee -a "$OUT/summary.txt"
 	done
+	timeout 60 $B/examples/topology >"$OUT/topology.txt" 2>&1
+	TANDEM_TOPO_PRINT=1 timeout 60 $B/tests/test_topology --filter 'topology/live*' \
+		>>"$OUT/topology.txt" 2>&1
+	head -20 "$OUT/topology.txt" | tee -a "$OUT/summary.txt"
+fi
+
+if [ "$what" = scaling ]; then
+	log gpu-scaling
+	timeout 300 $B/perf/tandem-bench gpu-scaling --json >"$OUT/bench-scaling.jsonl" \
+		2>"$OUT/bench-scaling.err"
+	cat "$OUT/bench-scaling.jsonl" "$OUT/bench-scaling.err" | tail -20 | tee -a "$OUT/summary.txt"
+	exit 0
 fi
 
 if [ "$what" != test ]; then
@@ -45,6 +57,9 @@ if [ "$what" != test ]; then
 	bench=$B/perf/tandem-bench
 	timeout 120 $bench gpu-latency --json >"$OUT/bench-gpu.jsonl" 2>"$OUT/bench-gpu.err"
 	timeout 240 $bench gpu-throughput --json >>"$OUT/bench-gpu.jsonl" 2>>"$OUT/bench-gpu.err"
+	timeout 30 $bench gpu-idle --json >>"$OUT/bench-gpu.jsonl" 2>>"$OUT/bench-gpu.err"
+	timeout 120 $bench pinned --json >>"$OUT/bench-gpu.jsonl" 2>>"$OUT/bench-gpu.err"
+	timeout 180 $bench pipeline --json >>"$OUT/bench-gpu.jsonl" 2>>"$OUT/bench-gpu.err"
 	timeout 120 $bench fib --n 30 --threads 1,2,8,16 --json >"$OUT/bench-cpu.jsonl" 2>&1
 	timeout 120 $bench skynet --depth 6 --threads 1,2,8,16 --json >>"$OUT/bench-cpu.jsonl" 2>&1
 	wc -l "$OUT"/bench-*.jsonl | tee -a "$OUT/summary.txt"

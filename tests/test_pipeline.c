@@ -438,6 +438,35 @@ static void shutdown_cancels_a_running_pipeline(tdm_backend backend, int ordered
 	cr_assert_eq(tdm_gpu_destroy(e.gpu), 0);
 }
 
+/* The GPU layer is destroyed under a running pipeline: the slots' next awaits fail at once, each
+ * slot stops (its stream drained before its buffers go), the run returns -ESHUTDOWN, and the
+ * destroy, which waits for the slots' leases, returns. */
+static void gpu_destroy_stops_a_running_pipeline(tdm_backend backend, int ordered)
+{
+	struct env e;
+	if (!env_open(&e, backend))
+		cr_skip_test("no device for this backend");
+	static struct rec r;
+	rec_init(&r, NEVER);
+	r.spin_ns = 300000;
+	r.vary = true;
+	static struct runner u;
+	u.gpu = e.gpu;
+	u.cfg = rec_config(&r, 4, ordered);
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, run_pipeline, &u), 0);
+	tdm_test_wait_count(&r.consumed, 10);
+	cr_assert_eq(tdm_gpu_destroy(e.gpu), 0);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(u.rc, -ESHUTDOWN, "tdm_pipeline_run: %s", tdm_strerror(u.rc));
+	cr_assert_eq(u.st.first_error, -ESHUTDOWN);
+	cr_assert_geq(u.st.failed, 1);
+	cr_assert_eq(u.st.cancelled, 0);
+	cr_assert_eq(u.st.batches + u.st.failed, atomic_load(&r.prepared));
+	cr_assert_eq(atomic_load(&r.bad), 0);
+	tdm_test_destroy(e.ex);
+}
+
 /* ---- suites: each behaviour on each backend ---- */
 
 #define WITH_ENV(backend, body)                                                                    \
@@ -505,6 +534,14 @@ static void shutdown_cancels_a_running_pipeline(tdm_backend backend, int ordered
 	Test(suite, shutdown_cancels_a_running_unordered_pipeline, .timeout = 60)                  \
 	{                                                                                          \
 		shutdown_cancels_a_running_pipeline(backend, 0);                                   \
+	}                                                                                          \
+	Test(suite, gpu_destroy_stops_a_running_ordered_pipeline, .timeout = 60)                   \
+	{                                                                                          \
+		gpu_destroy_stops_a_running_pipeline(backend, 1);                                  \
+	}                                                                                          \
+	Test(suite, gpu_destroy_stops_a_running_unordered_pipeline, .timeout = 60)                 \
+	{                                                                                          \
+		gpu_destroy_stops_a_running_pipeline(backend, 0);                                  \
 	}
 
 TDM_TEST_SUITE(pipeline_sim);
