@@ -161,6 +161,13 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	    (unsigned)cfg.pageable > TDM_PAGEABLE_REFUSE || cfg.streams_per_device > 1024 ||
 	    cfg.launch_limit > 1024)
 		return -EINVAL;
+	if (cfg.completion == TDM_COMPLETION_AUTO) {
+		const char *env = getenv("TANDEM_COMPLETION");
+		if (env != NULL && strcmp(env, "word") == 0)
+			cfg.completion = TDM_COMPLETION_WORD;
+		else if (env != NULL && strcmp(env, "event") == 0)
+			cfg.completion = TDM_COMPLETION_EVENT;
+	}
 	const struct tdm__backend_ops *ops;
 	int rc = pick_backend(&cfg, &ops);
 	if (rc != 0)
@@ -458,13 +465,18 @@ void tdm_launch_begin(tdm_stream *s)
 {
 	struct tdm__gdev *d = s->dev;
 	unsigned limit = d->launch_limit;
-	for (;;) {
+	for (unsigned spins = 0;; spins++) {
 		int cur = atomic_load_explicit(&d->launching, memory_order_relaxed);
 		if ((unsigned)cur < limit &&
 		    atomic_compare_exchange_weak_explicit(
 		        &d->launching, &cur, cur + 1, memory_order_acquire, memory_order_relaxed))
 			return;
-		tdm__cpu_relax();
+		/* A launch takes microseconds: spin a little, then give the CPU to the launchers
+		 * and the poller rather than burn it (more threads than cores otherwise). */
+		if (spins < 64)
+			tdm__cpu_relax();
+		else
+			sched_yield();
 	}
 }
 

@@ -37,7 +37,8 @@ typedef enum tdm_backend {
 
 /* How the poller learns that GPU work finished. */
 typedef enum tdm_completion {
-	/* Completion words where the device can write them (cuStreamWriteValue64), else events. */
+	/* TANDEM_COMPLETION=word|event from the environment if set; else completion words where
+	 * the device can write them (cuStreamWriteValue64), else events. */
 	TDM_COMPLETION_AUTO = 0,
 	/* Each await enqueues a write of a per-stream sequence number into pinned host memory;
 	 * the poller reads memory instead of calling the driver. */
