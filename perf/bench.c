@@ -735,6 +735,7 @@ static int run_gpu(struct opts *o)
 /* bench_pinned.c: `pinned`, which parses its own options. */
 int bench_pinned(int argc, char **argv);
 int bench_gpu_idle(int argc, char **argv);
+int bench_topology(int argc, char **argv);
 int bench_gpu_scaling(int argc, char **argv);
 
 int main(int argc, char **argv)
@@ -745,6 +746,8 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "pinned") == 0)
 			return bench_pinned(argc, argv);
+		if (strcmp(argv[i], "topology") == 0)
+			return bench_topology(argc, argv); /* bench_topology.c */
 		if (strcmp(argv[i], "gpu-idle") == 0)
 			return bench_gpu_idle(argc, argv); /* bench_gpu_idle.c */
 		if (strcmp(argv[i], "gpu-scaling") == 0)
