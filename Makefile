@@ -33,8 +33,10 @@ build:
 	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
 	$(CMAKE) --build $(BUILD_DIR) -j$(JOBS)
 
+# The pipeline example: batch N+1 prepared while N computes and N-1 copies back, on the GPU, or
+# on tandem's GPU simulator (saying so) where there is none.
 demo: deps build
-	$(BUILD_DIR)/examples/demo
+	$(BUILD_DIR)/examples/pipeline
 
 bench: build
 	$(BUILD_DIR)/perf/tandem-bench all
