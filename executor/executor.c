@@ -28,6 +28,34 @@ static unsigned allowed_cpus(cpu_set_t *set)
 	return n > 0 ? (unsigned)n : 1;
 }
 
+int tdm__cpulist_parse(const char *l, cpu_set_t *set)
+{
+	CPU_ZERO(set);
+	if (l == NULL || *l == '\0')
+		return -EINVAL;
+	for (;;) {
+		char *end;
+		long a = strtol(l, &end, 10), b = a;
+		if (end == l || a < 0)
+			return -EINVAL;
+		if (*end == '-') {
+			const char *hi = end + 1;
+			b = strtol(hi, &end, 10);
+			if (end == hi || b < a)
+				return -EINVAL;
+		}
+		if (b >= CPU_SETSIZE)
+			return -EINVAL;
+		for (long c = a; c <= b; c++)
+			CPU_SET((int)c, set);
+		if (*end == '\0' || *end == '\n')
+			return 0;
+		if (*end != ',')
+			return -EINVAL;
+		l = end + 1;
+	}
+}
+
 /* The i-th CPU (round robin) of the affinity mask. */
 static int nth_cpu(const cpu_set_t *set, unsigned i, unsigned ncpus)
 {
@@ -87,6 +115,16 @@ int tdm_executor_create(tdm_executor **out, const tdm_config *cfg_in)
 		return -EINVAL;
 	cpu_set_t cpus;
 	unsigned ncpus = allowed_cpus(&cpus);
+	if (cfg.cpus != NULL) {
+		cpu_set_t want, both;
+		if (tdm__cpulist_parse(cfg.cpus, &want) != 0)
+			return -EINVAL;
+		CPU_AND(&both, &want, &cpus);
+		if (!CPU_EQUAL(&both, &want))
+			return -EINVAL; /* CPUs this process may not run on */
+		cpus = want;
+		ncpus = (unsigned)CPU_COUNT(&cpus);
+	}
 	unsigned n = cfg.workers != 0 ? cfg.workers : ncpus;
 	if (n > TDM_MAX_WORKERS)
 		n = TDM_MAX_WORKERS;
@@ -102,7 +140,8 @@ int tdm_executor_create(tdm_executor **out, const tdm_config *cfg_in)
 	ex->max_searching = cfg.max_searching != 0 ? cfg.max_searching : (n + 1) / 2;
 	snprintf(ex->name_prefix, sizeof(ex->name_prefix), "%s",
 	         cfg.thread_name_prefix != NULL ? cfg.thread_name_prefix : "tdm-w");
-	ex->cfg.thread_name_prefix = NULL; /* the caller's string need not outlive the call */
+	ex->cfg.thread_name_prefix = NULL; /* the caller's strings need not outlive the call */
+	ex->cfg.cpus = NULL;
 	pthread_mutex_init(&ex->idle_lock, NULL);
 	pthread_mutex_init(&ex->pool_lock, NULL);
 	atomic_init(&ex->idle_state, n * TDM__IDLE_UNPARKED);

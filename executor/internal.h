@@ -11,6 +11,7 @@
 #define TDM_INTERNAL_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -226,6 +227,8 @@ void tdm__task_free(struct tdm_executor *ex, struct tdm__worker *w, struct tdm__
 void tdm__task_pool_fini(struct tdm_executor *ex);
 
 /* executor.c */
+/* "0-3,8" into set. -EINVAL when malformed or empty. */
+int tdm__cpulist_parse(const char *list, cpu_set_t *set);
 /* Exactly one of fn and resume is set. */
 int tdm__submit_to(struct tdm_executor *ex, tdm_fn fn, tdm_resume_fn resume, void *arg,
                    struct tdm__group *g);

@@ -50,8 +50,13 @@ typedef enum tdm_shutdown_mode {
 typedef struct tdm_config {
 	/* Worker threads. 0: one per CPU this process may run on (sched_getaffinity). */
 	unsigned workers;
-	/* Nonzero: pin worker i to the i-th CPU of the process's affinity mask (round robin). */
+	/* Nonzero: pin worker i to the i-th CPU (round robin) of `cpus`, or of the process's
+	 * affinity mask when cpus is NULL. */
 	int pin_workers;
+	/* The CPUs the workers may use, as a list ("0-15,32-47"); NULL: the affinity mask. With
+	 * workers == 0 there is one worker per CPU of the list. To run near a GPU, pass the list
+	 * tdm_gpu_device_info() reports as pin_cpus. Must lie within the affinity mask. */
+	const char *cpus;
 	/* Worker thread names are "<prefix><index>", cut to 15 bytes. NULL: "tdm-w". */
 	const char *thread_name_prefix;
 	/* Workers allowed to look for work (steal) at once. 0: half the workers, at least 1. */
@@ -66,8 +71,8 @@ void tdm_config_init(tdm_config *cfg);
 
 /*
  * Starts an executor and its workers. cfg may be NULL for the defaults.
- * -EINVAL: out is NULL, workers > TDM_MAX_WORKERS, max_searching > workers, or shutdown is not a
- *          tdm_shutdown_mode.
+ * -EINVAL: out is NULL, workers > TDM_MAX_WORKERS, max_searching > workers, shutdown is not a
+ *          tdm_shutdown_mode, or cpus is malformed, empty, or outside the affinity mask.
  * -ENOMEM: out of memory.   -EAGAIN: a worker thread could not be started.
  */
 int tdm_executor_create(tdm_executor **out, const tdm_config *cfg);

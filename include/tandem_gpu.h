@@ -69,6 +69,9 @@ typedef struct tdm_gpu_config {
 	int pageable;
 	/* Where a lease for TDM_DEVICE_ANY goes: a tdm_placement. */
 	int placement;
+	/* Nonzero: run the poller on the CPUs nearest device 0 (tdm_device_info.pin_cpus), where
+	 * those are known. Off by default: not yet measured on a machine of several NUMA nodes. */
+	int pin_poller;
 } tdm_gpu_config;
 
 /* Placement of tasks that do not name a device (tdm_stream_lease with TDM_DEVICE_ANY). */

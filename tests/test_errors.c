@@ -221,3 +221,23 @@ Test(errors, strerror_never_returns_null)
 	for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
 		cr_assert_not_null(tdm_strerror(codes[i]), "NULL for %d", codes[i]);
 }
+
+Test(errors, malformed_or_foreign_cpu_lists_are_refused)
+{
+	static const char *bad[] = {"", "x", "3-1", "1,,2", "-1", "0-", "99999"};
+	tdm_config cfg;
+	tdm_executor *ex = NULL;
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		tdm_config_init(&cfg);
+		cfg.cpus = bad[i];
+		cr_assert_eq(tdm_executor_create(&ex, &cfg), -EINVAL, "cpus \"%s\"", bad[i]);
+	}
+	/* A CPU outside the affinity mask: the highest the kernel could name. */
+	tdm_config_init(&cfg);
+	cfg.cpus = "1023";
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	sched_getaffinity(0, sizeof set, &set);
+	if (!CPU_ISSET(1023, &set))
+		cr_assert_eq(tdm_executor_create(&ex, &cfg), -EINVAL);
+}

@@ -379,6 +379,58 @@ Test(executor, pinned_workers_run_on_the_cpus_of_the_affinity_mask_round_robin, 
 	tdm_test_destroy(ex);
 }
 
+Test(executor, pinned_workers_run_on_the_cpus_of_the_given_list, .timeout = 30)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+	int first = -1;
+	for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
+		if (CPU_ISSET(c, &set))
+			first = c;
+	char list[16];
+	snprintf(list, sizeof list, "%d", first);
+	tdm_config cfg;
+	tdm_config_init(&cfg);
+	cfg.workers = 3;
+	cfg.pin_workers = 1;
+	cfg.cpus = list; /* one CPU: every worker lands on it */
+	cfg.thread_name_prefix = "pinw";
+	tdm_executor *ex = tdm_test_create_cfg(&cfg);
+	int cpus[1] = {first};
+	size_t wrong = 0;
+	int found = 0;
+	for (int i = 0; i < 1000; i++) {
+		wrong = 0;
+		found = pinned_workers_checked(cpus, 1, cfg.workers, &wrong);
+		if (found == (int)cfg.workers)
+			break;
+		tdm_test_sleep_us(10000);
+	}
+	cr_assert_eq(found, 3);
+	cr_assert_eq(wrong, 0, "%zu workers are not on CPU %d", wrong, first);
+	tdm_test_destroy(ex);
+}
+
+Test(executor, workers_default_to_one_per_cpu_of_the_given_list, .timeout = 30)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+	int first = -1;
+	for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
+		if (CPU_ISSET(c, &set))
+			first = c;
+	char list[16];
+	snprintf(list, sizeof list, "%d", first);
+	tdm_config cfg;
+	tdm_config_init(&cfg);
+	cfg.cpus = list;
+	tdm_executor *ex = tdm_test_create_cfg(&cfg);
+	cr_assert_eq(tdm_executor_workers(ex), 1);
+	tdm_test_destroy(ex);
+}
+
 /* ---- parking and waking ------------------------------------------------------------------ */
 
 static tdm_worker_stats wait_for_parks(tdm_executor *ex)
