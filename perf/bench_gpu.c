@@ -635,8 +635,10 @@ int bench_gpu_latency(const struct bench_gpu_opts *o)
 
 		for (int f = 0; f < RAW_CUDA_NFLOORS && !o->sim; f++) {
 			struct lat_result r;
-			int rc =
-			    raw_cuda_latency((enum raw_cuda_floor)f, nbg, GPU_WARMUP, o->n, ns);
+			int rc = raw_cuda_latency(
+			    (enum raw_cuda_floor)f, nbg,
+			    nbg > 0 ? (unsigned)((outstanding + nbg - 1) / nbg) : 0, GPU_WARMUP,
+			    o->n, ns);
 
 			if (rc != 0) {
 				fprintf(stderr, "tandem-bench: %s left out: %s (%s)\n",

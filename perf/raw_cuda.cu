@@ -153,7 +153,8 @@ struct floor_state {
 	std::vector<cudaStream_t> bg;
 	unsigned *stop = nullptr; // device memory
 	cudaEvent_t ev = nullptr;
-	uint64_t *word = nullptr; // mapped pinned host memory
+	uint64_t *word = nullptr;     // mapped pinned host memory
+	uint64_t *bg_words = nullptr; // where the background's pending writes land
 	CUdeviceptr word_dev = 0;
 	PFN_cuStreamWriteValue64_v11070 write_value64 = nullptr;
 	uint64_t seq = 0;
@@ -197,6 +198,8 @@ struct floor_state {
 		(void)stop_background();
 		for (cudaStream_t b : bg)
 			(void)cudaStreamDestroy(b);
+		if (bg_words != nullptr)
+			(void)cudaFreeHost(bg_words);
 		if (stop != nullptr)
 			(void)cudaFree(stop);
 		if (s != nullptr) {
@@ -253,7 +256,8 @@ int open_word(floor_state &f)
 	return 0;
 }
 
-int open_floor(floor_state &f, raw_cuda_floor how, unsigned bg_streams, uint64_t samples)
+int open_floor(floor_state &f, raw_cuda_floor how, unsigned bg_streams, unsigned bg_pending,
+               uint64_t samples)
 {
 	RAW_TRY(cudaSetDevice(0));
 	// The measured stream first, then the background ones, as gpu-latency leases tandem's.
@@ -276,6 +280,25 @@ int open_floor(floor_state &f, raw_cuda_floor how, unsigned bg_streams, uint64_t
 			RAW_TRY(cudaLaunchKernelEx(&c, background_kernel,
 			                           static_cast<const volatile unsigned *>(f.stop),
 			                           guard_ns));
+		}
+		// The completion writes tandem's background awaits hold, queued behind the kernels:
+		// pending stream-memory operations on other channels are part of the load.
+		if (bg_pending > 0) {
+			PFN_cuStreamWriteValue64_v11070 wv = nullptr;
+			void *dptr = nullptr;
+			driver_sym("cuStreamWriteValue64", &wv);
+			if (wv == nullptr)
+				return fail_msg(-ENOTSUP, "cuStreamWriteValue64 not found");
+			RAW_TRY(cudaHostAlloc(reinterpret_cast<void **>(&f.bg_words),
+			                      64 * f.bg.size(),
+			                      cudaHostAllocMapped | cudaHostAllocPortable));
+			RAW_TRY(cudaHostGetDevicePointer(&dptr, f.bg_words, 0));
+			for (size_t j = 0; j < f.bg.size(); j++)
+				for (unsigned k = 0; k < bg_pending; k++)
+					if (wv(f.bg[j], (CUdeviceptr)(uintptr_t)dptr + 64 * j,
+					       k + 1, 0) != CUDA_SUCCESS)
+						return fail_msg(-EIO,
+						                "cuStreamWriteValue64 failed");
 		}
 	}
 	switch (how) {
@@ -355,8 +378,8 @@ extern "C" int raw_cuda_device_name(char *buf, size_t len)
 	return 0;
 }
 
-extern "C" int raw_cuda_latency(enum raw_cuda_floor how, unsigned bg_streams, uint64_t warmup,
-                                uint64_t n, uint64_t *ns)
+extern "C" int raw_cuda_latency(enum raw_cuda_floor how, unsigned bg_streams, unsigned bg_pending,
+                                uint64_t warmup, uint64_t n, uint64_t *ns)
 {
 	floor_state f;
 	int rc;
@@ -364,7 +387,7 @@ extern "C" int raw_cuda_latency(enum raw_cuda_floor how, unsigned bg_streams, ui
 	last_error[0] = '\0';
 	if (ns == nullptr || (unsigned)how >= RAW_CUDA_NFLOORS)
 		return fail_msg(-EINVAL, "raw_cuda_latency: bad argument");
-	rc = open_floor(f, how, bg_streams, warmup + n);
+	rc = open_floor(f, how, bg_streams, bg_pending, warmup + n);
 	if (rc != 0)
 		return rc;
 	for (uint64_t i = 0; i < warmup + n; i++) {
