@@ -58,6 +58,13 @@ int bench_gpu_throughput(const struct bench_gpu_opts *o);
  * returns the exit status (3: the backend has no device). */
 int bench_pipeline(int argc, char **argv);
 
+/* bench_gpu_open.c: `--backend cuda|sim` and `--json` for `cmd`, then an executor and a GPU
+ * layer. 0, or the exit status: 2 usage, 3 no device, 1 otherwise (a message was printed). */
+struct tdm_executor;
+struct tdm_gpu;
+int bench_open_gpu(int argc, char **argv, const char *cmd, int *json, struct tdm_executor **ex,
+                   struct tdm_gpu **gpu);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
 #include "tandem.h"
 #include "tandem_gpu.h"
 
@@ -40,35 +41,12 @@ static double now_ms(clockid_t c)
 
 int bench_gpu_idle(int argc, char **argv)
 {
-	tdm_gpu_config gc;
-	tdm_gpu_config_init(&gc);
-	gc.backend = TDM_BACKEND_CUDA;
-	int json = 0;
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "gpu-idle") == 0)
-			continue;
-		if (strcmp(argv[i], "--json") == 0) {
-			json = 1;
-		} else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
-			const char *b = argv[++i];
-			if (strcmp(b, "sim") == 0)
-				gc.backend = TDM_BACKEND_SIM;
-			else if (strcmp(b, "cuda") != 0)
-				goto usage;
-		} else {
-			goto usage;
-		}
-	}
+	int json;
 	tdm_executor *ex;
 	tdm_gpu *gpu;
-	if (tdm_executor_create(&ex, NULL) != 0)
-		return 1;
-	int rc = tdm_gpu_create(&gpu, ex, &gc);
-	if (rc != 0) {
-		fprintf(stderr, "tandem-bench gpu-idle: %s\n", tdm_strerror(rc));
-		tdm_executor_destroy(ex);
-		return rc == -ENODEV ? 3 : 1;
-	}
+	int status = bench_open_gpu(argc, argv, "gpu-idle", &json, &ex, &gpu);
+	if (status != 0)
+		return status;
 	struct burst b = {.gpu = gpu};
 	tdm_group g;
 	tdm_group_init(&g, ex);
@@ -93,7 +71,4 @@ int bench_gpu_idle(int argc, char **argv)
 	tdm_gpu_destroy(gpu);
 	tdm_executor_destroy(ex);
 	return 0;
-usage:
-	fprintf(stderr, "usage: tandem-bench gpu-idle [--backend cuda|sim] [--json]\n");
-	return 2;
 }

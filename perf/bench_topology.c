@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bench.h"
 #include "tandem.h"
 #include "tandem_gpu.h"
 
@@ -22,35 +23,12 @@ static void json_str(const char *key, const char *v, int comma)
 
 int bench_topology(int argc, char **argv)
 {
-	tdm_gpu_config gc;
-	tdm_gpu_config_init(&gc);
-	gc.backend = TDM_BACKEND_CUDA;
-	int json = 0;
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "topology") == 0)
-			continue;
-		if (strcmp(argv[i], "--json") == 0) {
-			json = 1;
-		} else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
-			const char *b = argv[++i];
-			if (strcmp(b, "sim") == 0)
-				gc.backend = TDM_BACKEND_SIM;
-			else if (strcmp(b, "cuda") != 0)
-				goto usage;
-		} else {
-			goto usage;
-		}
-	}
+	int json;
 	tdm_executor *ex;
 	tdm_gpu *gpu;
-	if (tdm_executor_create(&ex, NULL) != 0)
-		return 1;
-	int rc = tdm_gpu_create(&gpu, ex, &gc);
-	if (rc != 0) {
-		fprintf(stderr, "tandem-bench topology: %s\n", tdm_strerror(rc));
-		tdm_executor_destroy(ex);
-		return rc == -ENODEV ? 3 : 1;
-	}
+	int status = bench_open_gpu(argc, argv, "topology", &json, &ex, &gpu);
+	if (status != 0)
+		return status;
 	for (int d = 0; d < tdm_gpu_device_count(gpu); d++) {
 		tdm_device_info in;
 		if (tdm_gpu_device_info(gpu, d, &in) != 0)
@@ -80,7 +58,4 @@ int bench_topology(int argc, char **argv)
 	tdm_gpu_destroy(gpu);
 	tdm_executor_destroy(ex);
 	return 0;
-usage:
-	fprintf(stderr, "usage: tandem-bench topology [--backend cuda|sim] [--json]\n");
-	return 2;
 }

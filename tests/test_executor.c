@@ -348,6 +348,23 @@ static int pinned_workers_checked(const int *cpus, int ncpus, unsigned workers, 
 	return found;
 }
 
+/* Waits until every worker named "pinw<i>" is up, then checks each one's CPU. */
+static void expect_pinned(const int *cpus, int ncpus, unsigned workers)
+{
+	size_t wrong = 0;
+	int found = 0;
+	/* Workers name themselves as they start: poll until all are there (or give up). */
+	for (int i = 0; i < 1000; i++) {
+		wrong = 0;
+		found = pinned_workers_checked(cpus, ncpus, workers, &wrong);
+		if (found == (int)workers)
+			break;
+		tdm_test_sleep_us(10000);
+	}
+	cr_assert_eq(found, (int)workers, "found %d of %u workers by name", found, workers);
+	cr_assert_eq(wrong, 0, "%zu workers are not pinned to their CPU", wrong);
+}
+
 Test(executor, pinned_workers_run_on_the_cpus_of_the_affinity_mask_round_robin, .timeout = 30)
 {
 	cpu_set_t set;
@@ -364,18 +381,7 @@ Test(executor, pinned_workers_run_on_the_cpus_of_the_affinity_mask_round_robin, 
 	cfg.pin_workers = 1;
 	cfg.thread_name_prefix = "pinw";
 	tdm_executor *ex = tdm_test_create_cfg(&cfg);
-	/* Workers name themselves as they start: poll until all are there (or give up). */
-	size_t wrong = 0;
-	int found = 0;
-	for (int i = 0; i < 1000; i++) {
-		wrong = 0;
-		found = pinned_workers_checked(cpus, ncpus, cfg.workers, &wrong);
-		if (found == (int)cfg.workers)
-			break;
-		tdm_test_sleep_us(10000);
-	}
-	cr_assert_eq(found, (int)cfg.workers, "found %d of %u workers by name", found, cfg.workers);
-	cr_assert_eq(wrong, 0, "%zu workers are not pinned to their CPU", wrong);
+	expect_pinned(cpus, ncpus, cfg.workers);
 	tdm_test_destroy(ex);
 }
 
@@ -398,17 +404,7 @@ Test(executor, pinned_workers_run_on_the_cpus_of_the_given_list, .timeout = 30)
 	cfg.thread_name_prefix = "pinw";
 	tdm_executor *ex = tdm_test_create_cfg(&cfg);
 	int cpus[1] = {first};
-	size_t wrong = 0;
-	int found = 0;
-	for (int i = 0; i < 1000; i++) {
-		wrong = 0;
-		found = pinned_workers_checked(cpus, 1, cfg.workers, &wrong);
-		if (found == (int)cfg.workers)
-			break;
-		tdm_test_sleep_us(10000);
-	}
-	cr_assert_eq(found, 3);
-	cr_assert_eq(wrong, 0, "%zu workers are not on CPU %d", wrong, first);
+	expect_pinned(cpus, 1, cfg.workers);
 	tdm_test_destroy(ex);
 }
 

@@ -1,0 +1,43 @@
+/*
+ * The option parsing and set-up shared by the small GPU subcommands (gpu-idle, topology):
+ * `--backend cuda|sim` and `--json`, then an executor and a GPU layer on that backend.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+#include "tandem.h"
+#include "tandem_gpu.h"
+
+int bench_open_gpu(int argc, char **argv, const char *cmd, int *json, struct tdm_executor **ex,
+                   struct tdm_gpu **gpu)
+{
+	tdm_gpu_config gc;
+	tdm_gpu_config_init(&gc);
+	gc.backend = TDM_BACKEND_CUDA;
+	*json = 0;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], cmd) == 0)
+			continue;
+		if (strcmp(argv[i], "--json") == 0) {
+			*json = 1;
+		} else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc &&
+		           (strcmp(argv[i + 1], "sim") == 0 || strcmp(argv[i + 1], "cuda") == 0)) {
+			gc.backend =
+			    strcmp(argv[++i], "sim") == 0 ? TDM_BACKEND_SIM : TDM_BACKEND_CUDA;
+		} else {
+			fprintf(stderr, "usage: tandem-bench %s [--backend cuda|sim] [--json]\n",
+			        cmd);
+			return 2;
+		}
+	}
+	if (tdm_executor_create(ex, NULL) != 0)
+		return 1;
+	int rc = tdm_gpu_create(gpu, *ex, &gc);
+	if (rc != 0) {
+		fprintf(stderr, "tandem-bench %s: %s\n", cmd, tdm_strerror(rc));
+		tdm_executor_destroy(*ex);
+		return rc == -ENODEV ? 3 : 1;
+	}
+	return 0;
+}
