@@ -34,7 +34,8 @@
 struct load {
 	const char *name;
 	size_t bytes;     /* copied in and copied out per batch */
-	uint32_t busy_ns; /* 0: y = 2x over the batch; else a kernel this long + a stamp copy */
+	uint32_t busy_ns; /* 0: the trivial kernel (y = 2x over the batch's first
+	                     PIPE_CUDA_TRIVIAL_BYTES); else a kernel this long + a stamp copy */
 };
 
 /* The sim copies with memcpy on one thread per stream: smaller copy-bound batches keep a run
@@ -81,7 +82,8 @@ static int work_compute(const struct work *w, tdm_stream *s, void *dev_out, cons
 	int rc;
 
 	if (w->l->busy_ns == 0)
-		return tdm_launch_scale(s, dev_out, dev_in, 2.0f, w->l->bytes / sizeof(float));
+		return tdm_launch_scale(s, dev_out, dev_in, 2.0f,
+		                        PIPE_CUDA_TRIVIAL_BYTES / sizeof(float));
 #if HAVE_RAW
 	if (w->native) {
 		/* Our own launch on tandem's stream: bounded like tandem's own launches. */

@@ -182,7 +182,7 @@ int enqueue(pipe_cuda_db *db, int k)
 	if (w.busy_ns == 0) {
 		PIPE_TRY(launch_scale(s, db->sh, static_cast<float *>(db->dout[k]),
 		                      static_cast<const float *>(db->din[k]),
-		                      w.bytes / sizeof(float)));
+		                      PIPE_CUDA_TRIVIAL_BYTES / sizeof(float)));
 	} else {
 		PIPE_TRY(launch_busy(s, db->sh, w.busy_ns));
 		PIPE_TRY(cudaMemcpyAsync(db->dout[k], db->din[k], PIPE_CUDA_STAMP_BYTES,
