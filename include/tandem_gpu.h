@@ -289,7 +289,7 @@ typedef struct tdm_batch {
 
 typedef struct tdm_pipeline_config {
 	int device;
-	unsigned in_flight;         /* batches at once, 1..TDM_PIPELINE_MAX_IN_FLIGHT; 0: 3 */
+	unsigned in_flight;         /* batches at once, 1..TDM_PIPELINE_MAX_IN_FLIGHT; 0: 6 */
 	size_t in_bytes, out_bytes; /* buffer sizes of a slot, both nonzero */
 	int ordered;                /* nonzero: consume runs in batch order */
 	/*
