@@ -1,0 +1,267 @@
+/*
+ * Resumable tasks and the awaitables of the executor itself: host notifications and task
+ * groups. The GPU awaitables are specified in test_gpu.c.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "tandem.h"
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define MANY 2000
+#else
+#define MANY 10000
+#endif
+
+static tdm_executor *make(unsigned workers, tdm_shutdown_mode mode, tdm_cancel_fn on_cancel)
+{
+	tdm_config c;
+	tdm_config_init(&c);
+	c.workers = workers;
+	c.shutdown = mode;
+	c.on_cancel = on_cancel;
+	tdm_executor *ex;
+	cr_assert_eq(tdm_executor_create(&ex, &c), 0);
+	return ex;
+}
+
+struct waiter {
+	tdm_notify *n;
+	int before, after; /* steps reached */
+	int first_rc;      /* what the await call returned */
+	int result;        /* tdm_task_result after it */
+	int seen;          /* a value the firing thread wrote before firing */
+	int *shared;
+};
+
+static int wait_task(tdm_task *t, void *arg)
+{
+	struct waiter *w = arg;
+	TDM_BEGIN(t);
+	__atomic_store_n(&w->before, 1, __ATOMIC_RELEASE); /* the test thread polls it */
+	TDM_AWAIT(t, w->first_rc = tdm_await_notify(t, w->n));
+	w->result = tdm_task_result(t);
+	w->seen = w->shared != NULL ? *w->shared : 0;
+	__atomic_store_n(&w->after, 1, __ATOMIC_RELEASE);
+	TDM_END(t);
+}
+
+Test(resumable, notify_resumes_the_task_after_the_await_with_what_was_written_before, .timeout = 30)
+{
+	tdm_executor *ex = make(2, TDM_SHUTDOWN_DRAIN, NULL);
+	tdm_notify n;
+	cr_assert_eq(tdm_notify_init(&n, ex), 0);
+	static int shared;
+	struct waiter w = {.n = &n, .shared = &shared};
+	tdm_group g;
+	tdm_group_init(&g, ex);
+	cr_assert_eq(tdm_spawn(ex, wait_task, &w, &g), 0);
+	while (!__atomic_load_n(&w.before, __ATOMIC_ACQUIRE))
+		sched_yield();
+	shared = 42; /* published by the fire */
+	cr_assert_eq(tdm_notify_fire(&n), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(w.after, 1);
+	cr_assert_eq(w.result, 0);
+	cr_assert_eq(w.seen, 42);
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
+
+Test(resumable, an_await_on_a_fired_notify_continues_at_once, .timeout = 30)
+{
+	tdm_executor *ex = make(1, TDM_SHUTDOWN_DRAIN, NULL);
+	tdm_notify n;
+	cr_assert_eq(tdm_notify_init(&n, ex), 0);
+	cr_assert_eq(tdm_notify_fire(&n), 0);
+	struct waiter w = {.n = &n};
+	tdm_group g;
+	tdm_group_init(&g, ex);
+	cr_assert_eq(tdm_spawn(ex, wait_task, &w, &g), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(w.first_rc, 0, "no suspension: the condition already held");
+	cr_assert_eq(w.after, 1);
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
+
+Test(resumable, a_second_awaiter_of_one_notify_gets_ebusy, .timeout = 30)
+{
+	tdm_executor *ex = make(2, TDM_SHUTDOWN_DRAIN, NULL);
+	tdm_notify n;
+	cr_assert_eq(tdm_notify_init(&n, ex), 0);
+	struct waiter a = {.n = &n}, b = {.n = &n};
+	tdm_group g;
+	tdm_group_init(&g, ex);
+	cr_assert_eq(tdm_spawn(ex, wait_task, &a, &g), 0);
+	while (!__atomic_load_n(&a.before, __ATOMIC_ACQUIRE))
+		sched_yield();
+	/* a may not have registered yet; b then registers and a gets -EBUSY instead: either way
+	 * exactly one of them waits and the other is refused at once. */
+	cr_assert_eq(tdm_spawn(ex, wait_task, &b, &g), 0);
+	while (!__atomic_load_n(&b.before, __ATOMIC_ACQUIRE))
+		sched_yield();
+	while (!__atomic_load_n(&a.after, __ATOMIC_ACQUIRE) &&
+	       !__atomic_load_n(&b.after, __ATOMIC_ACQUIRE))
+		sched_yield();
+	cr_assert_eq(tdm_notify_fire(&n), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert((a.result == -EBUSY) != (b.result == -EBUSY), "a %d, b %d", a.result, b.result);
+	cr_assert_eq(a.result + b.result, -EBUSY);
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
+
+static atomic_int children_done;
+
+static void child(void *arg)
+{
+	(void)arg;
+	for (volatile int i = 0; i < 1000; i++)
+		;
+	atomic_fetch_add(&children_done, 1);
+}
+
+struct parent {
+	tdm_group g;
+	int seen_children, result, empty_rc;
+	tdm_group empty;
+};
+
+static int parent_task(tdm_task *t, void *arg)
+{
+	struct parent *p = arg;
+	TDM_BEGIN(t);
+	tdm_group_init(&p->empty, tdm_task_executor(t));
+	p->empty_rc = tdm_await_group(t, &p->empty); /* nothing spawned: continues at once */
+	tdm_group_init(&p->g, tdm_task_executor(t));
+	for (int i = 0; i < 100; i++)
+		tdm_group_spawn(&p->g, child, NULL);
+	TDM_AWAIT(t, tdm_await_group(t, &p->g));
+	p->result = tdm_task_result(t);
+	p->seen_children = atomic_load(&children_done);
+	TDM_END(t);
+}
+
+Test(resumable, await_group_resumes_after_every_task_of_the_group, .timeout = 30)
+{
+	tdm_executor *ex = make(2, TDM_SHUTDOWN_DRAIN, NULL);
+	atomic_store(&children_done, 0);
+	struct parent p = {0};
+	tdm_group g;
+	tdm_group_init(&g, ex);
+	cr_assert_eq(tdm_spawn(ex, parent_task, &p, &g), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(p.empty_rc, 0);
+	cr_assert_eq(p.result, 0);
+	cr_assert_eq(p.seen_children, 100, "resumed only after all 100 children");
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
+
+/* Many tasks, fired from another thread in a shuffled order while they are still suspending:
+ * each resumes exactly once, whether the fire comes before or after its worker parks it. */
+static struct waiter many[MANY];
+static tdm_notify notes[MANY];
+
+static void *fire_all(void *arg)
+{
+	int *order = arg;
+	for (int i = 0; i < MANY; i++)
+		tdm_notify_fire(&notes[order[i]]);
+	return NULL;
+}
+
+Test(resumable, many_notifications_fired_while_tasks_suspend_resume_each_once, .timeout = 60)
+{
+	tdm_executor *ex = make(4, TDM_SHUTDOWN_DRAIN, NULL);
+	static int order[MANY];
+	for (int i = 0; i < MANY; i++) {
+		cr_assert_eq(tdm_notify_init(&notes[i], ex), 0);
+		many[i] = (struct waiter){.n = &notes[i]};
+		order[i] = i;
+	}
+	srand(7);
+	for (int i = MANY - 1; i > 0; i--) {
+		int j = rand() % (i + 1), tmp = order[i];
+		order[i] = order[j];
+		order[j] = tmp;
+	}
+	tdm_group g;
+	tdm_group_init(&g, ex);
+	pthread_t firer;
+	for (int i = 0; i < MANY; i++)
+		cr_assert_eq(tdm_spawn(ex, wait_task, &many[i], &g), 0);
+	cr_assert_eq(pthread_create(&firer, NULL, fire_all, order), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	pthread_join(firer, NULL);
+	for (int i = 0; i < MANY; i++) {
+		cr_assert_eq(many[i].after, 1, "task %d resumed", i);
+		cr_assert_eq(many[i].result, 0);
+	}
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
+
+static atomic_int cancelled_resumables;
+
+static void count_cancel(void *user, tdm_fn fn, void *arg)
+{
+	(void)user;
+	if (fn == NULL && arg != NULL)
+		atomic_fetch_add(&cancelled_resumables, 1);
+}
+
+struct destroy_args {
+	tdm_executor *ex;
+	atomic_int done;
+};
+
+static void *destroy_thread(void *arg)
+{
+	struct destroy_args *d = arg;
+	tdm_executor_destroy(d->ex);
+	atomic_store(&d->done, 1);
+	return NULL;
+}
+
+Test(resumable, cancel_shutdown_reports_a_task_woken_after_it_began, .timeout = 30)
+{
+	atomic_store(&cancelled_resumables, 0);
+	tdm_executor *ex = make(2, TDM_SHUTDOWN_CANCEL, count_cancel);
+	tdm_notify n;
+	cr_assert_eq(tdm_notify_init(&n, ex), 0);
+	struct waiter w = {.n = &n};
+	cr_assert_eq(tdm_spawn(ex, wait_task, &w, NULL), 0);
+	while (!__atomic_load_n(&w.before, __ATOMIC_ACQUIRE))
+		sched_yield();
+	struct destroy_args d = {.ex = ex};
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, destroy_thread, &d), 0);
+	/* Destroy waits for the suspended task: it cannot finish before the fire. */
+	for (int i = 0; i < 100; i++)
+		sched_yield();
+	cr_assert_eq(atomic_load(&d.done), 0);
+	cr_assert_eq(tdm_notify_fire(&n), 0);
+	pthread_join(th, NULL);
+	cr_assert_eq(w.after, 0, "the rest of the task did not run");
+	cr_assert_eq(atomic_load(&cancelled_resumables), 1, "it was reported cancelled instead");
+}
+
+Test(resumable, awaits_outside_a_running_task_are_refused)
+{
+	tdm_executor *ex = make(1, TDM_SHUTDOWN_DRAIN, NULL);
+	tdm_notify n;
+	tdm_group g;
+	cr_assert_eq(tdm_notify_init(&n, ex), 0);
+	tdm_group_init(&g, ex);
+	cr_assert_eq(tdm_await_notify(NULL, &n), -EINVAL);
+	cr_assert_eq(tdm_await_group(NULL, &g), -EINVAL);
+	cr_assert_eq(tdm_notify_init(NULL, ex), -EINVAL);
+	cr_assert_eq(tdm_notify_init(&n, NULL), -EINVAL);
+	tdm_notify zero = {{0}};
+	cr_assert_eq(tdm_notify_fire(&zero), -EINVAL);
+	cr_assert_eq(tdm_spawn(NULL, wait_task, NULL, NULL), -EINVAL);
+	cr_assert_eq(tdm_spawn(ex, NULL, NULL, NULL), -EINVAL);
+	cr_assert_eq(tdm_task_result(NULL), -EINVAL);
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
