@@ -36,7 +36,8 @@ struct tdm_stream {
 	_Alignas(TDM__CACHELINE) struct tdm__task *head, *tail; /* awaits, by sequence */
 	struct tdm_stream *busy_next;
 	bool busy;
-	uint64_t done; /* highest word value seen (writes may land out of order) */
+	uint64_t done;     /* highest word value seen */
+	uint64_t moved_ns; /* when its oldest await last changed (completed, or the FIFO filled) */
 };
 
 #define TDM__EXCLUSIVE (1 << 30)
@@ -92,7 +93,8 @@ struct tdm_gpu {
 
 	/* Poller only. */
 	_Alignas(TDM__CACHELINE) pthread_t poller;
-	struct tdm_stream *busy;   /* streams with awaits */
+	struct tdm_stream *busy; /* streams with awaits */
+	unsigned sweeps; /* sweeps made; every TDM__STALL_EVERY-th looks at stalled streams */
 	struct tdm__task *ev_head; /* awaits on user events, unordered */
 	struct tdm__task **heap;   /* deadline awaits, a binary min-heap on await_seq */
 	unsigned nheap, capheap;

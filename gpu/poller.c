@@ -114,6 +114,7 @@ static void stream_insert(struct tdm_gpu *gpu, struct tdm_stream *s, struct tdm_
 	t->link.next = NULL;
 	if (s->head == NULL) {
 		s->head = s->tail = t;
+		s->moved_ns = tdm_now_ns();
 		if (!s->busy) {
 			s->busy = true;
 			s->busy_next = gpu->busy;
@@ -243,13 +244,32 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 	return progress;
 }
 
-static bool sweep(struct tdm_gpu *gpu, uint64_t now)
+/*
+ * A stream whose oldest await has not moved for TDM__STALL_NS waits on long work: it is looked at
+ * on one sweep in TDM__STALL_EVERY only, so thousands of awaits behind long kernels on many
+ * streams do not slow the sweeps that find short work done. While the poller spins its completion
+ * is seen at most TDM__STALL_EVERY sweeps (a few microseconds) late, after it waited
+ * TDM__STALL_NS already; once the poller backs off to sleeping, every sweep looks at it.
+ */
+#define TDM__STALL_NS 50000ull
+#define TDM__STALL_EVERY 16u
+
+static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 {
 	bool progress = false;
+	/* Sleeping sweeps are rare already: they look at every stream. */
+	bool look_at_stalled = !spinning || ++gpu->sweeps % TDM__STALL_EVERY == 0;
 	struct tdm_stream **pp = &gpu->busy;
 	while (*pp != NULL) {
 		struct tdm_stream *s = *pp;
-		progress |= sweep_stream(gpu, s, now);
+		if (!look_at_stalled && now - s->moved_ns > TDM__STALL_NS) {
+			pp = &s->busy_next;
+			continue;
+		}
+		bool moved = sweep_stream(gpu, s, now);
+		if (moved)
+			s->moved_ns = now;
+		progress |= moved;
 		if (s->head == NULL) {
 			s->busy = false;
 			*pp = s->busy_next;
@@ -315,7 +335,7 @@ void *tdm__poller_main(void *arg)
 		if (fresh)
 			intake(gpu);
 		uint64_t now = tdm_now_ns();
-		if (sweep(gpu, now) || fresh)
+		if (sweep(gpu, now, now - last_activity < spin_ns) || fresh)
 			last_activity = now;
 		flush_wakes(gpu);
 		if (outstanding(gpu) || now - last_activity < spin_ns) {
