@@ -132,7 +132,7 @@ void tdm__after_local_push(struct tdm__worker *w)
 }
 
 /* Runs a resumable task until it finishes or parks; true when it finished. */
-static bool resume(struct tdm__worker *w, struct tdm__task *t)
+static bool resume(struct tdm__task *t)
 {
 	for (;;) {
 		atomic_store_explicit(&t->rstate, TDM__RUNNING, memory_order_relaxed);
@@ -149,7 +149,6 @@ static bool resume(struct tdm__worker *w, struct tdm__task *t)
 			return false;
 		/* Woken while it was returning: the await is over, go on at once. The acquire
 		 * above pairs with the waker's exchange and makes its result visible. */
-		(void)w;
 	}
 }
 
@@ -169,7 +168,7 @@ void tdm__run_task(struct tdm__worker *w, struct tdm__task *t)
 		tdm__current = t;
 		bool finished = true;
 		if (t->flags & TDM__TASK_RESUMABLE)
-			finished = resume(w, t);
+			finished = resume(t);
 		else
 			t->fn(t->arg);
 		tdm__current = outer;
