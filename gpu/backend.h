@@ -111,6 +111,9 @@ struct tdm__backend_ops {
 	 * own start; sim: the stream's thread holds the device's busy lock for ns.
 	 */
 	int (*launch_busy)(struct tdm__backend *b, void *stream, uint32_t ns);
+	/* Sets how much freed memory the device's stream-ordered pool keeps for reuse (the release
+	 * threshold); the topology's plan sizes it per device. May be NULL. */
+	int (*pool_release)(struct tdm__backend *b, int dev, uint64_t bytes);
 };
 
 extern const struct tdm__backend_ops tdm__backend_sim;

@@ -250,11 +250,12 @@ static void tdm__cuda_sym(const char *name, void *fnp, size_t size)
  * The default pool's release threshold is 0: at every synchronization it hands its free memory
  * back to the driver, and the next cudaMallocAsync must get it from the driver again (on an H200,
  * cudaMalloc + cudaFree cost 107 us; cudaMallocAsync + cudaFreeAsync from a retained pool,
- * 1.37 us). Keep all of it: memory freed by free_async stays in the pool for the next
- * malloc_async. The price is that cudaMemGetInfo counts retained memory as used. cudaMallocAsync
- * allocates from the device's current pool, which is this one unless the application set another
- * (cudaDeviceSetMemPool); then that pool's settings apply. Best effort: without it allocations
- * work, only slower.
+ * 1.37 us). Keep all of it at open: memory freed by free_async stays in the pool for the next
+ * malloc_async; the GPU layer then lowers the threshold to its plan for the device
+ * (pool_release, half the device's memory by default). The price is that cudaMemGetInfo counts
+ * retained memory as used. cudaMallocAsync allocates from the device's current pool, which is this
+ * one unless the application set another (cudaDeviceSetMemPool); then that pool's settings apply.
+ * Best effort: without it allocations work, only slower.
  */
 static void tdm__cuda_retain_pool(int dev)
 {
@@ -264,6 +265,23 @@ static void tdm__cuda_retain_pool(int dev)
 	if (cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess ||
 	    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess)
 		(void)cudaGetLastError();
+}
+
+static int tdm__cuda_pool_release(struct tdm__backend *b, int dev, uint64_t bytes)
+{
+	cudaMemPool_t pool;
+	cudaError_t e;
+
+	if (b == NULL || dev < 0 || dev >= b->ndev)
+		return -EINVAL;
+	e = cudaDeviceGetDefaultMemPool(&pool, dev);
+	if (e == cudaSuccess)
+		e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &bytes);
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		return -ENOTSUP;
+	}
+	return 0;
 }
 
 /*
@@ -1089,6 +1107,7 @@ const struct tdm__backend_ops tdm__backend_cuda = {
     .mem_info = tdm__cuda_mem_info,
     .host_fn = tdm__cuda_host_fn,
     .memcpy_peer_async = tdm__cuda_memcpy_peer_async,
+    .pool_release = tdm__cuda_pool_release,
     .launch_busy = tdm__cuda_launch_busy,
 };
 

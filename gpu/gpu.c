@@ -122,6 +122,10 @@ static int init_device(struct tdm_gpu *gpu, int i)
 	                                               : 4;
 	if (plan != NULL && plan->pin_cpus[0] != '\0')
 		d->has_cpus = tdm__cpulist_parse(plan->pin_cpus, &d->cpus) == 0;
+	/* Keep freed device memory for reuse up to the plan's share of the device (a MIG instance's
+	 * pool is its own). Best effort: without it allocations only get slower. */
+	if (plan != NULL && plan->pool_release_bytes != 0 && gpu->ops->pool_release != NULL)
+		(void)gpu->ops->pool_release(gpu->b, i, plan->pool_release_bytes);
 	d->prio[0] = d->info.prio_least;
 	d->prio[1] = d->info.prio_greatest;
 	d->words = d->info.can_write_value64 && gpu->ops->write_value != NULL &&
