@@ -36,14 +36,23 @@ struct waiter {
 	int result;        /* tdm_task_result after it */
 	int seen;          /* a value the firing thread wrote before firing */
 	int *shared;
+	int registered; /* the await call returned: suspended, or refused at once */
 };
+
+/* Tells the test thread once the await is registered (or was refused). */
+static int await_and_flag(tdm_task *t, struct waiter *w)
+{
+	int rc = tdm_await_notify(t, w->n);
+	__atomic_store_n(&w->registered, 1, __ATOMIC_RELEASE);
+	return rc;
+}
 
 static int wait_task(tdm_task *t, void *arg)
 {
 	struct waiter *w = arg;
 	TDM_BEGIN(t);
 	__atomic_store_n(&w->before, 1, __ATOMIC_RELEASE); /* the test thread polls it */
-	TDM_AWAIT(t, w->first_rc = tdm_await_notify(t, w->n));
+	TDM_AWAIT(t, w->first_rc = await_and_flag(t, w));
 	w->result = tdm_task_result(t);
 	w->seen = w->shared != NULL ? *w->shared : 0;
 	__atomic_store_n(&w->after, 1, __ATOMIC_RELEASE);
@@ -232,7 +241,7 @@ Test(resumable, cancel_shutdown_reports_a_task_woken_after_it_began, .timeout = 
 	cr_assert_eq(tdm_notify_init(&n, ex), 0);
 	struct waiter w = {.n = &n};
 	cr_assert_eq(tdm_spawn(ex, wait_task, &w, NULL), 0);
-	while (!__atomic_load_n(&w.before, __ATOMIC_ACQUIRE))
+	while (!__atomic_load_n(&w.registered, __ATOMIC_ACQUIRE))
 		sched_yield();
 	struct destroy_args d = {.ex = ex};
 	pthread_t th;
