@@ -11,6 +11,13 @@
 
 #include "internal.h"
 
+uint64_t tdm_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 void tdm_config_init(tdm_config *cfg)
 {
 	if (cfg == NULL)

@@ -8,7 +8,6 @@
  * woken and submitted tasks.
  */
 #include <sched.h>
-#include <time.h>
 
 #include "internal.h"
 
@@ -198,19 +197,6 @@ int tdm__enqueue(struct tdm_executor *ex, struct tdm__task *t)
 
 #define TDM__SPIN_BEFORE_PARK_NS 100000
 
-static uint64_t spin_deadline(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
-	       TDM__SPIN_BEFORE_PARK_NS;
-}
-
-static bool spin_expired(uint64_t until)
-{
-	return spin_deadline() - TDM__SPIN_BEFORE_PARK_NS >= until;
-}
-
 void *tdm__worker_main(void *arg)
 {
 	struct tdm__worker *w = arg;
@@ -224,10 +210,10 @@ void *tdm__worker_main(void *arg)
 			 * the await's round trip. */
 			if (t == NULL &&
 			    atomic_load_explicit(&w->ex->suspended, memory_order_relaxed) > 0) {
-				uint64_t until = spin_deadline();
+				uint64_t until = tdm_now_ns() + TDM__SPIN_BEFORE_PARK_NS;
 				/* The inbox is one load; a full search (every victim) only now
 				 * and then, so the wake-up is seen within a few cycles. */
-				for (unsigned i = 1; t == NULL && !spin_expired(until); i++) {
+				for (unsigned i = 1; t == NULL && tdm_now_ns() < until; i++) {
 					tdm__cpu_relax();
 					t = (i % 64 == 0) ? tdm__find_task(w, true)
 					                  : take_inbox(w, w);

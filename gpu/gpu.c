@@ -18,13 +18,6 @@
 #include "gpu_internal.h"
 #include "topology.h"
 
-uint64_t tdm_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void tdm_gpu_config_init(tdm_gpu_config *cfg)
 {
 	if (cfg != NULL)
@@ -58,15 +51,6 @@ static int pick_backend(tdm_gpu_config *cfg, const struct tdm__backend_ops **out
 	default:
 		return -EINVAL;
 	}
-}
-
-static unsigned default_streams(void)
-{
-	/* The hardware work queues a process gets (CUDA's default is 8): more streams than that
-	 * only alias onto the same queues ("fake concurrency"). */
-	const char *env = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-	long n = env != NULL ? strtol(env, NULL, 10) : 0;
-	return (n >= 1 && n <= 32) ? (unsigned)n : 8;
 }
 
 static void destroy_devices(struct tdm_gpu *gpu)
@@ -109,22 +93,16 @@ static int init_device(struct tdm_gpu *gpu, int i)
 	if (rc != 0)
 		return rc;
 	/* Sized for this device: a MIG instance gets fewer streams and launchers than a whole
-	 * GPU (topology.c states the rules; tdm_gpu_device_info says why for each device). */
-	const struct tdm__device_plan *plan =
-	    gpu->topo != NULL && gpu->topo->plans != NULL && i < gpu->topo->ndev
-	        ? &gpu->topo->plans[i]
-	        : NULL;
-	d->nstreams = plan != NULL                       ? plan->streams
-	              : gpu->cfg.streams_per_device != 0 ? gpu->cfg.streams_per_device
-	                                                 : default_streams();
-	d->launch_limit = plan != NULL                 ? plan->launch_limit
-	                  : gpu->cfg.launch_limit != 0 ? gpu->cfg.launch_limit
-	                                               : 4;
-	if (plan != NULL && plan->pin_cpus[0] != '\0')
+	 * GPU. topology.c owns the rules (and the user's overrides); tdm_gpu_create planned every
+	 * device before this runs. */
+	const struct tdm__device_plan *plan = &gpu->topo->plans[i];
+	d->nstreams = plan->streams;
+	d->launch_limit = plan->launch_limit;
+	if (plan->pin_cpus[0] != '\0')
 		d->has_cpus = tdm__cpulist_parse(plan->pin_cpus, &d->cpus) == 0;
 	/* Keep freed device memory for reuse up to the plan's share of the device (a MIG instance's
 	 * pool is its own). Best effort: without it allocations only get slower. */
-	if (plan != NULL && plan->pool_release_bytes != 0 && gpu->ops->pool_release != NULL)
+	if (plan->pool_release_bytes != 0 && gpu->ops->pool_release != NULL)
 		(void)gpu->ops->pool_release(gpu->b, i, plan->pool_release_bytes);
 	d->prio[0] = d->info.prio_least;
 	d->prio[1] = d->info.prio_greatest;

@@ -233,6 +233,9 @@ typedef struct tdm_worker_stats {
 /* -EINVAL: ex or out is NULL, or worker >= tdm_executor_workers(ex). */
 int tdm_executor_stats(const tdm_executor *ex, unsigned worker, tdm_worker_stats *out);
 
+/* CLOCK_MONOTONIC now, in nanoseconds: the clock of deadlines (tdm_await_deadline). */
+uint64_t tdm_now_ns(void);
+
 /* A message for any value tandem returns; never NULL. */
 const char *tdm_strerror(int err);
 

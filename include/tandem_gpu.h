@@ -248,8 +248,6 @@ int tdm_await_event(tdm_task *t, tdm_event *e);
 /* Resumes t at `deadline_ns` on CLOCK_MONOTONIC (0 at once if passed; -ECANCELED if the GPU
  * layer is destroyed first). */
 int tdm_await_deadline(tdm_task *t, tdm_gpu *gpu, uint64_t deadline_ns);
-/* CLOCK_MONOTONIC now, in nanoseconds. */
-uint64_t tdm_now_ns(void);
 
 /* ---- pipelines ---- */
 

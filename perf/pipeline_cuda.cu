@@ -16,63 +16,15 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda_common.cuh"
+
 namespace
 {
-
-thread_local char last_error[256];
-
-uint64_t now_ns()
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-int errno_of(cudaError_t e)
-{
-	switch (e) {
-	case cudaSuccess:
-		return 0;
-	case cudaErrorMemoryAllocation:
-		return -ENOMEM;
-	case cudaErrorNoDevice:
-	case cudaErrorInsufficientDriver:
-	case cudaErrorStubLibrary:
-	case cudaErrorDevicesUnavailable:
-		return -ENODEV;
-	default:
-		return -EIO;
-	}
-}
-
-/* Records what failed for pipe_cuda_error() and clears the runtime's last error. */
-int fail(const char *what, cudaError_t e)
-{
-	snprintf(last_error, sizeof(last_error), "%s: %s", what, cudaGetErrorString(e));
-	(void)cudaGetLastError();
-	return errno_of(e);
-}
-
-#define PIPE_TRY(call)                                                                             \
-	do {                                                                                       \
-		cudaError_t e_ = (call);                                                           \
-		if (e_ != cudaSuccess)                                                             \
-			return fail(#call, e_);                                                    \
-	} while (0)
 
 /* ---- kernels ---------------------------------------------------------------------------- */
 
 constexpr unsigned BUSY_BLOCK = 1024;
 constexpr unsigned SCALE_BLOCK = 256; // TDM__SCALE_BLOCK
-
-__device__ __forceinline__ uint64_t globaltimer()
-{
-	uint64_t t;
-	// volatile: each read must happen where it is written, or the loop would be hoisted.
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-	return t;
-}
 
 // Every thread spins: a block keeps its SM's thread slots until its last thread ends.
 __global__ void busy_kernel(uint32_t ns)
@@ -156,7 +108,7 @@ extern "C" int pipe_cuda_busy(void *stream, uint32_t ns)
 
 	if (rc != 0)
 		return rc;
-	PIPE_TRY(launch_busy(static_cast<cudaStream_t>(stream), sh, ns));
+	CUDA_TRY(launch_busy(static_cast<cudaStream_t>(stream), sh, ns));
 	return 0;
 }
 
@@ -178,17 +130,17 @@ int enqueue(pipe_cuda_db *db, int k)
 	const pipe_cuda_work &w = db->w;
 	cudaStream_t s = db->s[k];
 
-	PIPE_TRY(cudaMemcpyAsync(db->din[k], db->hin[k], w.bytes, cudaMemcpyHostToDevice, s));
+	CUDA_TRY(cudaMemcpyAsync(db->din[k], db->hin[k], w.bytes, cudaMemcpyHostToDevice, s));
 	if (w.busy_ns == 0) {
-		PIPE_TRY(launch_scale(s, db->sh, static_cast<float *>(db->dout[k]),
+		CUDA_TRY(launch_scale(s, db->sh, static_cast<float *>(db->dout[k]),
 		                      static_cast<const float *>(db->din[k]),
 		                      PIPE_CUDA_TRIVIAL_BYTES / sizeof(float)));
 	} else {
-		PIPE_TRY(launch_busy(s, db->sh, w.busy_ns));
-		PIPE_TRY(cudaMemcpyAsync(db->dout[k], db->din[k], PIPE_CUDA_STAMP_BYTES,
+		CUDA_TRY(launch_busy(s, db->sh, w.busy_ns));
+		CUDA_TRY(cudaMemcpyAsync(db->dout[k], db->din[k], PIPE_CUDA_STAMP_BYTES,
 		                         cudaMemcpyDeviceToDevice, s));
 	}
-	PIPE_TRY(cudaMemcpyAsync(db->hout[k], db->dout[k], w.bytes, cudaMemcpyDeviceToHost, s));
+	CUDA_TRY(cudaMemcpyAsync(db->hout[k], db->dout[k], w.bytes, cudaMemcpyDeviceToHost, s));
 	return 0;
 }
 
@@ -255,7 +207,7 @@ extern "C" int pipe_cuda_db_run(struct pipe_cuda_db *db, uint64_t batches, uint6
 	for (uint64_t i = 0; i < batches + 2; i++) {
 		const int k = (int)(i % 2);
 		if (i >= 2) {
-			PIPE_TRY(cudaStreamSynchronize(db->s[k]));
+			CUDA_TRY(cudaStreamSynchronize(db->s[k]));
 			w.consume(db->hout[k], i - 2, w.user);
 		}
 		if (i < batches) {

@@ -21,6 +21,8 @@
 
 #include <cuda.h> /* driver types and enums only */
 #include <cuda_runtime.h>
+
+#include "cuda_common.cuh"
 #include <cudaTypedefs.h>
 
 /* The driver ABI asked for, fixed so that each pointer matches its versioned PFN typedef. */
@@ -29,68 +31,10 @@
 namespace
 {
 
-thread_local char last_error[256];
-
-uint64_t now_ns()
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-int errno_of(cudaError_t e)
-{
-	switch (e) {
-	case cudaSuccess:
-		return 0;
-	case cudaErrorMemoryAllocation:
-		return -ENOMEM;
-	case cudaErrorNoDevice:
-	case cudaErrorInsufficientDriver:
-	case cudaErrorStubLibrary:
-	case cudaErrorSystemDriverMismatch:
-	case cudaErrorCompatNotSupportedOnDevice:
-	case cudaErrorDevicesUnavailable:
-		return -ENODEV;
-	default:
-		return -EIO;
-	}
-}
-
-/* Records what failed for raw_cuda_error() and clears the runtime's last error. */
-int fail(const char *what, cudaError_t e)
-{
-	snprintf(last_error, sizeof(last_error), "%s: %s", what, cudaGetErrorString(e));
-	(void)cudaGetLastError();
-	return errno_of(e);
-}
-
-int fail_msg(int rc, const char *what)
-{
-	snprintf(last_error, sizeof(last_error), "%s", what);
-	return rc;
-}
-
-#define RAW_TRY(call)                                                                              \
-	do {                                                                                       \
-		cudaError_t e_ = (call);                                                           \
-		if (e_ != cudaSuccess)                                                             \
-			return fail(#call, e_);                                                    \
-	} while (0)
-
 /* ---- kernels ---------------------------------------------------------------------------- */
 
 __global__ void empty_kernel()
 {
-}
-
-__device__ __forceinline__ uint64_t globaltimer()
-{
-	uint64_t t;
-	// volatile: each read must happen where it is written, or the loop would be hoisted.
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-	return t;
 }
 
 __global__ void spin_kernel(uint32_t ns)
@@ -171,9 +115,9 @@ struct floor_state {
 	{
 		if (s == nullptr || stop == nullptr || bg.empty())
 			return 0;
-		RAW_TRY(cudaMemsetAsync(stop, 0xff, sizeof(*stop), s));
+		CUDA_TRY(cudaMemsetAsync(stop, 0xff, sizeof(*stop), s));
 		for (cudaStream_t b : bg)
-			RAW_TRY(cudaStreamSynchronize(b));
+			CUDA_TRY(cudaStreamSynchronize(b));
 		return 0;
 	}
 
@@ -242,16 +186,16 @@ int open_word(floor_state &f)
 	if (device_get != nullptr && device_attr != nullptr && device_get(&dev, 0) == CUDA_SUCCESS)
 		(void)device_attr(&memops64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
 		                  dev);
-	RAW_TRY(cudaDeviceGetAttribute(&map_host, cudaDevAttrCanMapHostMemory, 0));
+	CUDA_TRY(cudaDeviceGetAttribute(&map_host, cudaDevAttrCanMapHostMemory, 0));
 	if (f.write_value64 == nullptr || memops64 == 0 || map_host == 0)
 		return fail_msg(-ENOTSUP,
 		                "cuStreamWriteValue64 to mapped host memory: not supported "
 		                "by this driver or device");
 	// A cache line of its own: the host spins on it while the device writes it.
-	RAW_TRY(cudaHostAlloc(reinterpret_cast<void **>(&f.word), 64,
-	                      cudaHostAllocMapped | cudaHostAllocPortable));
+	CUDA_TRY(cudaHostAlloc(reinterpret_cast<void **>(&f.word), 64,
+	                       cudaHostAllocMapped | cudaHostAllocPortable));
 	*f.word = 0;
-	RAW_TRY(cudaHostGetDevicePointer(&dptr, f.word, 0));
+	CUDA_TRY(cudaHostGetDevicePointer(&dptr, f.word, 0));
 	f.word_dev = (CUdeviceptr)(uintptr_t)dptr;
 	return 0;
 }
@@ -259,27 +203,27 @@ int open_word(floor_state &f)
 int open_floor(floor_state &f, raw_cuda_floor how, unsigned bg_streams, unsigned bg_pending,
                uint64_t samples)
 {
-	RAW_TRY(cudaSetDevice(0));
+	CUDA_TRY(cudaSetDevice(0));
 	// The measured stream first, then the background ones, as gpu-latency leases tandem's.
-	RAW_TRY(cudaStreamCreateWithFlags(&f.s, cudaStreamNonBlocking));
+	CUDA_TRY(cudaStreamCreateWithFlags(&f.s, cudaStreamNonBlocking));
 	if (bg_streams > 0) {
-		RAW_TRY(cudaMalloc(reinterpret_cast<void **>(&f.stop), sizeof(*f.stop)));
+		CUDA_TRY(cudaMalloc(reinterpret_cast<void **>(&f.stop), sizeof(*f.stop)));
 		// Done before any background kernel starts: cudaMemset would be asynchronous (and
 		// on the legacy stream, which non-blocking streams do not wait for).
-		RAW_TRY(cudaMemsetAsync(f.stop, 0, sizeof(*f.stop), f.s));
-		RAW_TRY(cudaStreamSynchronize(f.s));
+		CUDA_TRY(cudaMemsetAsync(f.stop, 0, sizeof(*f.stop), f.s));
+		CUDA_TRY(cudaStreamSynchronize(f.s));
 		for (unsigned i = 0; i < bg_streams; i++) {
 			cudaStream_t b;
-			RAW_TRY(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+			CUDA_TRY(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
 			f.bg.push_back(b);
 		}
 		// The guard: 30 s, plus 1 ms a round trip (some 50x what one takes).
 		const uint64_t guard_ns = 30000000000ull + samples * 1000000ull;
 		for (cudaStream_t b : f.bg) {
 			const cudaLaunchConfig_t c = one_thread(b);
-			RAW_TRY(cudaLaunchKernelEx(&c, background_kernel,
-			                           static_cast<const volatile unsigned *>(f.stop),
-			                           guard_ns));
+			CUDA_TRY(cudaLaunchKernelEx(&c, background_kernel,
+			                            static_cast<const volatile unsigned *>(f.stop),
+			                            guard_ns));
 		}
 		// The completion writes tandem's background awaits hold, queued behind the kernels:
 		// pending stream-memory operations on other channels are part of the load.
@@ -289,10 +233,10 @@ int open_floor(floor_state &f, raw_cuda_floor how, unsigned bg_streams, unsigned
 			driver_sym("cuStreamWriteValue64", &wv);
 			if (wv == nullptr)
 				return fail_msg(-ENOTSUP, "cuStreamWriteValue64 not found");
-			RAW_TRY(cudaHostAlloc(reinterpret_cast<void **>(&f.bg_words),
-			                      64 * f.bg.size(),
-			                      cudaHostAllocMapped | cudaHostAllocPortable));
-			RAW_TRY(cudaHostGetDevicePointer(&dptr, f.bg_words, 0));
+			CUDA_TRY(cudaHostAlloc(reinterpret_cast<void **>(&f.bg_words),
+			                       64 * f.bg.size(),
+			                       cudaHostAllocMapped | cudaHostAllocPortable));
+			CUDA_TRY(cudaHostGetDevicePointer(&dptr, f.bg_words, 0));
 			for (size_t j = 0; j < f.bg.size(); j++)
 				for (unsigned k = 0; k < bg_pending; k++)
 					if (wv(f.bg[j], (CUdeviceptr)(uintptr_t)dptr + 64 * j,
@@ -303,7 +247,7 @@ int open_floor(floor_state &f, raw_cuda_floor how, unsigned bg_streams, unsigned
 	}
 	switch (how) {
 	case RAW_CUDA_EVENT:
-		RAW_TRY(cudaEventCreateWithFlags(&f.ev, cudaEventDisableTiming));
+		CUDA_TRY(cudaEventCreateWithFlags(&f.ev, cudaEventDisableTiming));
 		return 0;
 	case RAW_CUDA_WORD:
 		return open_word(f);
@@ -320,10 +264,10 @@ int round_trip(floor_state &f, raw_cuda_floor how)
 {
 	cudaError_t e;
 
-	RAW_TRY(launch(f.s, 0));
+	CUDA_TRY(launch(f.s, 0));
 	switch (how) {
 	case RAW_CUDA_EVENT:
-		RAW_TRY(cudaEventRecord(f.ev, f.s));
+		CUDA_TRY(cudaEventRecord(f.ev, f.s));
 		while ((e = cudaEventQuery(f.ev)) == cudaErrorNotReady) {
 		}
 		return e == cudaSuccess ? 0 : fail("cudaEventQuery", e);
@@ -340,10 +284,10 @@ int round_trip(floor_state &f, raw_cuda_floor how)
 		return 0;
 	}
 	case RAW_CUDA_SYNC:
-		RAW_TRY(cudaStreamSynchronize(f.s));
+		CUDA_TRY(cudaStreamSynchronize(f.s));
 		return 0;
 	case RAW_CUDA_HOSTFUNC:
-		RAW_TRY(cudaLaunchHostFunc(f.s, set_flag, &f.flag));
+		CUDA_TRY(cudaLaunchHostFunc(f.s, set_flag, &f.flag));
 		// Acquire: pairs with the release store in set_flag.
 		while (f.flag.load(std::memory_order_acquire) == 0) {
 		}
@@ -373,7 +317,7 @@ extern "C" int raw_cuda_device_name(char *buf, size_t len)
 		(void)cudaGetLastError();
 		return fail_msg(-ENODEV, "no CUDA device");
 	}
-	RAW_TRY(cudaGetDeviceProperties(&prop, 0));
+	CUDA_TRY(cudaGetDeviceProperties(&prop, 0));
 	snprintf(buf, len, "%s", prop.name);
 	return 0;
 }
@@ -564,7 +508,7 @@ extern "C" int raw_cuda_tp_create(struct raw_cuda_tp **out, enum raw_cuda_tp_kin
 	    (kind != RAW_CUDA_TP_SYNC && kind != RAW_CUDA_TP_HOSTFUNC) ||
 	    (kind == RAW_CUDA_TP_HOSTFUNC && window == 0))
 		return fail_msg(-EINVAL, "raw_cuda_tp_create: bad argument");
-	RAW_TRY(cudaSetDevice(0));
+	CUDA_TRY(cudaSetDevice(0));
 	raw_cuda_tp *tp = new (std::nothrow) raw_cuda_tp;
 	if (tp == nullptr)
 		return fail_msg(-ENOMEM, "raw_cuda_tp_create: out of memory");

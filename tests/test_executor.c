@@ -385,7 +385,8 @@ Test(executor, pinned_workers_run_on_the_cpus_of_the_affinity_mask_round_robin, 
 	tdm_test_destroy(ex);
 }
 
-Test(executor, pinned_workers_run_on_the_cpus_of_the_given_list, .timeout = 30)
+/* The lowest CPU this process may run on, also written as a one-CPU list. */
+static int first_allowed_cpu(char *list, size_t len)
 {
 	cpu_set_t set;
 	CPU_ZERO(&set);
@@ -394,8 +395,14 @@ Test(executor, pinned_workers_run_on_the_cpus_of_the_given_list, .timeout = 30)
 	for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
 		if (CPU_ISSET(c, &set))
 			first = c;
+	snprintf(list, len, "%d", first);
+	return first;
+}
+
+Test(executor, pinned_workers_run_on_the_cpus_of_the_given_list, .timeout = 30)
+{
 	char list[16];
-	snprintf(list, sizeof list, "%d", first);
+	int first = first_allowed_cpu(list, sizeof list);
 	tdm_config cfg;
 	tdm_config_init(&cfg);
 	cfg.workers = 3;
@@ -410,15 +417,8 @@ Test(executor, pinned_workers_run_on_the_cpus_of_the_given_list, .timeout = 30)
 
 Test(executor, workers_default_to_one_per_cpu_of_the_given_list, .timeout = 30)
 {
-	cpu_set_t set;
-	CPU_ZERO(&set);
-	cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
-	int first = -1;
-	for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
-		if (CPU_ISSET(c, &set))
-			first = c;
 	char list[16];
-	snprintf(list, sizeof list, "%d", first);
+	first_allowed_cpu(list, sizeof list);
 	tdm_config cfg;
 	tdm_config_init(&cfg);
 	cfg.cpus = list;
