@@ -88,10 +88,8 @@ static void stop_workers(struct tdm_executor *ex, unsigned started)
 	pthread_mutex_lock(&ex->idle_lock);
 	atomic_store_explicit(&ex->terminate, 1, memory_order_release);
 	pthread_mutex_unlock(&ex->idle_lock);
-	for (unsigned i = 0; i < started; i++) {
-		atomic_store_explicit(&ex->workers[i].notified, true, memory_order_release);
-		ck_ec32_inc(&ex->workers[i].ec, &tdm__ec_mode);
-	}
+	for (unsigned i = 0; i < started; i++)
+		tdm__unpark(&ex->workers[i]);
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(ex->workers[i].thread, NULL);
 }

@@ -243,6 +243,8 @@ void tdm__after_local_push(struct tdm__worker *w);
 /* park.c */
 extern const struct ck_ec_mode tdm__ec_mode;
 void tdm__notify_parked(struct tdm_executor *ex);
+/* Ends w's sleep (or its next one): the flag carries the ordering, the event count the wake. */
+void tdm__unpark(struct tdm__worker *w);
 bool tdm__work_pending(struct tdm_executor *ex);
 void tdm__try_terminate(struct tdm_executor *ex);
 /* Drops the suspended count by n (tasks woken); the caller's last access to the executor. */

@@ -62,7 +62,7 @@ static const struct ck_ec_ops ec_ops = {
 
 const struct ck_ec_mode tdm__ec_mode = {.ops = &ec_ops, .single_producer = false};
 
-static void unpark(struct tdm__worker *w)
+void tdm__unpark(struct tdm__worker *w)
 {
 	/* Release: pairs with the acquire exchange in tdm__park; the event count bump below
 	 * only ends the futex sleep, the flag carries the ordering. */
@@ -94,7 +94,7 @@ void tdm__notify_parked(struct tdm_executor *ex)
 	}
 	pthread_mutex_unlock(&ex->idle_lock);
 	if (w != NULL)
-		unpark(w);
+		tdm__unpark(w);
 }
 
 bool tdm__work_pending(struct tdm_executor *ex)
@@ -166,7 +166,7 @@ static bool terminate_locked(struct tdm_executor *ex)
 		return false;
 	atomic_store_explicit(&ex->terminate, 1, memory_order_release);
 	for (unsigned i = 0; i < ex->nworkers; i++)
-		unpark(&ex->workers[i]);
+		tdm__unpark(&ex->workers[i]);
 	return true;
 }
 

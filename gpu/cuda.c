@@ -257,27 +257,27 @@ static void tdm__cuda_sym(const char *name, void *fnp, size_t size)
  * one unless the application set another (cudaDeviceSetMemPool); then that pool's settings apply.
  * Best effort: without it allocations work, only slower.
  */
+static cudaError_t tdm__cuda_pool_threshold(int dev, uint64_t bytes)
+{
+	cudaMemPool_t pool;
+	cudaError_t e = cudaDeviceGetDefaultMemPool(&pool, dev);
+
+	if (e == cudaSuccess)
+		e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &bytes);
+	return e;
+}
+
 static void tdm__cuda_retain_pool(int dev)
 {
-	uint64_t keep = UINT64_MAX;
-	cudaMemPool_t pool;
-
-	if (cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess ||
-	    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess)
+	if (tdm__cuda_pool_threshold(dev, UINT64_MAX) != cudaSuccess)
 		(void)cudaGetLastError();
 }
 
 static int tdm__cuda_pool_release(struct tdm__backend *b, int dev, uint64_t bytes)
 {
-	cudaMemPool_t pool;
-	cudaError_t e;
-
 	if (b == NULL || dev < 0 || dev >= b->ndev)
 		return -EINVAL;
-	e = cudaDeviceGetDefaultMemPool(&pool, dev);
-	if (e == cudaSuccess)
-		e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &bytes);
-	if (e != cudaSuccess) {
+	if (tdm__cuda_pool_threshold(dev, bytes) != cudaSuccess) {
 		(void)cudaGetLastError();
 		return -ENOTSUP;
 	}
@@ -613,16 +613,6 @@ static int tdm__cuda_write_value(struct tdm__backend *b, void *stream, uint64_t 
 	}
 }
 
-/* cuda reports a failed operation at its launch (non-sticky) or as a sticky error that
- * stream_query sees; nothing can fail silently between the two. */
-static int tdm__cuda_word_status(struct tdm__backend *b, void *stream, uint64_t value)
-{
-	(void)b;
-	(void)stream;
-	(void)value;
-	return 0;
-}
-
 /* ---- memory ------------------------------------------------------------------------------ */
 
 /*
@@ -756,7 +746,7 @@ static int tdm__cuda_launch(const struct tdm__cuda_stream *st, const struct tdm_
 		}
 		if (e == cudaSuccess)
 			return 0;
-		if (tries > 0 || e != cudaErrorInvalidResourceHandle || !tdm__cuda_stale(st->dev))
+		if (!tdm__cuda_retry(st->dev, e, tries))
 			break;
 	}
 	(void)cudaGetLastError();
@@ -1084,7 +1074,10 @@ const struct tdm__backend_ops tdm__backend_cuda = {
     .event_record = tdm__cuda_event_record,
     .event_query = tdm__cuda_event_query,
     .write_value = tdm__cuda_write_value,
-    .word_status = tdm__cuda_word_status,
+    /* NULL, so the poller makes no call per completion: cuda reports a failed operation at its
+     * launch (non-sticky) or as a sticky error that stream_query sees; nothing can fail
+     * silently between the two. */
+    .word_status = NULL,
     .host_alloc = tdm__cuda_host_alloc,
     .host_free = tdm__cuda_host_free,
     .device_alloc = tdm__cuda_device_alloc,

@@ -212,6 +212,7 @@ static inline struct pin_chunk *radix_get(struct tdm__pinned *pool, const void *
 static struct radix_leaf *radix_node(struct tdm__pinned *pool, uintptr_t key, bool make)
 {
 	_Atomic(struct radix_mid *) *ms = &pool->root[key >> 24];
+	/* Relaxed loads here: heap_lock orders this thread after every earlier writer. */
 	struct radix_mid *m = atomic_load_explicit(ms, memory_order_relaxed);
 	if (m == NULL) {
 		if (!make || (m = calloc(1, sizeof(*m))) == NULL)
@@ -510,12 +511,12 @@ static unsigned shared_pop(struct tdm__pinned *pool, unsigned c, void **out, uns
 	}
 	pc->nfree -= n;
 	pthread_mutex_unlock(&pc->lock);
-	if (n > 0)
+	if (n > 0) /* Relaxed: a hint, as in shared_push. */
 		atomic_fetch_sub_explicit(&pool->shared_free, n * pc->size, memory_order_relaxed);
 	return n;
 }
 
-/* Links out[0..n) into a chain and pushes it. */
+/* Links blocks[0..n) into a chain and pushes it. */
 static void shared_push_array(struct tdm__pinned *pool, unsigned c, void *const *blocks, unsigned n)
 {
 	if (n == 0)
@@ -717,13 +718,14 @@ static inline struct pin_cache *cache_of(struct tdm__pinned *pool)
 }
 
 /*
- * The map byte of the block at p. Relaxed loads and stores suffice: a block passes from the
- * thread that allocated it to the one that frees it only through the caller's own
- * synchronisation, and between threads' caches only through a class lock.
+ * The map byte of the block at p, in a chunk that is not dedicated (those use k->own under
+ * heap_lock). Relaxed loads and stores suffice: a block passes from the thread that allocated
+ * it to the one that frees it only through the caller's own synchronisation, and between
+ * threads' caches only through a class lock.
  */
 static inline _Atomic uint8_t *map_of(struct pin_chunk *k, const void *p)
 {
-	return k->dedicated ? k->map : &k->map[((const char *)p - k->base) >> PIN_GRANULE_SHIFT];
+	return &k->map[((const char *)p - k->base) >> PIN_GRANULE_SHIFT];
 }
 
 static int alloc_dedicated(struct tdm__pinned *pool, struct pin_cache *mine, size_t bytes,
@@ -964,8 +966,8 @@ int tdm__pinned_init(struct tdm_gpu *gpu)
 	if (chunk > cap)
 		chunk = cap >= PIN_PAGE ? cap & ~(PIN_PAGE - 1) : PIN_PAGE;
 
-	struct tdm__pinned *pool = aligned_alloc(
-	    TDM__CACHELINE, (sizeof(*pool) + TDM__CACHELINE - 1) & ~(size_t)(TDM__CACHELINE - 1));
+	/* sizeof is a multiple of the struct's alignment, which _Alignas makes TDM__CACHELINE. */
+	struct tdm__pinned *pool = aligned_alloc(TDM__CACHELINE, sizeof(*pool));
 	if (pool == NULL)
 		return -ENOMEM;
 	memset(pool, 0, sizeof(*pool));

@@ -430,6 +430,9 @@ static int submit(struct sim_stream *s, struct sim_op op)
 	else
 		s->head = o;
 	s->tail = o;
+	/* Relaxed: s->lock orders it before the stream thread takes the op, so the op's release
+	 * decrement in stream_main never precedes it; and the enqueuing thread reads its own
+	 * increment, so its next stream_query cannot report the stream idle early. */
 	atomic_fetch_add_explicit(&s->outstanding, 1, memory_order_relaxed);
 	if (idle)
 		pthread_cond_signal(&s->cond);
@@ -478,9 +481,9 @@ static void sim_close(struct tdm__backend *b)
 		sim_stream_destroy(b, b->streams.next);
 	while (b->events.next != &b->events)
 		sim_event_destroy(b, b->events.next);
+	/* The stream threads that take a device's busy lock are gone. */
 	for (int i = 0; i < b->ndev; i++)
-		pthread_mutex_destroy(
-		    &b->devs[i].busy); /* the stream threads that take it are gone */
+		pthread_mutex_destroy(&b->devs[i].busy);
 	pthread_mutex_destroy(&b->lock);
 	pthread_rwlock_destroy(&b->pin_lock);
 	free(b->pins);
@@ -651,9 +654,7 @@ static void sim_device_free(struct tdm__backend *b, int dev, void *p)
 /* Managed memory is device memory here: it counts against the device it was asked for. */
 static int sim_managed_alloc(struct tdm__backend *b, int dev, size_t bytes, void **out)
 {
-	if (b == NULL || out == NULL || bytes == 0 || !dev_ok(b, dev))
-		return -EINVAL;
-	return dmem_alloc(&b->devs[dev], bytes, out);
+	return sim_device_alloc(b, dev, bytes, out);
 }
 
 static void sim_managed_free(struct tdm__backend *b, void *p)

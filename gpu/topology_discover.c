@@ -295,8 +295,8 @@ static void nvml_enrich(const struct tdm__nvml *nv, struct tdm__topo_dev *d)
 			if (nvml_is_mig(nv, h)) {
 				inst = h;
 			} else {
-				/* NVML knows it as a whole GPU: not an instance, whatever its name.
-				 */
+				/* NVML knows it as a whole GPU: not an instance, whatever
+				 * its name. */
 				whole = h;
 				d->mig = false;
 				d->mig_profile[0] = '\0';
@@ -346,6 +346,17 @@ static struct tdm__topo_dev *find_dev(struct tdm__topology *t, const char *uuid)
 	return NULL;
 }
 
+/* What only CUDA knows, onto a machine entry that a CUDA device of this process is. */
+static void cuda_facts(struct tdm__topology *t, struct tdm__topo_dev *e)
+{
+	const struct tdm__topo_dev *c = find_dev(t, e->uuid);
+	if (c != NULL) {
+		e->index = c->index;
+		e->sm_count = c->sm_count;
+		e->copy_engines = c->copy_engines;
+	}
+}
+
 struct machine_arg {
 	const struct tdm__nvml *nv;
 	struct tdm__topology *t;
@@ -366,12 +377,7 @@ static bool add_instance(tdm__nvml_dev m, void *arg)
 	tdm__topo_copy(e.parent_uuid, sizeof(e.parent_uuid), a->gpu->uuid);
 	e.parent_index = a->gpu->parent_index;
 	e.parent_sm_count = a->gpu->sm_count;
-	const struct tdm__topo_dev *c = find_dev(a->t, e.uuid);
-	if (c != NULL) {
-		e.index = c->index;
-		e.sm_count = c->sm_count;
-		e.copy_engines = c->copy_engines;
-	}
+	cuda_facts(a->t, &e);
 	a->rc = tdm__topo_dev_push(&a->t->machine, &a->t->nmachine, &e);
 	return a->rc == 0;
 }
@@ -405,12 +411,7 @@ static int nvml_machine(const struct tdm__nvml *nv, struct tdm__topology *t)
 				tdm__topology_sysfs(NULL, e.pci_bus_id, &e.numa_node, e.cpus,
 				                    sizeof(e.cpus));
 		}
-		struct tdm__topo_dev *c = find_dev(t, e.uuid);
-		if (c != NULL) {
-			e.index = c->index;
-			e.sm_count = c->sm_count;
-			e.copy_engines = c->copy_engines;
-		}
+		cuda_facts(t, &e);
 		e.parent_sm_count = e.sm_count;
 		if (e.mig_mode == TDM_MIG_ENABLED)
 			e.parent_instances = nvml_instances(nv, h, NULL, NULL);

@@ -172,7 +172,9 @@ int tdm_launch_scale(tdm_stream *s, float *y, const float *x, float a, size_t n)
 /* A kernel that traps: a sticky device error, for tests of error handling. */
 int tdm_launch_fault(tdm_stream *s);
 
-/* Device and pinned host memory (plain, not pooled yet). -ENOMEM, -ENODEV, -EINVAL. */
+/* Device memory (cudaMalloc) and pinned host memory pinned anew on each call (cudaHostAlloc:
+ * milliseconds for large sizes); prefer tdm_pinned_alloc and tdm_device_alloc_async on hot paths.
+ * -ENOMEM, -ENODEV, -EINVAL. */
 int tdm_device_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out);
 int tdm_device_free(tdm_gpu *gpu, int device, void *p);
 int tdm_host_alloc(tdm_gpu *gpu, size_t bytes, void **out);

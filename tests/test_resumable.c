@@ -213,6 +213,11 @@ Test(resumable, many_notifications_fired_while_tasks_suspend_resume_each_once, .
 
 static atomic_int cancelled_resumables;
 
+static void noop(void *arg)
+{
+	(void)arg;
+}
+
 static void count_cancel(void *user, tdm_fn fn, void *arg)
 {
 	(void)user;
@@ -246,8 +251,9 @@ Test(resumable, cancel_shutdown_reports_a_task_woken_after_it_began, .timeout = 
 	struct destroy_args d = {.ex = ex};
 	pthread_t th;
 	cr_assert_eq(pthread_create(&th, NULL, destroy_thread, &d), 0);
-	/* Destroy waits for the suspended task: it cannot finish before the fire. */
-	for (int i = 0; i < 100; i++)
+	/* Once submissions are refused the shutdown has begun; it waits for the suspended task,
+	 * so it cannot finish before the fire. */
+	while (tdm_submit(ex, noop, NULL) != -ESHUTDOWN)
 		sched_yield();
 	cr_assert_eq(atomic_load(&d.done), 0);
 	cr_assert_eq(tdm_notify_fire(&n), 0);
