@@ -12,6 +12,8 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <errno.h>
+#include <time.h>
 
 #include <ck_ec.h>
 
@@ -112,6 +114,15 @@ enum {
 };
 #define TDM__AW_KIND(t) ((unsigned)((uintptr_t)(t)->await_obj & 3u))
 #define TDM__AW_PTR(t) ((void *)((uintptr_t)(t)->await_obj & ~(uintptr_t)3u))
+
+/* Sleeps ns nanoseconds, through signals. */
+static inline void tdm__sleep_ns(uint64_t ns)
+{
+	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+	                      .tv_nsec = (long)(ns % 1000000000ull)};
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+	}
+}
 
 /* poller.c */
 void *tdm__poller_main(void *arg);

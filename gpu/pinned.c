@@ -1017,7 +1017,8 @@ int tdm__pinned_init(struct tdm_gpu *gpu)
 		free(pool);
 		return -ENOMEM;
 	}
-	memset(pool->caches, 0, (size_t)pool->nworkers * sizeof(*pool->caches));
+	if (pool->nworkers > 0)
+		memset(pool->caches, 0, (size_t)pool->nworkers * sizeof(*pool->caches));
 	pthread_mutex_init(&pool->heap_lock, NULL);
 	pthread_mutex_init(&pool->grow_lock, NULL);
 	gpu->pinned = pool;

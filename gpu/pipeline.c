@@ -394,13 +394,6 @@ static int slot_setup(struct pipe *p, unsigned k)
 	return 0;
 }
 
-static void sleep_us(long us)
-{
-	struct timespec ts = {0, us * 1000L};
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-	}
-}
-
 /*
  * Waits until the work enqueued on a retired slot's stream so far is done: an event recorded
  * now and polled (the poller may be stopping). A failed device refuses the record: it runs
@@ -414,12 +407,12 @@ static void slot_drain(struct slot *s)
 
 	if (tdm__event_take(d, &e) != 0) {
 		while (gpu->ops->stream_query(gpu->b, s->b.stream->bs) == -EAGAIN)
-			sleep_us(20);
+			tdm__sleep_ns(20000);
 		return;
 	}
 	if (tdm_event_record(e, s->b.stream) == 0)
 		while (gpu->ops->event_query(gpu->b, e->be) == -EAGAIN)
-			sleep_us(20);
+			tdm__sleep_ns(20000);
 	tdm__event_give(e);
 }
 

@@ -315,13 +315,6 @@ static bool outstanding(struct tdm_gpu *gpu)
 	return gpu->busy != NULL || gpu->ev_head != NULL || gpu->nheap > 0;
 }
 
-static void sleep_ns(uint64_t ns)
-{
-	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
-	                      .tv_nsec = (long)(ns % 1000000000ull)};
-	nanosleep(&ts, NULL);
-}
-
 void *tdm__poller_main(void *arg)
 {
 	struct tdm_gpu *gpu = arg;
@@ -353,7 +346,7 @@ void *tdm__poller_main(void *arg)
 			dl.tv_sec = (time_t)(until / 1000000000ull);
 			dl.tv_nsec = (long)(until % 1000000000ull);
 			if (step <= TDM__BACKOFF_NS)
-				sleep_ns(step);
+				tdm__sleep_ns(step);
 			else
 				ck_ec32_wait(&gpu->ec, &tdm__ec_mode, snap, &dl);
 			continue;
