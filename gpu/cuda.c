@@ -376,6 +376,8 @@ static int tdm__cuda_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 		d->pools = v != 0;
 		if (d->pools)
 			tdm__cuda_retain_pool(i);
+		/* Best effort: a kernel not loaded now loads at its first launch. */
+		(void)tdm__kernels_load(i);
 	}
 	(void)cudaGetLastError();
 	*out = b;

@@ -108,8 +108,11 @@ static int init_device(struct tdm_gpu *gpu, int i)
 	d->prio[1] = d->info.prio_greatest;
 	d->words = d->info.can_write_value64 && gpu->ops->write_value != NULL &&
 	           gpu->cfg.completion != TDM_COMPLETION_EVENT;
-	if (gpu->cfg.completion == TDM_COMPLETION_WORD && !d->words)
+	if ((gpu->cfg.completion == TDM_COMPLETION_WORD ||
+	     gpu->cfg.completion == TDM_COMPLETION_ADAPTIVE) &&
+	    !d->words)
 		return -ENOTSUP;
+	d->adaptive = d->words && gpu->cfg.completion != TDM_COMPLETION_WORD;
 	for (int c = 0; c < TDM__PRIO_CLASSES; c++) {
 		d->streams[c] = calloc(d->nstreams, sizeof(*d->streams[c]));
 		if (d->streams[c] == NULL)
@@ -134,7 +137,7 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 		cfg = *cfg_in;
 	else
 		tdm_gpu_config_init(&cfg);
-	if ((unsigned)cfg.completion > TDM_COMPLETION_EVENT ||
+	if ((unsigned)cfg.completion > TDM_COMPLETION_ADAPTIVE ||
 	    (unsigned)cfg.placement > TDM_PLACE_NEAREST ||
 	    (unsigned)cfg.pageable > TDM_PAGEABLE_REFUSE || cfg.streams_per_device > 1024 ||
 	    cfg.launch_limit > 1024)
@@ -145,6 +148,8 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 			cfg.completion = TDM_COMPLETION_WORD;
 		else if (env != NULL && strcmp(env, "event") == 0)
 			cfg.completion = TDM_COMPLETION_EVENT;
+		else if (env != NULL && strcmp(env, "adaptive") == 0)
+			cfg.completion = TDM_COMPLETION_ADAPTIVE;
 	}
 	const struct tdm__backend_ops *ops;
 	int rc = pick_backend(&cfg, &ops);
@@ -156,6 +161,8 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	memset(gpu, 0, sizeof(*gpu));
 	if (cfg.poll_spin_us == 0)
 		cfg.poll_spin_us = 200;
+	if (cfg.stall_us == 0)
+		cfg.stall_us = 50;
 	gpu->ex = ex;
 	gpu->cfg = cfg;
 	gpu->ops = ops;
@@ -267,7 +274,20 @@ int tdm_gpu_completion(const tdm_gpu *gpu, int device)
 {
 	if (gpu == NULL || device < 0 || device >= gpu->ndev)
 		return -EINVAL;
-	return gpu->devs[device].words ? TDM_COMPLETION_WORD : TDM_COMPLETION_EVENT;
+	const struct tdm__gdev *d = &gpu->devs[device];
+	return !d->words     ? TDM_COMPLETION_EVENT
+	       : d->adaptive ? TDM_COMPLETION_ADAPTIVE
+	                     : TDM_COMPLETION_WORD;
+}
+
+int tdm_gpu_stats_get(const tdm_gpu *gpu, tdm_gpu_stats *out)
+{
+	if (gpu == NULL || out == NULL)
+		return -EINVAL;
+	/* Relaxed: counters the poller alone writes; a snapshot is all that is promised. */
+	out->awaits_word = atomic_load_explicit(&gpu->n_word, memory_order_relaxed);
+	out->awaits_event = atomic_load_explicit(&gpu->n_event, memory_order_relaxed);
+	return 0;
 }
 
 void tdm__device_fail(struct tdm__gdev *d)
@@ -666,32 +686,38 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *s)
 	int rc = register_await(gpu);
 	if (rc != 0)
 		return fail_now(t, rc);
-	if (d->words) {
-		/*
-		 * Numbering and enqueueing the write under one lock keeps the writes in number
-		 * order on the stream, so the word only grows. Without it, two tasks sharing the
-		 * stream could enqueue 6 before 5: the word would end at 5, and a poller that
-		 * never read the 6 in between would wait for it forever.
-		 */
+	/* Relaxed: a hint the poller keeps; either mechanism is correct. */
+	bool word =
+	    d->words && (!d->adaptive || atomic_load_explicit(&s->quick, memory_order_relaxed));
+	struct tdm_event *e = NULL;
+	if (!word)
+		rc = tdm__event_take(d, &e);
+	/*
+	 * Numbering and enqueueing under one lock keeps the stream's operations in number order, so
+	 * the word only grows, and the poller's FIFO (sorted by number) is the stream's order.
+	 * Without it, two tasks sharing the stream could enqueue 6 before 5: the word would end at
+	 * 5, and a poller that never read the 6 in between would wait for it forever. Events are
+	 * numbered too: a word written past an event's number means the event's work is done.
+	 */
+	if (rc == 0) {
 		pthread_mutex_lock(&s->wlock);
 		uint64_t seq = atomic_load_explicit(&s->seq, memory_order_relaxed) + 1;
-		rc = gpu->ops->write_value(gpu->b, s->bs, s->word, seq);
+		rc = word ? gpu->ops->write_value(gpu->b, s->bs, s->word, seq)
+		          : gpu->ops->event_record(gpu->b, e->be, s->bs);
 		if (rc == 0)
 			atomic_store_explicit(&s->seq, seq, memory_order_relaxed);
 		pthread_mutex_unlock(&s->wlock);
-		t->await_obj = s;
-		t->await_seq = seq;
-	} else {
-		struct tdm_event *e;
-		rc = tdm__event_take(d, &e);
-		if (rc == 0) {
-			rc = gpu->ops->event_record(gpu->b, e->be, s->bs);
-			if (rc != 0)
-				tdm__event_give(e);
+		if (word) {
+			t->await_obj = s;
+			t->await_seq = seq;
+		} else {
+			e->seq = seq;
+			t->await_obj = (void *)((uintptr_t)s | TDM__AW_STREAM_EVENT);
+			t->await_seq = (uint64_t)(uintptr_t)e;
 		}
-		t->await_obj = (void *)((uintptr_t)s | TDM__AW_STREAM_EVENT);
-		t->await_seq = rc == 0 ? (uint64_t)(uintptr_t)e : 0;
 	}
+	if (rc != 0 && e != NULL)
+		tdm__event_give(e);
 	if (rc != 0) {
 		atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_relaxed);
 		return fail_now(t, enqueued(s, rc));

@@ -33,6 +33,9 @@ struct tdm_stream {
 	_Alignas(TDM__CACHELINE) _Atomic uint64_t seq;
 	_Atomic int leases;    /* shared leases held; TDM__EXCLUSIVE when exclusive */
 	pthread_mutex_t wlock; /* numbers awaits and enqueues their writes in one step */
+	/* Adaptive completion: its awaits complete soon after reaching the head, so a word's write
+	 * does not linger. Written by the poller, read by awaits (relaxed: a hint). */
+	_Atomic bool quick;
 
 	/* Poller only. */
 	_Alignas(TDM__CACHELINE) struct tdm__task *head, *tail; /* awaits, by sequence */
@@ -40,6 +43,7 @@ struct tdm_stream {
 	bool busy;
 	uint64_t done;     /* highest word value seen */
 	uint64_t moved_ns; /* when its oldest await last changed (completed, or the FIFO filled) */
+	uint64_t next_look_ns; /* stalled: when the poller looks at it again */
 };
 
 #define TDM__EXCLUSIVE (1 << 30)
@@ -48,13 +52,15 @@ struct tdm_event {
 	struct tdm__gdev *dev;
 	void *be; /* the backend's event */
 	struct tdm_event *next_free;
+	uint64_t seq; /* while a stream await holds it: the await's place on the stream */
 };
 
 struct tdm__gdev {
 	struct tdm_gpu *gpu;
 	int index;
 	struct tdm__device_info info;
-	bool words;        /* completion words (else events) */
+	bool words;        /* completion words possible and allowed */
+	bool adaptive;     /* words only on quick streams (TDM_COMPLETION_ADAPTIVE) */
 	unsigned nstreams; /* per priority class */
 	int prio[TDM__PRIO_CLASSES];
 	_Atomic(struct tdm_stream *) *streams[TDM__PRIO_CLASSES]; /* created lazily */
@@ -95,12 +101,12 @@ struct tdm_gpu {
 
 	/* Poller only. */
 	_Alignas(TDM__CACHELINE) pthread_t poller;
-	struct tdm_stream *busy; /* streams with awaits */
-	unsigned sweeps; /* sweeps made; every TDM__STALL_EVERY-th looks at stalled streams */
+	struct tdm_stream *busy;   /* streams with awaits */
 	struct tdm__task *ev_head; /* awaits on user events, unordered */
 	struct tdm__task **heap;   /* deadline awaits, a binary min-heap on await_seq */
 	unsigned nheap, capheap;
-	struct tdm__task **wake; /* the batch a sweep completes */
+	_Atomic uint64_t n_word, n_event; /* stream awaits taken in, by mechanism (tdm_gpu_stats) */
+	struct tdm__task **wake;          /* the batch a sweep completes */
 	int *wake_rc;
 	unsigned nwake, capwake;
 };
@@ -108,7 +114,7 @@ struct tdm_gpu {
 /* What a task awaits, in the low bits of its await_obj (objects are 64-byte aligned). */
 enum {
 	TDM__AW_STREAM_WORD = 0,
-	TDM__AW_STREAM_EVENT = 1, /* await_seq holds the pooled tdm_event * */
+	TDM__AW_STREAM_EVENT = 1, /* await_seq holds the pooled tdm_event *, which holds the seq */
 	TDM__AW_EVENT = 2,        /* a user's event */
 	TDM__AW_DEADLINE = 3,
 };

@@ -106,3 +106,30 @@ extern "C" cudaError_t tdm__kernel_fault(cudaStream_t s)
 	const cudaLaunchConfig_t c = config(s, 1, 1);
 	return cudaLaunchKernelEx(&c, fault_kernel);
 }
+
+// CUDA loads kernels lazily by default (CUDA_MODULE_LOADING=LAZY since 12.2), and loading one may
+// synchronise the context: the first launch of one of ours while a long kernel runs would block
+// its worker until that kernel ends (the CUDA programming guide's lazy-loading hazards, which
+// suggest preloading with cudaFuncGetAttributes). So each device loads them when the backend opens.
+extern "C" cudaError_t tdm__kernels_load(int dev)
+{
+	int prev = -1;
+	cudaError_t e = cudaGetDevice(&prev);
+	if (e == cudaSuccess)
+		e = cudaSetDevice(dev);
+	if (e != cudaSuccess)
+		return e;
+	const void *const fns[] = {reinterpret_cast<const void *>(empty_kernel),
+	                           reinterpret_cast<const void *>(spin_kernel),
+	                           reinterpret_cast<const void *>(busy_kernel),
+	                           reinterpret_cast<const void *>(scale_kernel),
+	                           reinterpret_cast<const void *>(fault_kernel)};
+	for (const void *f : fns) {
+		cudaFuncAttributes a;
+		e = cudaFuncGetAttributes(&a, f);
+		if (e != cudaSuccess)
+			break;
+	}
+	const cudaError_t r = cudaSetDevice(prev);
+	return e != cudaSuccess ? e : r;
+}

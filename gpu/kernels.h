@@ -42,6 +42,9 @@ cudaError_t tdm__kernel_scale(cudaStream_t s, unsigned blocks, float *y, const f
 cudaError_t tdm__kernel_busy(cudaStream_t s, unsigned blocks, uint32_t ns);
 /* One thread that executes a trap: a sticky error that ends the device's context. */
 cudaError_t tdm__kernel_fault(cudaStream_t s);
+/* Loads every kernel above into device dev's context now rather than at its first launch
+ * (lazy loading); the calling thread's current device is left as it was. */
+cudaError_t tdm__kernels_load(int dev);
 
 #ifdef __cplusplus
 }

@@ -40,7 +40,7 @@
 
 #include "gpu_internal.h"
 
-#define DEFAULT_IN_FLIGHT 6 /* the fastest measured on the H200 (perf/README.md, pipeline) */
+#define DEFAULT_IN_FLIGHT 8 /* the fastest measured on the H200 (perf/README.md, pipeline) */
 
 struct pipe;
 

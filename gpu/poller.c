@@ -6,10 +6,13 @@
  *   looks only at each busy stream's oldest: the cost of a sweep grows with busy streams, not
  *   with outstanding awaits.
  * - Completion words: an await enqueues a write of the stream's next sequence number into pinned
- *   memory; the poller reads that word. Numbers are taken and their writes enqueued under the
- *   stream's lock (gpu.c, tdm_await_stream), so the word only grows: every await numbered at or
- *   below the value read is complete. FIFOs stay sorted by number because submissions may
- *   still reach the poller out of order.
+ *   memory; the poller reads that word. Numbers are taken and their writes (or event records)
+ *   enqueued under the stream's lock (gpu.c, tdm_await_stream), so the word only grows: every
+ *   await numbered at or below the value read is complete, an event await among them too.
+ *   FIFOs stay sorted by number because submissions may still reach the poller out of order.
+ * - Adaptive completion: a stream is `quick` while its awaits complete within TDM__STALL_NS of
+ *   reaching its head; its awaits then use words, else events (gpu.c). The poller sets and
+ *   clears the flag here, as it sees awaits complete or stall.
  * - A device none of whose streams made progress for TDM__CHECK_NS is asked for the status of
  *   one waiting stream: a sticky device error never writes the word, and this is where it is
  *   found.
@@ -109,6 +112,15 @@ static struct tdm__task *heap_pop(struct tdm_gpu *gpu)
 
 /* ---- intake ---- */
 
+/* A stream await's place on its stream (its word value, or its event's number). */
+static uint64_t aw_seq(const struct tdm__task *t)
+{
+	if (TDM__AW_KIND(t) == TDM__AW_STREAM_WORD)
+		return t->await_seq;
+	const struct tdm_event *e = (const struct tdm_event *)(uintptr_t)t->await_seq;
+	return e != NULL ? e->seq : 0;
+}
+
 static void stream_insert(struct tdm_gpu *gpu, struct tdm_stream *s, struct tdm__task *t)
 {
 	t->link.next = NULL;
@@ -125,13 +137,14 @@ static void stream_insert(struct tdm_gpu *gpu, struct tdm_stream *s, struct tdm_
 		return;
 	}
 	/* Sequence order; submissions arrive nearly sorted, so this is almost always O(1). */
-	if (TDM__AW_KIND(t) != TDM__AW_STREAM_WORD || s->tail->await_seq <= t->await_seq) {
+	uint64_t seq = aw_seq(t);
+	if (aw_seq(s->tail) <= seq) {
 		s->tail->link.next = &t->link;
 		s->tail = t;
 		return;
 	}
 	struct tdm__task **pp = &s->head;
-	while ((*pp)->await_seq <= t->await_seq)
+	while (aw_seq(*pp) <= seq)
 		pp = (struct tdm__task **)&(*pp)->link.next;
 	t->link.next = &(*pp)->link;
 	*pp = t;
@@ -152,7 +165,18 @@ static void intake(struct tdm_gpu *gpu)
 		l = l->next;
 		switch (TDM__AW_KIND(t)) {
 		case TDM__AW_STREAM_WORD:
+			/* Relaxed: a statistics counter; this thread is its only writer. */
+			atomic_store_explicit(
+			    &gpu->n_word,
+			    atomic_load_explicit(&gpu->n_word, memory_order_relaxed) + 1,
+			    memory_order_relaxed);
+			stream_insert(gpu, TDM__AW_PTR(t), t);
+			break;
 		case TDM__AW_STREAM_EVENT:
+			atomic_store_explicit(
+			    &gpu->n_event,
+			    atomic_load_explicit(&gpu->n_event, memory_order_relaxed) + 1,
+			    memory_order_relaxed);
 			stream_insert(gpu, TDM__AW_PTR(t), t);
 			break;
 		case TDM__AW_EVENT:
@@ -167,6 +191,20 @@ static void intake(struct tdm_gpu *gpu)
 }
 
 /* ---- sweeps ---- */
+
+/*
+ * A stream whose oldest await has not moved for stall_us (TDM__STALL_NS) waits on long work. It
+ * stops being `quick`, and it is looked at again only after 1/TDM__LOOK_DIV of the time it has
+ * waited, and at least every TDM__LOOK_MAX_NS: a completion of work that ran for t is seen at
+ * most t/32 (3%) or 1 ms late, whichever is less. Why: looking at a stream whose oldest await
+ * holds an event is a driver call (cudaEventQuery, 0.3-1.6 us on the H200), and thousands of
+ * awaits behind long kernels on 20 streams cost every sweep a microsecond or more when each
+ * sweep (or one in 16) looked at all of them: that delayed the sweeps that find short work
+ * done (gpu-latency with 10,000 awaits outstanding, perf/README.md).
+ */
+#define TDM__STALL_NS(gpu) ((uint64_t)(gpu)->cfg.stall_us * 1000ull) /* 0 was made 50 us */
+#define TDM__LOOK_DIV 32u
+#define TDM__LOOK_MAX_NS 1000000ull
 
 static void fail_stream_awaits(struct tdm_gpu *gpu, struct tdm_stream *s, int rc)
 {
@@ -193,12 +231,14 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 	while (s->head != NULL) {
 		struct tdm__task *t = s->head;
 		int rc;
-		if (TDM__AW_KIND(t) == TDM__AW_STREAM_WORD) {
+		if (s->word != NULL) {
 			/* Acquire: pairs with the device's write (the backend's store in sim); the
 			 * work before the write is complete. */
 			uint64_t v = __atomic_load_n(s->word, __ATOMIC_ACQUIRE);
 			if (v > s->done)
 				s->done = v;
+		}
+		if (TDM__AW_KIND(t) == TDM__AW_STREAM_WORD) {
 			if (s->done < t->await_seq)
 				break;
 			rc = ops->word_status != NULL
@@ -206,12 +246,24 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 			         : 0;
 		} else {
 			struct tdm_event *e = (struct tdm_event *)(uintptr_t)t->await_seq;
-			rc = e != NULL ? ops->event_query(gpu->b, e->be) : -EIO;
-			if (rc == -EAGAIN)
-				break;
+			if (e == NULL) {
+				rc = -EIO;
+			} else if (e->seq <= s->done) {
+				rc = 0; /* a later write on the stream landed: its work is done */
+			} else {
+				rc = ops->event_query(gpu->b, e->be);
+				if (rc == -EAGAIN)
+					break;
+				if (rc == 0)
+					s->done = e->seq; /* everything before it is done too */
+			}
 			if (e != NULL)
 				tdm__event_give(e);
 		}
+		/* Adaptive completion: this await's work ended soon after it reached the head. */
+		if (now - s->moved_ns < TDM__STALL_NS(gpu) &&
+		    !atomic_load_explicit(&s->quick, memory_order_relaxed))
+			atomic_store_explicit(&s->quick, true, memory_order_relaxed);
 		s->head = (struct tdm__task *)(void *)t->link.next;
 		add_wake(gpu, t, rc);
 		progress = true;
@@ -244,31 +296,28 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 	return progress;
 }
 
-/*
- * A stream whose oldest await has not moved for TDM__STALL_NS waits on long work: it is looked at
- * on one sweep in TDM__STALL_EVERY only, so thousands of awaits behind long kernels on many
- * streams do not slow the sweeps that find short work done. While the poller spins its completion
- * is seen at most TDM__STALL_EVERY sweeps (a few microseconds) late, after it waited
- * TDM__STALL_NS already; once the poller backs off to sleeping, every sweep looks at it.
- */
-#define TDM__STALL_NS 50000ull
-#define TDM__STALL_EVERY 16u
-
-static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
+static bool sweep(struct tdm_gpu *gpu, uint64_t now)
 {
 	bool progress = false;
-	/* Sleeping sweeps are rare already: they look at every stream. */
-	bool look_at_stalled = !spinning || ++gpu->sweeps % TDM__STALL_EVERY == 0;
 	struct tdm_stream **pp = &gpu->busy;
 	while (*pp != NULL) {
 		struct tdm_stream *s = *pp;
-		if (!look_at_stalled && now - s->moved_ns > TDM__STALL_NS) {
-			pp = &s->busy_next;
-			continue;
+		bool stalled = now - s->moved_ns > TDM__STALL_NS(gpu);
+		if (stalled) {
+			if (atomic_load_explicit(&s->quick, memory_order_relaxed))
+				atomic_store_explicit(&s->quick, false, memory_order_relaxed);
+			if (now < s->next_look_ns) {
+				pp = &s->busy_next;
+				continue;
+			}
 		}
 		bool moved = sweep_stream(gpu, s, now);
-		if (moved)
+		if (moved) {
 			s->moved_ns = now;
+		} else if (stalled) {
+			uint64_t wait = (now - s->moved_ns) / TDM__LOOK_DIV;
+			s->next_look_ns = now + (wait < TDM__LOOK_MAX_NS ? wait : TDM__LOOK_MAX_NS);
+		}
 		progress |= moved;
 		if (s->head == NULL) {
 			s->busy = false;
@@ -328,7 +377,7 @@ void *tdm__poller_main(void *arg)
 		if (fresh)
 			intake(gpu);
 		uint64_t now = tdm_now_ns();
-		if (sweep(gpu, now, now - last_activity < spin_ns) || fresh)
+		if (sweep(gpu, now) || fresh)
 			last_activity = now;
 		flush_wakes(gpu);
 		if (outstanding(gpu) || now - last_activity < spin_ns) {

@@ -37,14 +37,26 @@ typedef enum tdm_backend {
 
 /* How the poller learns that GPU work finished. */
 typedef enum tdm_completion {
-	/* TANDEM_COMPLETION=word|event from the environment if set; else completion words where
-	 * the device can write them (cuStreamWriteValue64), else events. */
+	/* TANDEM_COMPLETION=word|event|adaptive from the environment if set; else
+	 * TDM_COMPLETION_ADAPTIVE where the device can write completion words
+	 * (cuStreamWriteValue64), else events. */
 	TDM_COMPLETION_AUTO = 0,
 	/* Each await enqueues a write of a per-stream sequence number into pinned host memory;
 	 * the poller reads memory instead of calling the driver. */
 	TDM_COMPLETION_WORD = 1,
 	/* Each await records a pooled event (timing disabled); the poller queries it. */
 	TDM_COMPLETION_EVENT = 2,
+	/*
+	 * Per stream: completion words while the stream's awaits complete soon after they reach
+	 * the head of its queue (within stall_us, 50 us by default), events otherwise (and for a
+	 * stream's first await).
+	 * Why: a completion write waiting behind long GPU work stalls its hardware queue's front
+	 * end and slows every other round trip on the device (on the H200, with 20 such writes
+	 * pending: a word round trip 8.2 -> 16.6 us, an event round trip 11.4 -> 12.9 us), while a
+	 * pending event record costs nothing; and a word is the cheaper of the two to poll.
+	 * perf/README.md, gpu-latency, has the measurements.
+	 */
+	TDM_COMPLETION_ADAPTIVE = 3,
 } tdm_completion;
 
 typedef struct tdm_gpu_config {
@@ -59,6 +71,10 @@ typedef struct tdm_gpu_config {
 	/* The poller spins this long after the last completion before it backs off to short
 	 * sleeps, while awaits are outstanding. 0: 200 us. */
 	unsigned poll_spin_us;
+	/* An await at the head of its stream for longer than this waits on long work: the poller
+	 * looks at such a stream again only after 1/32 of the time it has waited (at most 1 ms),
+	 * and in adaptive completion the stream switches to events. 0: 50 us. */
+	unsigned stall_us;
 	/* Sim backend: simulated devices (0: 1). */
 	unsigned sim_devices;
 	/* Pinned host pool: size of each chunk pinned at once (0: 64 MiB), and the most it may
@@ -113,8 +129,17 @@ int tdm_gpu_destroy(tdm_gpu *gpu);
 const char *tdm_gpu_backend_name(const tdm_gpu *gpu);
 /* Devices the backend sees, or a negative errno. */
 int tdm_gpu_device_count(const tdm_gpu *gpu);
-/* The completion mechanism in use on a device: TDM_COMPLETION_WORD or _EVENT, or -EINVAL. */
+/* The completion mechanism in use on a device: TDM_COMPLETION_WORD, _EVENT or _ADAPTIVE, or
+ * -EINVAL. */
 int tdm_gpu_completion(const tdm_gpu *gpu, int device);
+
+/* Counts since tdm_gpu_create, read with relaxed loads (a snapshot, not a consistent cut). */
+typedef struct tdm_gpu_stats {
+	uint64_t awaits_word;  /* stream awaits that enqueued a completion-word write */
+	uint64_t awaits_event; /* stream awaits that recorded a pooled event */
+} tdm_gpu_stats;
+/* -EINVAL: gpu or out is NULL. */
+int tdm_gpu_stats_get(const tdm_gpu *gpu, tdm_gpu_stats *out);
 
 /* ---- streams ---- */
 
@@ -289,7 +314,7 @@ typedef struct tdm_batch {
 
 typedef struct tdm_pipeline_config {
 	int device;
-	unsigned in_flight;         /* batches at once, 1..TDM_PIPELINE_MAX_IN_FLIGHT; 0: 6 */
+	unsigned in_flight;         /* batches at once, 1..TDM_PIPELINE_MAX_IN_FLIGHT; 0: 8 */
 	size_t in_bytes, out_bytes; /* buffer sizes of a slot, both nonzero */
 	int ordered;                /* nonzero: consume runs in batch order */
 	/*

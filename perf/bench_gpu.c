@@ -206,7 +206,17 @@ static void gpu_probe(const struct bench_gpu_opts *o, struct gpu_info *info)
 
 	env_open(&e, o, 1, 0);
 	info->backend = o->sim ? "sim" : "cuda";
-	info->completion = tdm_gpu_completion(e.gpu, 0) == TDM_COMPLETION_WORD ? "word" : "event";
+	switch (tdm_gpu_completion(e.gpu, 0)) {
+	case TDM_COMPLETION_WORD:
+		info->completion = "word";
+		break;
+	case TDM_COMPLETION_ADAPTIVE:
+		info->completion = "adaptive";
+		break;
+	default:
+		info->completion = "event";
+		break;
+	}
 	snprintf(info->device, sizeof(info->device), "%s", o->sim ? "tandem simulator" : "?");
 	info->streams = info->launch_limit = 0;
 	if (tdm_gpu_device_info(e.gpu, 0, &di) == 0) {
@@ -382,6 +392,7 @@ struct lat_result {
 	uint64_t bg_early;
 	unsigned bg_streams; /* distinct background streams */
 	double bg_setup_ms, bg_kernel_ms;
+	uint64_t bg_words, bg_events; /* the background awaits' mechanisms (tdm_gpu_stats) */
 };
 
 /* Whether v[j] already appears among v[0..j-1]. */
@@ -499,6 +510,8 @@ static void tandem_latency(const struct bench_gpu_opts *o, unsigned workers, uin
 		 * writes out of order, and that is a different test: this one wants them all
 		 * outstanding.
 		 */
+		tdm_gpu_stats st0, st1;
+		gmust(tdm_gpu_stats_get(e.gpu, &st0), "tdm_gpu_stats_get");
 		for (uint64_t i = 0; i < outstanding; i++) {
 			if (i > 0 && i % nbg == 0)
 				while (atomic_load(&bg.suspended) + atomic_load(&bg.failed) < i)
@@ -512,6 +525,10 @@ static void tandem_latency(const struct bench_gpu_opts *o, unsigned workers, uin
 		if (atomic_load(&bg.failed) > 0)
 			die("background await", -EIO);
 		res->bg_setup_ms = (double)(tdm_now_ns() - t_bg) / 1e6;
+		/* Every background await is with the poller, so counted. */
+		gmust(tdm_gpu_stats_get(e.gpu, &st1), "tdm_gpu_stats_get");
+		res->bg_words = st1.awaits_word - st0.awaits_word;
+		res->bg_events = st1.awaits_event - st0.awaits_event;
 	}
 
 	gmust(tdm_notify_fire(&m.go), "tdm_notify_fire");
@@ -567,7 +584,7 @@ static void lat_header(const struct lat_ctx *c)
 	       "workers", "p50", "p99", "min", "p50-floor", "p99-floor");
 }
 
-/* floor: the cuda-event row of the same group, or NULL. */
+/* floor: the faster (p50) of the cuda-event and cuda-word rows of the same group, or NULL. */
 static void lat_report(const struct lat_ctx *c, const char *impl, unsigned workers,
                        uint64_t outstanding, unsigned nbg, const struct lat_result *r,
                        const struct lat_stats *floor)
@@ -599,6 +616,9 @@ static void lat_report(const struct lat_ctx *c, const char *impl, unsigned worke
 	if (strcmp(impl, "tandem") == 0 && outstanding > 0)
 		printf(",\"bg_setup_ms\":%.3f,\"bg_kernel_ms\":%.3f,\"bg_early\":%llu",
 		       r->bg_setup_ms, r->bg_kernel_ms, (unsigned long long)r->bg_early);
+	if (outstanding > 0)
+		printf(",\"bg_words\":%llu,\"bg_events\":%llu", (unsigned long long)r->bg_words,
+		       (unsigned long long)r->bg_events);
 	printf(",\"connections\":%u,\"cpus\":%u}\n", c->connections, o->cpus);
 	fflush(stdout);
 }
@@ -615,6 +635,9 @@ int bench_gpu_latency(const struct bench_gpu_opts *o)
 	 * sides. A value already in the environment is kept.
 	 */
 	setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+	/* And every module loaded at start: a floor's first launch of a kernel (lazy loading, the
+	 * default) while its background kernels spin would wait for them to end. */
+	setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 	c.connections = cuda_connections();
 	gpu_probe(o, &info);
 	ns = malloc((size_t)o->n * sizeof(*ns));
@@ -628,17 +651,31 @@ int bench_gpu_latency(const struct bench_gpu_opts *o)
 		unsigned nstreams = c.connections > nbg + 1 ? c.connections : nbg + 1;
 		const struct lat_stats *floor = NULL;
 
+		/*
+		 * tandem first, at every worker count, so that the floors can carry the same
+		 * background on the GPU: as many pending writes and event records per background
+		 * stream as tandem's background awaits used (those of the first worker count;
+		 * the JSON has each run's). The rows are printed after the floors.
+		 */
+		struct lat_result *tr = calloc((size_t)o->nworkers, sizeof(*tr));
+		if (tr == NULL)
+			die("gpu-latency", -ENOMEM);
+		for (int w = 0; w < o->nworkers; w++)
+			tandem_latency(o, o->workers[w], outstanding, nbg, nstreams, ns, &tr[w]);
 #if HAVE_RAW
 		static const char *const floor_names[RAW_CUDA_NFLOORS] = {
 		    "cuda-event", "cuda-word", "cuda-sync", "cuda-hostfunc"};
 		struct lat_stats floor_st;
+		unsigned per_w = 0, per_e = 0;
 
+		if (nbg > 0 && o->nworkers > 0) {
+			per_w = (unsigned)((tr[0].bg_words + nbg - 1) / nbg);
+			per_e = (unsigned)((tr[0].bg_events + nbg - 1) / nbg);
+		}
 		for (int f = 0; f < RAW_CUDA_NFLOORS && !o->sim; f++) {
 			struct lat_result r;
-			int rc = raw_cuda_latency(
-			    (enum raw_cuda_floor)f, nbg,
-			    nbg > 0 ? (unsigned)((outstanding + nbg - 1) / nbg) : 0, GPU_WARMUP,
-			    o->n, ns);
+			int rc = raw_cuda_latency((enum raw_cuda_floor)f, nbg, per_w, per_e,
+			                          GPU_WARMUP, o->n, ns);
 
 			if (rc != 0) {
 				fprintf(stderr, "tandem-bench: %s left out: %s (%s)\n",
@@ -647,20 +684,21 @@ int bench_gpu_latency(const struct bench_gpu_opts *o)
 			}
 			memset(&r, 0, sizeof(r));
 			r.st = lat_stats(ns, o->n);
-			if (f == RAW_CUDA_EVENT) {
+			r.bg_words = (uint64_t)per_w * nbg;
+			r.bg_events = (uint64_t)per_e * nbg;
+			/* The raw spin floor: the faster of the two spinning mechanisms. */
+			if ((f == RAW_CUDA_EVENT || f == RAW_CUDA_WORD) &&
+			    (floor == NULL || r.st.p50 < floor_st.p50)) {
 				floor_st = r.st;
 				floor = &floor_st;
 			}
 			lat_report(&c, floor_names[f], 1, outstanding, nbg, &r, NULL);
 		}
 #endif
-		for (int w = 0; w < o->nworkers; w++) {
-			struct lat_result r;
-
-			tandem_latency(o, o->workers[w], outstanding, nbg, nstreams, ns, &r);
-			lat_report(&c, "tandem", o->workers[w], outstanding, r.bg_streams, &r,
-			           floor);
-		}
+		for (int w = 0; w < o->nworkers; w++)
+			lat_report(&c, "tandem", o->workers[w], outstanding, tr[w].bg_streams,
+			           &tr[w], floor);
+		free(tr);
 	}
 	free(ns);
 	return 0;

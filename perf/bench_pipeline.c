@@ -439,7 +439,7 @@ static void usage(FILE *f)
 	fputs("usage: tandem-bench pipeline [options]\n"
 	      "  --backend B     cuda or sim (default cuda; no device exits with status 3)\n"
 	      "  --batches N     batches per run (default 200 on cuda, 20 on sim)\n"
-	      "  --in-flight K   slots of the tandem pipeline, 1..64 (default 6)\n"
+	      "  --in-flight K   slots of the tandem pipeline, 1..64 (default 8)\n"
 	      "  --reps R        timed runs of each implementation, 1..64 (default 3)\n"
 	      "  --json          one JSON object per line instead of a table\n",
 	      f);
@@ -472,7 +472,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	cpu_set_t set;
 
 	memset(o, 0, sizeof(*o));
-	o->in_flight = 6;
+	o->in_flight = 8;
 	o->reps = 3;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *eq = strchr(a, '='), *val = NULL;

@@ -97,8 +97,9 @@ struct floor_state {
 	std::vector<cudaStream_t> bg;
 	unsigned *stop = nullptr; // device memory
 	cudaEvent_t ev = nullptr;
-	uint64_t *word = nullptr;     // mapped pinned host memory
-	uint64_t *bg_words = nullptr; // where the background's pending writes land
+	uint64_t *word = nullptr;           // mapped pinned host memory
+	uint64_t *bg_words = nullptr;       // where the background's pending writes land
+	std::vector<cudaEvent_t> bg_events; // the background's pending event records
 	CUdeviceptr word_dev = 0;
 	PFN_cuStreamWriteValue64_v11070 write_value64 = nullptr;
 	uint64_t seq = 0;
@@ -144,6 +145,8 @@ struct floor_state {
 			(void)cudaStreamDestroy(b);
 		if (bg_words != nullptr)
 			(void)cudaFreeHost(bg_words);
+		for (cudaEvent_t e : bg_events)
+			(void)cudaEventDestroy(e);
 		if (stop != nullptr)
 			(void)cudaFree(stop);
 		if (s != nullptr) {
@@ -201,7 +204,7 @@ int open_word(floor_state &f)
 }
 
 int open_floor(floor_state &f, raw_cuda_floor how, unsigned bg_streams, unsigned bg_pending,
-               uint64_t samples)
+               unsigned bg_events, uint64_t samples)
 {
 	CUDA_TRY(cudaSetDevice(0));
 	// The measured stream first, then the background ones, as gpu-latency leases tandem's.
@@ -244,6 +247,16 @@ int open_floor(floor_state &f, raw_cuda_floor how, unsigned bg_streams, unsigned
 						return fail_msg(-EIO,
 						                "cuStreamWriteValue64 failed");
 		}
+		// And the event records of the awaits that used events (after the writes, as
+		// tandem's streams start on events only when they stall: either order costs the
+		// same, a pending record holds up nothing).
+		for (unsigned k = 0; k < bg_events; k++)
+			for (cudaStream_t b : f.bg) {
+				cudaEvent_t e;
+				CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+				f.bg_events.push_back(e);
+				CUDA_TRY(cudaEventRecord(e, b));
+			}
 	}
 	switch (how) {
 	case RAW_CUDA_EVENT:
@@ -323,7 +336,7 @@ extern "C" int raw_cuda_device_name(char *buf, size_t len)
 }
 
 extern "C" int raw_cuda_latency(enum raw_cuda_floor how, unsigned bg_streams, unsigned bg_pending,
-                                uint64_t warmup, uint64_t n, uint64_t *ns)
+                                unsigned bg_events, uint64_t warmup, uint64_t n, uint64_t *ns)
 {
 	floor_state f;
 	int rc;
@@ -331,7 +344,7 @@ extern "C" int raw_cuda_latency(enum raw_cuda_floor how, unsigned bg_streams, un
 	last_error[0] = '\0';
 	if (ns == nullptr || (unsigned)how >= RAW_CUDA_NFLOORS)
 		return fail_msg(-EINVAL, "raw_cuda_latency: bad argument");
-	rc = open_floor(f, how, bg_streams, bg_pending, warmup + n);
+	rc = open_floor(f, how, bg_streams, bg_pending, bg_events, warmup + n);
 	if (rc != 0)
 		return rc;
 	for (uint64_t i = 0; i < warmup + n; i++) {

@@ -409,8 +409,10 @@ static void shutdown_with_awaits_outstanding(tdm_backend backend, tdm_completion
 
 GPU_TESTS(gpu_sim_words, TDM_BACKEND_SIM, TDM_COMPLETION_WORD)
 GPU_TESTS(gpu_sim_events, TDM_BACKEND_SIM, TDM_COMPLETION_EVENT)
+GPU_TESTS(gpu_sim_adaptive, TDM_BACKEND_SIM, TDM_COMPLETION_ADAPTIVE)
 #ifndef TANDEM_TEST_NO_CUDA
 GPU_TESTS(gpu_cuda, TDM_BACKEND_CUDA, TDM_COMPLETION_AUTO)
+GPU_TESTS(gpu_cuda_words, TDM_BACKEND_CUDA, TDM_COMPLETION_WORD)
 GPU_TESTS(gpu_cuda_events, TDM_BACKEND_CUDA, TDM_COMPLETION_EVENT)
 #endif
 
@@ -476,6 +478,15 @@ Test(gpu_errors, bad_arguments_get_their_documented_errors)
 	cr_assert_eq(tdm_device_alloc(e.gpu, 0, 0, (void **)&s), -EINVAL);
 	cr_assert_eq(tdm_await_stream(NULL, NULL), -EINVAL, "not from a running task");
 	cr_assert_eq(tdm_sim_inject(NULL, TDM_SIM_FAULT_OP), -EINVAL);
+	tdm_gpu_stats st;
+	cr_assert_eq(tdm_gpu_stats_get(NULL, &st), -EINVAL);
+	cr_assert_eq(tdm_gpu_stats_get(e.gpu, NULL), -EINVAL);
+	tdm_gpu *g2;
+	tdm_gpu_config bad;
+	tdm_gpu_config_init(&bad);
+	bad.backend = TDM_BACKEND_SIM;
+	bad.completion = (tdm_completion)(TDM_COMPLETION_ADAPTIVE + 1);
+	cr_assert_eq(tdm_gpu_create(&g2, e.ex, &bad), -EINVAL);
 	/* Still usable afterwards. */
 	struct copy_state c = {.gpu = e.gpu};
 	cr_assert_eq(tdm_host_alloc(e.gpu, LEN * sizeof(int), (void **)&c.host), 0);
@@ -808,7 +819,7 @@ static int shared_task(tdm_task *t, void *arg)
  * writes run back to back: the writes must land in the order of the awaits' numbers, or the word
  * can end below an await's number and that await never resumes (the test then times out).
  */
-Test(gpu_sim_words, concurrent_awaits_on_one_shared_stream_all_resume, .timeout = 120)
+static void concurrent_awaits_on_one_shared_stream(tdm_completion completion)
 {
 	struct env e;
 	tdm_config c;
@@ -818,6 +829,7 @@ Test(gpu_sim_words, concurrent_awaits_on_one_shared_stream_all_resume, .timeout 
 	tdm_gpu_config g;
 	tdm_gpu_config_init(&g);
 	g.backend = TDM_BACKEND_SIM;
+	g.completion = completion;
 	cr_assert_eq(tdm_gpu_create(&e.gpu, e.ex, &g), 0);
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &shared_stream), 0);
 	atomic_store(&shared_done, 0);
@@ -832,4 +844,104 @@ Test(gpu_sim_words, concurrent_awaits_on_one_shared_stream_all_resume, .timeout 
 	cr_assert_eq(atomic_load(&shared_done), 64 * SHARED_ROUNDS);
 	tdm_stream_release(shared_stream);
 	env_close(&e);
+}
+
+Test(gpu_sim_words, concurrent_awaits_on_one_shared_stream_all_resume, .timeout = 120)
+{
+	concurrent_awaits_on_one_shared_stream(TDM_COMPLETION_WORD);
+}
+
+/* Adaptive: words and events mixed in one stream's queue (the 200 us kernel stalls the stream
+ * past the default 50 us, so awaits switch between the two); every await must still resume. */
+Test(gpu_sim_adaptive, concurrent_awaits_on_one_shared_stream_all_resume, .timeout = 120)
+{
+	concurrent_awaits_on_one_shared_stream(TDM_COMPLETION_ADAPTIVE);
+}
+
+/* ---- adaptive completion: which mechanism each await uses ---- */
+
+struct adapt_state {
+	tdm_stream *s;
+	uint32_t ns[8]; /* kernel length of each step */
+	int nsteps, step;
+	int rc;
+	tdm_gpu *gpu;
+	tdm_gpu_stats before[8]; /* the counts before each step's await */
+	tdm_gpu_stats last;
+};
+
+/* One kernel and one await per step, with the counts taken before each await. */
+static int adapt_task(tdm_task *t, void *arg)
+{
+	struct adapt_state *a = arg;
+	TDM_BEGIN(t);
+	for (a->step = 0; a->step < a->nsteps; a->step++) {
+		cr_assert_eq(tdm_launch_spin(a->s, a->ns[a->step]), 0);
+		cr_assert_eq(tdm_gpu_stats_get(a->gpu, &a->before[a->step]), 0);
+		TDM_AWAIT(t, tdm_await_stream(t, a->s));
+		if (tdm_task_result(t) != 0)
+			a->rc = tdm_task_result(t);
+	}
+	TDM_END(t);
+}
+
+/*
+ * A stream starts on events; awaits that complete soon after reaching the head switch it to
+ * words; one that waits past stall_us switches it back to events, until a quick one again.
+ * stall_us is 200 ms here so that only the 600 ms kernel counts as long, however slow the
+ * build (sanitizers) runs the short ones. The counts are the poller's, taken at intake, so
+ * each step's mechanism shows in the counts before the next step.
+ */
+Test(gpu_sim_adaptive, mechanism_follows_how_long_awaits_wait, .timeout = 60)
+{
+	tdm_config c;
+	tdm_config_init(&c);
+	c.workers = 1;
+	struct env e;
+	cr_assert_eq(tdm_executor_create(&e.ex, &c), 0);
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	g.completion = TDM_COMPLETION_ADAPTIVE;
+	g.stall_us = 200000;
+	cr_assert_eq(tdm_gpu_create(&e.gpu, e.ex, &g), 0);
+	cr_assert_eq(tdm_gpu_completion(e.gpu, 0), TDM_COMPLETION_ADAPTIVE);
+	struct adapt_state a = {
+	    .gpu = e.gpu, .nsteps = 6, .ns = {1000, 1000, 1000, 600000000, 1000, 1000}};
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &a.s), 0);
+	cr_assert_eq(run_one(&e, adapt_task, &a), 0);
+	cr_assert_eq(a.rc, 0);
+	cr_assert_eq(tdm_gpu_stats_get(e.gpu, &a.last), 0);
+	/* The mechanism of step k: what changed between before[k] and before[k+1] (or last). */
+	char got[8] = {0};
+	for (int k = 0; k < a.nsteps; k++) {
+		const tdm_gpu_stats *x = &a.before[k],
+		                    *y = k + 1 < a.nsteps ? &a.before[k + 1] : &a.last;
+		cr_assert_eq((y->awaits_word - x->awaits_word) +
+		                 (y->awaits_event - x->awaits_event),
+		             1, "one await per step");
+		got[k] = y->awaits_word > x->awaits_word ? 'w' : 'e';
+	}
+	/* fresh stream: event; quick: words, the long one included (its stall is seen only
+	 * later); after the long one: event; then quick again: word. */
+	cr_assert_str_eq(got, "ewwwew");
+	tdm_stream_release(a.s);
+	env_close(&e);
+}
+
+Test(gpu_sim_words, forced_mechanisms_never_mix, .timeout = 60)
+{
+	for (int m = 0; m < 2; m++) {
+		struct env e;
+		cr_assert(env_open(&e, TDM_BACKEND_SIM,
+		                   m == 0 ? TDM_COMPLETION_WORD : TDM_COMPLETION_EVENT, 1));
+		struct adapt_state a = {.gpu = e.gpu, .nsteps = 3, .ns = {1000, 1000, 1000}};
+		cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &a.s), 0);
+		cr_assert_eq(run_one(&e, adapt_task, &a), 0);
+		cr_assert_eq(tdm_gpu_stats_get(e.gpu, &a.last), 0);
+		cr_assert_eq(m == 0 ? a.last.awaits_word : a.last.awaits_event, 3);
+		cr_assert_eq(m == 0 ? a.last.awaits_event : a.last.awaits_word, 0);
+		tdm_stream_release(a.s);
+		env_close(&e);
+	}
 }
