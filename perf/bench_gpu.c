@@ -791,6 +791,7 @@ struct tp_result {
 	double tps, tps_best, median_ms, min_ms;
 	unsigned streams;
 	uint64_t in_flight;
+	uint64_t awaits_word, awaits_event; /* tandem: the timed runs' awaits, by mechanism */
 };
 
 /* ms[] of reps runs (sorted here) into the result. */
@@ -823,8 +824,13 @@ static void tandem_throughput(const struct bench_gpu_opts *o, unsigned workers, 
 	r.what = NULL;
 	/* Warm-up: creates the streams and events, first touch of the task memory. */
 	tandem_tp_once(&e, &r, tasks, o->n);
+	tdm_gpu_stats st0, st1;
+	gmust(tdm_gpu_stats_get(e.gpu, &st0), "tdm_gpu_stats_get");
 	for (int i = 0; i < o->reps; i++)
 		ms[i] = (double)tandem_tp_once(&e, &r, tasks, o->n) / 1e6;
+	gmust(tdm_gpu_stats_get(e.gpu, &st1), "tdm_gpu_stats_get");
+	res->awaits_word = st1.awaits_word - st0.awaits_word;
+	res->awaits_event = st1.awaits_event - st0.awaits_event;
 	res->streams = distinct_streams(tasks, o->n);
 	res->in_flight = o->n;
 	watchdog_stop(&wd);
@@ -911,8 +917,10 @@ static void tp_json(const struct bench_gpu_opts *o, const struct gpu_info *info,
 	json_str(info->device);
 	putchar('"');
 	if (impl == TP_TANDEM)
-		printf(",\"completion\":\"%s\",\"stream_set\":%u,\"launch_limit\":%u",
-		       info->completion, info->streams, info->launch_limit);
+		printf(",\"completion\":\"%s\",\"stream_set\":%u,\"launch_limit\":%u,"
+		       "\"awaits_word\":%llu,\"awaits_event\":%llu",
+		       info->completion, info->streams, info->launch_limit,
+		       (unsigned long long)r->awaits_word, (unsigned long long)r->awaits_event);
 	printf(",\"workers\":%u,\"kernel_us\":%llu,\"n\":%llu,\"reps\":%d,"
 	       "\"tasks_per_s\":%.1f,\"best_tasks_per_s\":%.1f,\"median_ms\":%.3f,\"min_ms\":%.3f,"
 	       "\"streams\":%u,\"in_flight\":%llu,\"cpus\":%u}\n",
