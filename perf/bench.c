@@ -193,7 +193,8 @@ static void usage(FILE *f)
 	      "       tandem-bench gpu-scaling [options]   (tandem-bench gpu-scaling --help)\n"
 	      "  --threads LIST  comma-separated thread counts (default: 1,<CPUs>)\n"
 	      "  --reps N        timed reps per config, after 1 untimed warm-up (default 10;\n"
-	      "                  idle: 1 window unless given; gpu-throughput: 3)\n"
+	      "                  idle: 1 window unless given; gpu-throughput: 3; gpu-latency: 3\n"
+	      "                  rounds of every implementation, medians over them)\n"
 	      "  --impl LIST     any of tandem,tbb,omp (default: all built in)\n"
 	      "  --n N           fib: n (default 30, at most 60); spawn: tasks (default 1000000);\n"
 	      "                  idle: seconds measured (default 2); gpu-latency: timed round\n"
@@ -444,12 +445,12 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	if (!gpu && (o->nworkers || o->backend_given))
 		bad("--%s applies to gpu-latency and gpu-throughput only",
 		    o->nworkers ? "workers" : "backend");
+	if (o->bench == BENCH_GPU_LATENCY && o->reps_given && o->reps > 64)
+		bad("--reps: gpu-latency takes at most 64 rounds");
 	if (o->bench != BENCH_GPU_LATENCY && o->noutstanding)
 		bad("--outstanding applies to gpu-latency only");
 	if (o->bench != BENCH_GPU_THROUGHPUT && o->nkernel)
 		bad("--kernel-us applies to gpu-throughput only");
-	if (o->bench == BENCH_GPU_LATENCY && o->reps_given)
-		bad("--reps does not apply to gpu-latency (--n sets the round trips)");
 	if (o->n_given) {
 		/* Each bench has its own meaning and range for --n; skynet and all have none. */
 		static const uint64_t lo[] = {0, 0, 1, 1, 0, 1, 1},

@@ -42,7 +42,8 @@ struct bench_gpu_opts {
 	const uint64_t *kernel_us; /* gpu-throughput: kernel lengths */
 	int nkernel;
 	uint64_t n; /* gpu-latency: timed round trips; gpu-throughput: tasks per run */
-	int reps;   /* gpu-throughput: timed runs per configuration */
+	int reps;   /* gpu-throughput: timed runs per configuration; gpu-latency: interleaved rounds
+	             */
 	int json;
 	unsigned cpus;
 };

@@ -606,6 +606,7 @@ static void lat_report(const struct lat_ctx *c, const char *impl, unsigned worke
 	putchar('"');
 	if (strcmp(impl, "tandem") == 0)
 		printf(",\"completion\":\"%s\"", c->info->completion);
+	printf(",\"rounds\":%d", o->reps);
 	printf(",\"workers\":%u,\"outstanding\":%llu,\"bg_streams\":%u,"
 	       "\"kernel_us\":0,\"n\":%llu,\"warmup\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,"
 	       "\"min_us\":%.3f,\"mean_us\":%.3f,\"max_us\":%.3f",
@@ -621,6 +622,39 @@ static void lat_report(const struct lat_ctx *c, const char *impl, unsigned worke
 		       (unsigned long long)r->bg_events);
 	printf(",\"connections\":%u,\"cpus\":%u}\n", c->connections, o->cpus);
 	fflush(stdout);
+}
+
+/* The median of v[0..n) (sorted here). */
+static double median_of(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/*
+ * rounds results, each `stride` apart from first, into one: p50 and p99 are the medians over the
+ * rounds, min the least, max the most, mean the mean; the background facts are the first
+ * round's, bg_early the most of any round.
+ */
+static void lat_rounds(const struct lat_result *first, int stride, int rounds,
+                       struct lat_result *out)
+{
+	double p50[64], p99[64];
+	int n = rounds < 64 ? rounds : 64;
+
+	*out = first[0];
+	out->st.mean = 0;
+	for (int r = 0; r < n; r++) {
+		const struct lat_result *x = &first[r * stride];
+		p50[r] = x->st.p50;
+		p99[r] = x->st.p99;
+		out->st.min = x->st.min < out->st.min ? x->st.min : out->st.min;
+		out->st.max = x->st.max > out->st.max ? x->st.max : out->st.max;
+		out->st.mean += x->st.mean / n;
+		out->bg_early = x->bg_early > out->bg_early ? x->bg_early : out->bg_early;
+	}
+	out->st.p50 = median_of(p50, n);
+	out->st.p99 = median_of(p99, n);
 }
 
 int bench_gpu_latency(const struct bench_gpu_opts *o)
@@ -652,52 +686,79 @@ int bench_gpu_latency(const struct bench_gpu_opts *o)
 		const struct lat_stats *floor = NULL;
 
 		/*
-		 * tandem first, at every worker count, so that the floors can carry the same
-		 * background on the GPU: as many pending writes and event records per background
-		 * stream as tandem's background awaits used (those of the first worker count;
-		 * the JSON has each run's). The rows are printed after the floors.
+		 * Rounds (--reps, default 3), each running tandem at every worker count and then
+		 * every floor, so that a drift of the machine hits tandem and the floors alike;
+		 * each row reports the median over the rounds of its p50 and of its p99. tandem
+		 * runs first in a round so that the floors can carry the same background on the
+		 * GPU: as many pending writes and event records per background stream as tandem's
+		 * background awaits used (those of the first round's first worker count; the JSON
+		 * has them).
 		 */
-		struct lat_result *tr = calloc((size_t)o->nworkers, sizeof(*tr));
+		int R = o->reps, nw = o->nworkers;
+		struct lat_result *tr = calloc((size_t)R * (size_t)nw, sizeof(*tr));
+		struct lat_result agg;
 		if (tr == NULL)
 			die("gpu-latency", -ENOMEM);
-		for (int w = 0; w < o->nworkers; w++)
-			tandem_latency(o, o->workers[w], outstanding, nbg, nstreams, ns, &tr[w]);
 #if HAVE_RAW
 		static const char *const floor_names[RAW_CUDA_NFLOORS] = {
 		    "cuda-event", "cuda-word", "cuda-sync", "cuda-hostfunc"};
+		struct lat_result *fr = calloc((size_t)R * RAW_CUDA_NFLOORS, sizeof(*fr));
+		int fhave[RAW_CUDA_NFLOORS];
 		struct lat_stats floor_st;
 		unsigned per_w = 0, per_e = 0;
 
-		if (nbg > 0 && o->nworkers > 0) {
-			per_w = (unsigned)((tr[0].bg_words + nbg - 1) / nbg);
-			per_e = (unsigned)((tr[0].bg_events + nbg - 1) / nbg);
-		}
-		for (int f = 0; f < RAW_CUDA_NFLOORS && !o->sim; f++) {
-			struct lat_result r;
-			int rc = raw_cuda_latency((enum raw_cuda_floor)f, nbg, per_w, per_e,
-			                          GPU_WARMUP, o->n, ns);
-
-			if (rc != 0) {
-				fprintf(stderr, "tandem-bench: %s left out: %s (%s)\n",
-				        floor_names[f], raw_cuda_error(), tdm_strerror(rc));
-				continue;
+		if (fr == NULL)
+			die("gpu-latency", -ENOMEM);
+		for (int f = 0; f < RAW_CUDA_NFLOORS; f++)
+			fhave[f] = !o->sim;
+#endif
+		for (int r = 0; r < R; r++) {
+			for (int w = 0; w < nw; w++)
+				tandem_latency(o, o->workers[w], outstanding, nbg, nstreams, ns,
+				               &tr[r * nw + w]);
+#if HAVE_RAW
+			if (r == 0 && nbg > 0 && nw > 0) {
+				per_w = (unsigned)((tr[0].bg_words + nbg - 1) / nbg);
+				per_e = (unsigned)((tr[0].bg_events + nbg - 1) / nbg);
 			}
-			memset(&r, 0, sizeof(r));
-			r.st = lat_stats(ns, o->n);
-			r.bg_words = (uint64_t)per_w * nbg;
-			r.bg_events = (uint64_t)per_e * nbg;
+			for (int f = 0; f < RAW_CUDA_NFLOORS; f++) {
+				struct lat_result *x = &fr[r * RAW_CUDA_NFLOORS + f];
+				if (!fhave[f])
+					continue;
+				int rc = raw_cuda_latency((enum raw_cuda_floor)f, nbg, per_w, per_e,
+				                          GPU_WARMUP, o->n, ns);
+				if (rc != 0) {
+					fprintf(stderr, "tandem-bench: %s left out: %s (%s)\n",
+					        floor_names[f], raw_cuda_error(), tdm_strerror(rc));
+					fhave[f] = 0;
+					continue;
+				}
+				x->st = lat_stats(ns, o->n);
+				x->bg_words = (uint64_t)per_w * nbg;
+				x->bg_events = (uint64_t)per_e * nbg;
+			}
+#endif
+		}
+#if HAVE_RAW
+		for (int f = 0; f < RAW_CUDA_NFLOORS; f++) {
+			if (!fhave[f])
+				continue;
+			lat_rounds(&fr[f], RAW_CUDA_NFLOORS, R, &agg);
 			/* The raw spin floor: the faster of the two spinning mechanisms. */
 			if ((f == RAW_CUDA_EVENT || f == RAW_CUDA_WORD) &&
-			    (floor == NULL || r.st.p50 < floor_st.p50)) {
-				floor_st = r.st;
+			    (floor == NULL || agg.st.p50 < floor_st.p50)) {
+				floor_st = agg.st;
 				floor = &floor_st;
 			}
-			lat_report(&c, floor_names[f], 1, outstanding, nbg, &r, NULL);
+			lat_report(&c, floor_names[f], 1, outstanding, nbg, &agg, NULL);
 		}
+		free(fr);
 #endif
-		for (int w = 0; w < o->nworkers; w++)
-			lat_report(&c, "tandem", o->workers[w], outstanding, tr[w].bg_streams,
-			           &tr[w], floor);
+		for (int w = 0; w < nw; w++) {
+			lat_rounds(&tr[w], nw, R, &agg);
+			lat_report(&c, "tandem", o->workers[w], outstanding, agg.bg_streams, &agg,
+			           floor);
+		}
 		free(tr);
 	}
 	free(ns);

@@ -49,6 +49,7 @@ static const struct load loads_sim[] = {{"copy-bound", 8 * MIB, 0},
 struct work {
 	const struct load *l;
 	int native;       /* cuda build on cuda: the busy kernel fills the device */
+	int stamp_kernel; /* native only: the busy kernel copies the stamp (--stamp kernel) */
 	atomic_uint bad;  /* batches whose stamp came back wrong */
 	uint64_t batches; /* tandem pipeline: prepare ends after this many */
 };
@@ -88,8 +89,11 @@ static int work_compute(const struct work *w, tdm_stream *s, void *dev_out, cons
 	if (w->native) {
 		/* Our own launch on tandem's stream: bounded like tandem's own launches. */
 		tdm_launch_begin(s);
-		rc = pipe_cuda_busy(tdm_stream_native(s), w->l->busy_ns);
+		rc = pipe_cuda_busy(tdm_stream_native(s), w->l->busy_ns,
+		                    w->stamp_kernel ? dev_out : NULL, dev_in);
 		tdm_launch_end(s);
+		if (w->stamp_kernel)
+			return rc;
 	} else
 #endif
 		rc = tdm_launch_spin(s, w->l->busy_ns);
@@ -114,6 +118,7 @@ static void pmust(int err, const char *what)
 
 struct opts {
 	int sim, json;
+	int stamp_kernel; /* --stamp kernel: the busy kernel copies the stamp (no device copy) */
 	uint64_t batches;
 	unsigned in_flight, reps, cpus;
 };
@@ -397,6 +402,9 @@ static void report(const struct opts *o, const char *device, const struct load *
 					printf("\"vs_double_buffer\":%.4f,", r[I_DB].median / s);
 				printf("\"in_flight\":%u,", o->in_flight);
 			}
+			if (l->busy_ns != 0)
+				printf("\"stamp\":\"%s\",",
+				       !o->sim && HAVE_RAW && o->stamp_kernel ? "kernel" : "copy");
 			printf("\"seconds\":%.6f,\"reps\":%u,\"cpus\":%u}\n", s, o->reps, o->cpus);
 			continue;
 		}
@@ -440,7 +448,9 @@ static void usage(FILE *f)
 	      "  --backend B     cuda or sim (default cuda; no device exits with status 3)\n"
 	      "  --batches N     batches per run (default 200 on cuda, 20 on sim)\n"
 	      "  --in-flight K   slots of the tandem pipeline, 1..64 (default 8)\n"
-	      "  --reps R        timed runs of each implementation, 1..64 (default 3)\n"
+	      "  --reps R        timed runs of each implementation, 1..64 (default 5)\n"
+	      "  --stamp S       compute-bound: copy (a 64-byte device copy after the kernel) or\n"
+	      "                  kernel (the kernel copies it; default); sim always copies\n"
 	      "  --json          one JSON object per line instead of a table\n",
 	      f);
 }
@@ -473,7 +483,8 @@ static void parse(int argc, char **argv, struct opts *o)
 
 	memset(o, 0, sizeof(*o));
 	o->in_flight = 8;
-	o->reps = 3;
+	o->reps = 5;
+	o->stamp_kernel = 1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *eq = strchr(a, '='), *val = NULL;
 		size_t len = eq != NULL ? (size_t)(eq - a) : strlen(a);
@@ -494,7 +505,8 @@ static void parse(int argc, char **argv, struct opts *o)
 		memcpy(name, a, len);
 		name[len] = '\0';
 		if (strcmp(name, "--backend") != 0 && strcmp(name, "--batches") != 0 &&
-		    strcmp(name, "--in-flight") != 0 && strcmp(name, "--reps") != 0)
+		    strcmp(name, "--in-flight") != 0 && strcmp(name, "--reps") != 0 &&
+		    strcmp(name, "--stamp") != 0)
 			bad("unknown option", a);
 		if (eq != NULL)
 			val = eq + 1;
@@ -512,6 +524,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		} else if (strcmp(name, "--in-flight") == 0) {
 			o->in_flight = (unsigned)parse_count("--in-flight: not in 1..64:", val, 1,
 			                                     TDM_PIPELINE_MAX_IN_FLIGHT);
+		} else if (strcmp(name, "--stamp") == 0) {
+			if (strcmp(val, "copy") != 0 && strcmp(val, "kernel") != 0)
+				bad("--stamp: neither copy nor kernel:", val);
+			o->stamp_kernel = strcmp(val, "kernel") == 0;
 		} else {
 			o->reps = (unsigned)parse_count("--reps: not in 1..64:", val, 1, 64);
 		}
@@ -528,6 +544,7 @@ static void run_load(const struct opts *o, const char *device, const struct load
 {
 	struct env e;
 	struct work w = {.l = l, .native = HAVE_RAW && !o->sim};
+	w.stamp_kernel = w.native && o->stamp_kernel;
 	struct row r[I_COUNT];
 	uint64_t n = o->batches, warm = 2 * (uint64_t)o->in_flight;
 
@@ -538,7 +555,7 @@ static void run_load(const struct opts *o, const char *device, const struct load
 	env_open(&e, o, l->bytes);
 #if HAVE_RAW
 	struct pipe_cuda_db *db = NULL;
-	struct pipe_cuda_work pw = {l->bytes, l->busy_ns, stamp, check, &w};
+	struct pipe_cuda_work pw = {l->bytes, l->busy_ns, w.stamp_kernel, stamp, check, &w};
 	if (!o->sim) {
 		int rc = pipe_cuda_db_create(&db, &pw);
 		if (rc != 0) {

@@ -34,17 +34,20 @@ const char *pipe_cuda_error(void);
  * device: as many 1024-thread blocks as its SMs hold at once, every thread spinning `ns`
  * nanoseconds on %globaltimer. Two of them never run side by side, whatever streams they are on,
  * as with real kernels that use the whole GPU (a 1x1 spin kernel would let every stream's kernel
- * run at once and hide nothing).
+ * run at once and hide nothing). With out non-NULL, one block then copies PIPE_CUDA_STAMP_BYTES
+ * from in to out (device pointers) as its last act.
  */
-int pipe_cuda_busy(void *stream, uint32_t ns);
+int pipe_cuda_busy(void *stream, uint32_t ns, void *out, const void *in);
 
 /* One batch's work, the same as tandem's side of the benchmark does. */
 struct pipe_cuda_work {
 	size_t bytes; /* copied in and copied out per batch */
 	/* 0: y = 2x over its first PIPE_CUDA_TRIVIAL_BYTES (the copy-bound load); else
-	 * pipe_cuda_busy(ns) and a device copy of the first PIPE_CUDA_STAMP_BYTES from dev_in to
+	 * pipe_cuda_busy(ns) and a copy of the first PIPE_CUDA_STAMP_BYTES from dev_in to
 	 * dev_out. */
 	uint32_t busy_ns;
+	/* busy_ns > 0: the busy kernel copies the stamp itself (no device copy after it). */
+	int stamp_in_kernel;
 	void (*prepare)(void *host_in, uint64_t index, void *user);
 	void (*consume)(const void *host_out, uint64_t index, void *user);
 	void *user;
