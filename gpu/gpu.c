@@ -112,7 +112,8 @@ static int init_device(struct tdm_gpu *gpu, int i)
 	     gpu->cfg.completion == TDM_COMPLETION_ADAPTIVE) &&
 	    !d->words)
 		return -ENOTSUP;
-	d->adaptive = d->words && gpu->cfg.completion != TDM_COMPLETION_WORD;
+	/* Opt-in: see TDM_COMPLETION_ADAPTIVE in tandem_gpu.h for why it is not the default. */
+	d->adaptive = d->words && gpu->cfg.completion == TDM_COMPLETION_ADAPTIVE;
 	for (int c = 0; c < TDM__PRIO_CLASSES; c++) {
 		d->streams[c] = calloc(d->nstreams, sizeof(*d->streams[c]));
 		if (d->streams[c] == NULL)

@@ -37,9 +37,8 @@ typedef enum tdm_backend {
 
 /* How the poller learns that GPU work finished. */
 typedef enum tdm_completion {
-	/* TANDEM_COMPLETION=word|event|adaptive from the environment if set; else
-	 * TDM_COMPLETION_ADAPTIVE where the device can write completion words
-	 * (cuStreamWriteValue64), else events. */
+	/* TANDEM_COMPLETION=word|event|adaptive from the environment if set; else completion words
+	 * where the device can write them (cuStreamWriteValue64), else events. */
 	TDM_COMPLETION_AUTO = 0,
 	/* Each await enqueues a write of a per-stream sequence number into pinned host memory;
 	 * the poller reads memory instead of calling the driver. */
@@ -49,12 +48,16 @@ typedef enum tdm_completion {
 	/*
 	 * Per stream: completion words while the stream's awaits complete soon after they reach
 	 * the head of its queue (within stall_us, 50 us by default), events otherwise (and for a
-	 * stream's first await).
-	 * Why: a completion write waiting behind long GPU work stalls its hardware queue's front
-	 * end and slows every other round trip on the device (on the H200, with 20 such writes
-	 * pending: a word round trip 8.2 -> 16.6 us, an event round trip 11.4 -> 12.9 us), while a
-	 * pending event record costs nothing; and a word is the cheaper of the two to poll.
-	 * perf/README.md, gpu-latency, has the measurements.
+	 * stream's first await). Why: a completion write waiting behind long GPU work stalls its
+	 * hardware queue's front end and slows every other round trip on the device (on the H200,
+	 * with one such write pending on each of 20 streams: a word round trip 8.2 -> 16.6 us, an
+	 * event round trip 11.4 -> 12.9 us), while a pending event record costs nothing; and a word
+	 * is the cheaper of the two to poll. With 10,000 awaits outstanding behind long kernels it
+	 * measured 8.7 us per round trip where words measured 17.5.
+	 * Opt-in, not the default: in gpu-throughput with 16 workers sharing 8 streams and 100 us
+	 * kernels it ran 19.5k tasks/s, where words alone (an earlier build) ran 74.6k; its streams
+	 * mixed both mechanisms there, and why that is slow is not known yet. perf/README.md has
+	 * the measurements.
 	 */
 	TDM_COMPLETION_ADAPTIVE = 3,
 } tdm_completion;
