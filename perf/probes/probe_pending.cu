@@ -1,7 +1,7 @@
 /*
- * perf/probes/probe_pending.cu: the plain-CUDA probe behind TDM_COMPLETION_ADAPTIVE (not built by CMake).
- * Round trip of an empty kernel and a completion mechanism on one stream, while other streams
- * each run a kernel that spins until the end and hold pending operations behind it.
+ * perf/probes/probe_pending.cu: the plain-CUDA probe behind TDM_COMPLETION_ADAPTIVE (not built by
+ * CMake). Round trip of an empty kernel and a completion mechanism on one stream, while other
+ * streams each run a kernel that spins until the end and hold pending operations behind it.
  *
  *   nvcc -O2 -arch=sm_90 -o /tmp/probe perf/probes/probe_pending.cu -lcuda
  *   CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32 /tmp/probe STREAMS PENDING KIND MECH
