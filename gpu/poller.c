@@ -150,6 +150,14 @@ static void stream_insert(struct tdm_gpu *gpu, struct tdm_stream *s, struct tdm_
 	*pp = t;
 }
 
+/* One more in a statistics counter that only this thread writes (relaxed: readers take a
+ * snapshot, tdm_gpu_stats_get). */
+static void count_one(_Atomic uint64_t *c)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
+}
+
 static void intake(struct tdm_gpu *gpu)
 {
 	/* Newest first; reverse so that FIFOs fill in submission order. */
@@ -165,18 +173,9 @@ static void intake(struct tdm_gpu *gpu)
 		l = l->next;
 		switch (TDM__AW_KIND(t)) {
 		case TDM__AW_STREAM_WORD:
-			/* Relaxed: a statistics counter; this thread is its only writer. */
-			atomic_store_explicit(
-			    &gpu->n_word,
-			    atomic_load_explicit(&gpu->n_word, memory_order_relaxed) + 1,
-			    memory_order_relaxed);
-			stream_insert(gpu, TDM__AW_PTR(t), t);
-			break;
 		case TDM__AW_STREAM_EVENT:
-			atomic_store_explicit(
-			    &gpu->n_event,
-			    atomic_load_explicit(&gpu->n_event, memory_order_relaxed) + 1,
-			    memory_order_relaxed);
+			count_one(TDM__AW_KIND(t) == TDM__AW_STREAM_WORD ? &gpu->n_word
+			                                                 : &gpu->n_event);
 			stream_insert(gpu, TDM__AW_PTR(t), t);
 			break;
 		case TDM__AW_EVENT:
