@@ -78,6 +78,7 @@ static void destroy_devices(struct tdm_gpu *gpu)
 		if (d->word_block != NULL)
 			gpu->ops->host_free(gpu->b, d->word_block);
 		pthread_mutex_destroy(&d->lock);
+		pthread_mutex_destroy(&d->ev_lock);
 	}
 	free(gpu->devs);
 	gpu->devs = NULL;
@@ -89,6 +90,7 @@ static int init_device(struct tdm_gpu *gpu, int i)
 	d->gpu = gpu;
 	d->index = i;
 	pthread_mutex_init(&d->lock, NULL);
+	pthread_mutex_init(&d->ev_lock, NULL);
 	int rc = gpu->ops->device_info(gpu->b, i, &d->info);
 	if (rc != 0)
 		return rc;
@@ -579,47 +581,56 @@ int tdm_host_free(tdm_gpu *gpu, void *p)
 int tdm__event_take(struct tdm__gdev *d, struct tdm_event **out)
 {
 	struct tdm_gpu *gpu = d->gpu;
-	pthread_mutex_lock(&d->lock);
+	pthread_mutex_lock(&d->ev_lock);
 	struct tdm_event *e = d->free_events;
 	if (e != NULL) {
 		d->free_events = e->next_free;
-		pthread_mutex_unlock(&d->lock);
+		pthread_mutex_unlock(&d->ev_lock);
 		*out = e;
 		return 0;
 	}
-	int rc = -ENOMEM;
+	pthread_mutex_unlock(&d->ev_lock);
+	/*
+	 * A new one, made without the lock: the poller gives events back under ev_lock, and a
+	 * driver call can wait a long time (for a context lock that a thread blocked on a full
+	 * stream holds, say); the poller must never wait behind one.
+	 */
+	e = aligned_alloc(TDM__CACHELINE, TDM__CACHELINE);
+	if (e == NULL)
+		return -ENOMEM;
+	memset(e, 0, sizeof(*e));
+	e->dev = d;
+	int rc = gpu->ops->event_create(gpu->b, d->index, &e->be);
+	if (rc != 0) {
+		free(e);
+		return rc;
+	}
+	pthread_mutex_lock(&d->ev_lock);
 	if (d->nall_events == d->cap_events) {
 		unsigned cap = d->cap_events != 0 ? 2 * d->cap_events : 64;
 		struct tdm_event **all = realloc(d->all_events, cap * sizeof(*all));
-		if (all == NULL)
-			goto out;
+		if (all == NULL) {
+			pthread_mutex_unlock(&d->ev_lock);
+			gpu->ops->event_destroy(gpu->b, e->be);
+			free(e);
+			return -ENOMEM;
+		}
 		d->all_events = all;
 		d->cap_events = cap;
 	}
-	e = aligned_alloc(TDM__CACHELINE, TDM__CACHELINE);
-	if (e == NULL)
-		goto out;
-	memset(e, 0, sizeof(*e));
-	e->dev = d;
-	rc = gpu->ops->event_create(gpu->b, d->index, &e->be);
-	if (rc != 0) {
-		free(e);
-		goto out;
-	}
 	d->all_events[d->nall_events++] = e;
+	pthread_mutex_unlock(&d->ev_lock);
 	*out = e;
-out:
-	pthread_mutex_unlock(&d->lock);
-	return rc;
+	return 0;
 }
 
 void tdm__event_give(struct tdm_event *e)
 {
 	struct tdm__gdev *d = e->dev;
-	pthread_mutex_lock(&d->lock);
+	pthread_mutex_lock(&d->ev_lock);
 	e->next_free = d->free_events;
 	d->free_events = e;
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&d->ev_lock);
 }
 
 int tdm_event_get(tdm_gpu *gpu, int device, tdm_event **out)

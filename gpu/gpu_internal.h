@@ -74,8 +74,11 @@ struct tdm__gdev {
 	_Atomic int leased; /* stream leases held: the load TDM_PLACE_LEAST_LOADED compares */
 	_Alignas(TDM__CACHELINE) _Atomic int launching;
 	pthread_mutex_t lock;
-	struct tdm_event *free_events; /* lock */
-	struct tdm_event **all_events; /* lock: every event ever made, for destroy */
+	/* Pooled events, under ev_lock, which is held only for list work, never across a driver
+	 * call (the poller takes it to give events back). */
+	pthread_mutex_t ev_lock;
+	struct tdm_event *free_events;
+	struct tdm_event **all_events; /* every event ever made, for destroy */
 	unsigned nall_events, cap_events;
 };
 
