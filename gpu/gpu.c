@@ -702,8 +702,15 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *s)
 	bool word =
 	    d->words && (!d->adaptive || atomic_load_explicit(&s->quick, memory_order_relaxed));
 	struct tdm_event *e = NULL;
-	if (!word)
+	if (!word) {
 		rc = tdm__event_take(d, &e);
+		/* Adaptive: no event to be had (-ENOMEM, say) is no reason to fail; a word works.
+		 */
+		if (rc != 0 && d->adaptive) {
+			word = true;
+			rc = 0;
+		}
+	}
 	/*
 	 * Numbering and enqueueing under one lock keeps the stream's operations in number order, so
 	 * the word only grows, and the poller's FIFO (sorted by number) is the stream's order.

@@ -1,8 +1,9 @@
 /*
  * The GPU layer's internal header: devices, pooled streams and events, and the poller's state.
- * Lock rules: dev->lock guards lazy creation of a device's streams and its event free list; the
- * poller's own lists are touched only by the poller thread. Nothing here is held across a call
- * into the executor.
+ * Lock rules: dev->lock guards lazy creation of a device's streams; dev->ev_lock its event pool
+ * (never held across a driver call: the poller takes it); a stream's wlock numbers its awaits and
+ * enqueues their writes or records; the poller's own lists are touched only by the poller thread.
+ * Nothing here is held across a call into the executor.
  */
 #ifndef TDM_GPU_GPU_INTERNAL_H
 #define TDM_GPU_GPU_INTERNAL_H
@@ -104,7 +105,9 @@ struct tdm_gpu {
 
 	/* Poller only. */
 	_Alignas(TDM__CACHELINE) pthread_t poller;
-	struct tdm_stream *busy;   /* streams with awaits */
+	struct tdm_stream *busy; /* streams with awaits */
+	unsigned
+	    sweeps; /* spinning sweeps; every TDM__STALL_EVERY-th looks at stalled word streams */
 	struct tdm__task *ev_head; /* awaits on user events, unordered */
 	struct tdm__task **heap;   /* deadline awaits, a binary min-heap on await_seq */
 	unsigned nheap, capheap;

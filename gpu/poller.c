@@ -192,16 +192,20 @@ static void intake(struct tdm_gpu *gpu)
 /* ---- sweeps ---- */
 
 /*
- * A stream whose oldest await has not moved for stall_us (TDM__STALL_NS) waits on long work. It
- * stops being `quick`, and it is looked at again only after 1/TDM__LOOK_DIV of the time it has
- * waited, and at least every TDM__LOOK_MAX_NS: a completion of work that ran for t is seen at
- * most t/32 (3%) or 1 ms late, whichever is less. Why: looking at a stream whose oldest await
- * holds an event is a driver call (cudaEventQuery, 0.3-1.6 us on the H200), and thousands of
- * awaits behind long kernels on 20 streams cost every sweep a microsecond or more when each
- * sweep (or one in 16) looked at all of them: that delayed the sweeps that find short work
- * done (gpu-latency with 10,000 awaits outstanding, perf/README.md).
+ * A stream whose oldest await has not moved for stall_us (TDM__STALL_NS) waits on long work, and
+ * stops being `quick`. While the poller spins, such a stream is looked at less often, so that
+ * thousands of awaits behind long kernels on many streams do not slow the sweeps that find short
+ * work done:
+ * - oldest await on a word: on one sweep in TDM__STALL_EVERY (a memory read; a sleeping sweep,
+ *   every 20 us, looks at it every time);
+ * - oldest await on an event: again only after 1/TDM__LOOK_DIV of the time it has waited, at
+ *   most TDM__LOOK_MAX_NS later, sleeping or not: a look is a driver call (cudaEventQuery,
+ *   0.3-1.6 us on the H200), and 20 such streams cost every sweep a microsecond or more. The
+ *   completion of work that ran for t is seen at most t/32 (3%) or 1 ms late, and so is a
+ *   device failure found through such a stream.
  */
 #define TDM__STALL_NS(gpu) ((uint64_t)(gpu)->cfg.stall_us * 1000ull) /* 0 was made 50 us */
+#define TDM__STALL_EVERY 16u
 #define TDM__LOOK_DIV 32u
 #define TDM__LOOK_MAX_NS 1000000ull
 
@@ -247,13 +251,16 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 			struct tdm_event *e = (struct tdm_event *)(uintptr_t)t->await_seq;
 			if (e == NULL) {
 				rc = -EIO;
-			} else if (e->seq <= s->done) {
-				rc = 0; /* a later write on the stream landed: its work is done */
 			} else {
+				/*
+				 * Queried even when a later word has passed its number: the work is
+				 * done then, but only the event can say whether it failed (an
+				 * operation's error reaches the next completion point after it).
+				 */
 				rc = ops->event_query(gpu->b, e->be);
 				if (rc == -EAGAIN)
 					break;
-				if (rc == 0)
+				if (e->seq > s->done)
 					s->done = e->seq; /* everything before it is done too */
 			}
 			if (e != NULL)
@@ -295,17 +302,20 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 	return progress;
 }
 
-static bool sweep(struct tdm_gpu *gpu, uint64_t now)
+static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 {
 	bool progress = false;
+	bool look_at_stalled_words = !spinning || ++gpu->sweeps % TDM__STALL_EVERY == 0;
 	struct tdm_stream **pp = &gpu->busy;
 	while (*pp != NULL) {
 		struct tdm_stream *s = *pp;
 		bool stalled = now - s->moved_ns > TDM__STALL_NS(gpu);
+		bool on_event = TDM__AW_KIND(s->head) == TDM__AW_STREAM_EVENT;
 		if (stalled) {
+			/* Relaxed: a hint for new awaits (gpu.c); either mechanism is correct. */
 			if (atomic_load_explicit(&s->quick, memory_order_relaxed))
 				atomic_store_explicit(&s->quick, false, memory_order_relaxed);
-			if (now < s->next_look_ns) {
+			if (on_event ? now < s->next_look_ns : !look_at_stalled_words) {
 				pp = &s->busy_next;
 				continue;
 			}
@@ -313,7 +323,7 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now)
 		bool moved = sweep_stream(gpu, s, now);
 		if (moved) {
 			s->moved_ns = now;
-		} else if (stalled) {
+		} else if (stalled && on_event) {
 			uint64_t wait = (now - s->moved_ns) / TDM__LOOK_DIV;
 			s->next_look_ns = now + (wait < TDM__LOOK_MAX_NS ? wait : TDM__LOOK_MAX_NS);
 		}
@@ -376,7 +386,7 @@ void *tdm__poller_main(void *arg)
 		if (fresh)
 			intake(gpu);
 		uint64_t now = tdm_now_ns();
-		if (sweep(gpu, now) || fresh)
+		if (sweep(gpu, now, now - last_activity < spin_ns) || fresh)
 			last_activity = now;
 		flush_wakes(gpu);
 		if (outstanding(gpu) || now - last_activity < spin_ns) {

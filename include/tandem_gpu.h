@@ -74,9 +74,10 @@ typedef struct tdm_gpu_config {
 	/* The poller spins this long after the last completion before it backs off to short
 	 * sleeps, while awaits are outstanding. 0: 200 us. */
 	unsigned poll_spin_us;
-	/* An await at the head of its stream for longer than this waits on long work: the poller
-	 * looks at such a stream again only after 1/32 of the time it has waited (at most 1 ms),
-	 * and in adaptive completion the stream switches to events. 0: 50 us. */
+	/* An await at the head of its stream for longer than this waits on long work: while the
+	 * poller spins it looks at such a stream on one sweep in 16 (a word) or after 1/32 of the
+	 * time it has waited, at most 1 ms (an event: a driver call), and in adaptive completion
+	 * the stream switches to events. 0: 50 us. */
 	unsigned stall_us;
 	/* Sim backend: simulated devices (0: 1). */
 	unsigned sim_devices;

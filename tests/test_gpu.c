@@ -945,3 +945,94 @@ Test(gpu_sim_words, forced_mechanisms_never_mix, .timeout = 60)
 		env_close(&e);
 	}
 }
+
+Test(gpu_sim_adaptive, operation_fault_reaches_only_its_task, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_ADAPTIVE, 2));
+	fault_reaches_the_right_task(&e, TDM_SIM_FAULT_OP, false);
+	env_close(&e);
+}
+
+Test(gpu_sim_adaptive, sticky_fault_fails_the_device, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_ADAPTIVE, 2));
+	fault_reaches_the_right_task(&e, TDM_SIM_FAULT_STICKY, true);
+	env_close(&e);
+}
+
+/* ---- an error behind a later word: the event await still reports it ---- */
+
+static tdm_stream *mixed_stream;
+static int mixed_first, mixed_second, mixed_faulted;
+
+/* Awaits twice: an event (the stream is new), then, the first having completed quickly, a word
+ * numbered after the faulted task's event. */
+static int mixed_quick_task(tdm_task *t, void *arg)
+{
+	(void)arg;
+	TDM_BEGIN(t);
+	cr_assert_eq(tdm_launch_spin(mixed_stream, 200000000), 0);
+	TDM_AWAIT(t, tdm_await_stream(t, mixed_stream));
+	mixed_first = tdm_task_result(t);
+	TDM_AWAIT(t, tdm_await_stream(t, mixed_stream));
+	mixed_second = tdm_task_result(t);
+	TDM_END(t);
+}
+
+/* A long kernel, then a faulted operation, then an await on an event: the event's record is the
+ * completion point that carries the fault. */
+static int mixed_faulted_task(tdm_task *t, void *arg)
+{
+	(void)arg;
+	TDM_BEGIN(t);
+	cr_assert_eq(tdm_launch_spin(mixed_stream, 600000000), 0);
+	cr_assert_eq(tdm_sim_inject(mixed_stream, TDM_SIM_FAULT_OP), 0);
+	cr_assert_eq(tdm_launch_spin(mixed_stream, 1000), 0);
+	TDM_AWAIT(t, tdm_await_stream(t, mixed_stream));
+	mixed_faulted = tdm_task_result(t);
+	TDM_END(t);
+}
+
+/*
+ * The word written after the faulted event's record shows the event's work as done before the
+ * poller looks at the event; the poller must still ask the event, which alone knows of the fault.
+ * stall_us is 2 s so that the 200 ms kernel counts as quick however slow the build runs.
+ */
+Test(gpu_sim_adaptive, an_error_behind_a_later_word_reaches_its_task, .timeout = 60)
+{
+	tdm_config c;
+	tdm_config_init(&c);
+	c.workers = 2;
+	struct env e;
+	cr_assert_eq(tdm_executor_create(&e.ex, &c), 0);
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	g.completion = TDM_COMPLETION_ADAPTIVE;
+	g.stall_us = 2000000;
+	cr_assert_eq(tdm_gpu_create(&e.gpu, e.ex, &g), 0);
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &mixed_stream), 0);
+	mixed_first = mixed_second = mixed_faulted = 1;
+	tdm_group grp;
+	tdm_group_init(&grp, e.ex);
+	cr_assert_eq(tdm_spawn(e.ex, mixed_quick_task, NULL, &grp), 0);
+	/* The faulted task's work goes in only once the first await is with the poller. */
+	tdm_gpu_stats st = {0};
+	while (st.awaits_event == 0) {
+		sched_yield();
+		cr_assert_eq(tdm_gpu_stats_get(e.gpu, &st), 0);
+	}
+	cr_assert_eq(tdm_spawn(e.ex, mixed_faulted_task, NULL, &grp), 0);
+	cr_assert_eq(tdm_group_wait(&grp), 0);
+	cr_assert_eq(mixed_first, 0);
+	cr_assert_eq(mixed_second, 0,
+	             "the word after the fault is not the fault's completion point");
+	cr_assert_eq(mixed_faulted, -EIO, "the fault reached the event await behind it");
+	cr_assert_eq(tdm_gpu_stats_get(e.gpu, &st), 0);
+	cr_assert_eq(st.awaits_event, 2, "the new stream's first await and the faulted one");
+	cr_assert_eq(st.awaits_word, 1, "the second await, after a quick first one");
+	tdm_stream_release(mixed_stream);
+	env_close(&e);
+}
