@@ -483,21 +483,25 @@ static void tdm__cuda_stream_destroy(struct tdm__backend *b, void *stream)
  * (like cudaEventQuery) works with any device current (CUDA programming guide, "Stream and Event
  * Behavior"), and switching devices on each query would cost more than the query.
  */
-static int tdm__cuda_stream_query(struct tdm__backend *b, void *stream)
+/* What a stream or event query said: 0 done, -EAGAIN not yet, -EIO for a sticky error
+ * (cudaErrorLaunchFailure, IllegalAddress, IllegalInstruction, Assert) or any other failure:
+ * the work did not complete. */
+static int tdm__cuda_query_result(cudaError_t e)
 {
-	const struct tdm__cuda_stream *st = stream;
-	cudaError_t e;
-
-	(void)b;
-	e = cudaStreamQuery(st->s);
 	if (e == cudaSuccess)
 		return 0;
 	if (e == cudaErrorNotReady)
 		return -EAGAIN;
-	/* Sticky errors (cudaErrorLaunchFailure, IllegalAddress, IllegalInstruction, Assert) and
-	 * any other failure: the stream's work did not complete. */
 	(void)cudaGetLastError();
 	return -EIO;
+}
+
+static int tdm__cuda_stream_query(struct tdm__backend *b, void *stream)
+{
+	const struct tdm__cuda_stream *st = stream;
+
+	(void)b;
+	return tdm__cuda_query_result(cudaStreamQuery(st->s));
 }
 
 static void *tdm__cuda_stream_native(struct tdm__backend *b, void *stream)
@@ -564,16 +568,9 @@ static int tdm__cuda_event_record(struct tdm__backend *b, void *event, void *str
 static int tdm__cuda_event_query(struct tdm__backend *b, void *event)
 {
 	const struct tdm__cuda_event *ev = event;
-	cudaError_t e;
 
 	(void)b;
-	e = cudaEventQuery(ev->e);
-	if (e == cudaSuccess)
-		return 0;
-	if (e == cudaErrorNotReady)
-		return -EAGAIN;
-	(void)cudaGetLastError();
-	return -EIO;
+	return tdm__cuda_query_result(cudaEventQuery(ev->e));
 }
 
 /* ---- completion words -------------------------------------------------------------------- */

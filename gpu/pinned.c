@@ -107,11 +107,6 @@ static size_t class_size(unsigned c)
 
 /* ---- structures ---- */
 
-/* A free block's first bytes while it sits in a shared list. */
-struct pin_free {
-	struct pin_free *next;
-};
-
 /* A 64 KiB page of a chunk; heap_lock. A used run marks all its pages; a free run only its two
  * ends, which is all that the run walk and coalescing read. */
 struct pin_page {
@@ -141,8 +136,8 @@ struct pin_class {
 	unsigned cache_cap;   /* slots a worker's cache uses for it; 0: not cached */
 	unsigned cache_batch; /* blocks moved at once between a cache and the shared list */
 	_Alignas(TDM__CACHELINE) pthread_mutex_t lock;
-	struct pin_free *head; /* lock */
-	size_t nfree;          /* lock */
+	struct tdm__link *head; /* lock */
+	size_t nfree;           /* lock */
 };
 
 /* A worker's cache. Only its worker touches it, except the statistics' relaxed loads. */
@@ -486,8 +481,8 @@ static int grow(struct tdm__pinned *pool, unsigned c, char **run)
 
 /* ---- shared free lists ---- */
 
-static void shared_push(struct tdm__pinned *pool, unsigned c, struct pin_free *first,
-                        struct pin_free *last, size_t n)
+static void shared_push(struct tdm__pinned *pool, unsigned c, struct tdm__link *first,
+                        struct tdm__link *last, size_t n)
 {
 	struct pin_class *pc = &pool->cls[c];
 	pthread_mutex_lock(&pc->lock);
@@ -522,7 +517,7 @@ static void shared_push_array(struct tdm__pinned *pool, unsigned c, void *const 
 	if (n == 0)
 		return;
 	for (unsigned i = 0; i + 1 < n; i++)
-		((struct pin_free *)blocks[i])->next = blocks[i + 1];
+		((struct tdm__link *)blocks[i])->next = blocks[i + 1];
 	shared_push(pool, c, blocks[0], blocks[n - 1], n);
 }
 
@@ -535,13 +530,20 @@ static void cache_flush(struct tdm__pinned *pool, struct pin_cache *mine)
 	}
 }
 
+/* heap_lock held: the head page of the run that block b lies in (its `count` is reclaim's). */
+static struct pin_page *run_head(struct tdm__pinned *pool, const void *b)
+{
+	struct pin_chunk *k = radix_get(pool, b);
+	return &k->pages[k->pages[((const char *)b - k->base) >> PIN_PAGE_SHIFT].head];
+}
+
 /*
  * grow_lock held, nothing else: drains every shared list, gives back each run whose blocks are
  * all among them, and puts the rest back. Blocks in workers' caches keep their runs in use.
  */
 static void reclaim(struct tdm__pinned *pool)
 {
-	struct pin_free *lists[PIN_NCLASS_MAX] = {0}, *release = NULL;
+	struct tdm__link *lists[PIN_NCLASS_MAX] = {0}, *release = NULL;
 	for (unsigned c = 0; c < pool->nclass; c++) {
 		struct pin_class *pc = &pool->cls[c];
 		pthread_mutex_lock(&pc->lock);
@@ -555,18 +557,13 @@ static void reclaim(struct tdm__pinned *pool)
 	pthread_mutex_lock(&pool->heap_lock);
 	/* Count the free blocks of each run at its head page ... */
 	for (unsigned c = 0; c < pool->nclass; c++)
-		for (struct pin_free *b = lists[c]; b != NULL; b = b->next) {
-			struct pin_chunk *k = radix_get(pool, b);
-			struct pin_page *pg = &k->pages[((char *)b - k->base) >> PIN_PAGE_SHIFT];
-			k->pages[pg->head].count++;
-		}
+		for (struct tdm__link *b = lists[c]; b != NULL; b = b->next)
+			run_head(pool, b)->count++;
 	/* ... take out the blocks of full runs, keeping one block per run to name it ... */
 	for (unsigned c = 0; c < pool->nclass; c++)
-		for (struct pin_free **pp = &lists[c]; *pp != NULL;) {
-			struct pin_free *b = *pp;
-			struct pin_chunk *k = radix_get(pool, b);
-			struct pin_page *pg = &k->pages[((char *)b - k->base) >> PIN_PAGE_SHIFT];
-			struct pin_page *hp = &k->pages[pg->head];
+		for (struct tdm__link **pp = &lists[c]; *pp != NULL;) {
+			struct tdm__link *b = *pp;
+			struct pin_page *hp = run_head(pool, b);
 			if (hp->count == pool->cls[c].run_blocks) {
 				hp->count = UINT32_MAX;
 				*pp = b->next;
@@ -578,27 +575,23 @@ static void reclaim(struct tdm__pinned *pool)
 				pp = &b->next;
 			}
 		}
-	/* ... give those runs back, and clear the scratch of the others. */
-	for (struct pin_free *b = release; b != NULL; b = b->next) {
+	/* ... give those runs back; clear the others' scratch, counting what goes back. */
+	for (struct tdm__link *b = release; b != NULL; b = b->next) {
 		struct pin_chunk *k = radix_get(pool, b);
 		run_release(k, k->pages[((char *)b - k->base) >> PIN_PAGE_SHIFT].head);
 	}
+	struct tdm__link *last[PIN_NCLASS_MAX] = {0};
+	size_t n[PIN_NCLASS_MAX] = {0};
 	for (unsigned c = 0; c < pool->nclass; c++)
-		for (struct pin_free *b = lists[c]; b != NULL; b = b->next) {
-			struct pin_chunk *k = radix_get(pool, b);
-			struct pin_page *pg = &k->pages[((char *)b - k->base) >> PIN_PAGE_SHIFT];
-			k->pages[pg->head].count = 0;
+		for (struct tdm__link *b = lists[c]; b != NULL; b = b->next) {
+			run_head(pool, b)->count = 0;
+			last[c] = b;
+			n[c]++;
 		}
 	pthread_mutex_unlock(&pool->heap_lock);
-	for (unsigned c = 0; c < pool->nclass; c++) {
-		if (lists[c] == NULL)
-			continue;
-		size_t n = 1;
-		struct pin_free *last = lists[c];
-		for (; last->next != NULL; last = last->next)
-			n++;
-		shared_push(pool, c, lists[c], last, n);
-	}
+	for (unsigned c = 0; c < pool->nclass; c++)
+		if (lists[c] != NULL)
+			shared_push(pool, c, lists[c], last[c], n[c]);
 }
 
 /* grow_lock held: a run for class c once the quick look failed. */
@@ -643,9 +636,9 @@ static void run_share(struct tdm__pinned *pool, unsigned c, char *run, uint32_t 
 	struct pin_class *pc = &pool->cls[c];
 	if (from >= pc->run_blocks)
 		return;
-	struct pin_free *first = (struct pin_free *)(run + from * pc->size), *last = first;
+	struct tdm__link *first = (struct tdm__link *)(run + from * pc->size), *last = first;
 	for (uint32_t i = from + 1; i < pc->run_blocks; i++) {
-		struct pin_free *b = (struct pin_free *)(run + i * pc->size);
+		struct tdm__link *b = (struct tdm__link *)(run + i * pc->size);
 		last->next = b;
 		last = b;
 	}
@@ -888,7 +881,7 @@ int tdm_pinned_free(tdm_gpu *gpu, void *p)
 		mine->slot[c][mine->n[c]++] = p;
 		count_cached(mine, -(int64_t)pc->size);
 	} else {
-		struct pin_free *b = p;
+		struct tdm__link *b = p;
 		shared_push(pool, c, b, b, 1);
 		count_shared(pool, mine, -(int64_t)pc->size);
 	}

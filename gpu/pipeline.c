@@ -64,8 +64,8 @@ struct pipe {
 	pthread_mutex_t prep_lock;
 	uint64_t next_index; /* prep_lock */
 	bool ended;          /* prep_lock: prepare returned TDM_PIPELINE_END */
-	bool started;        /* prep_lock: prepare was called */
-	uint64_t t_first;    /* prep_lock: when the first prepare began */
+	uint64_t t_first;    /* prep_lock: when the first prepare began; 0 before it (the
+	                        monotonic clock is never 0 once the system runs) */
 
 	pthread_mutex_t lock;
 	/* Ordered mode: the batch whose turn it is, and the batches done before their turn, by
@@ -107,10 +107,8 @@ static bool batch_take(struct slot *s)
 	s->waited = false;
 	pthread_mutex_lock(&p->prep_lock);
 	if (!p->ended) {
-		if (!p->started) {
-			p->started = true;
+		if (p->t_first == 0)
 			p->t_first = tdm_now_ns();
-		}
 		b->index = p->next_index;
 		b->in_len = p->cfg.in_bytes;
 		b->out_len = p->cfg.out_bytes;
@@ -495,7 +493,7 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 	}
 	if (rc == 0) {
 		p->st.cancelled = cancelled;
-		if (p->started && p->t_last > p->t_first)
+		if (p->t_first != 0 && p->t_last > p->t_first)
 			p->st.seconds = (double)(p->t_last - p->t_first) / 1e9;
 		if (stats != NULL)
 			*stats = p->st;

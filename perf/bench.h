@@ -59,10 +59,19 @@ int bench_gpu_throughput(const struct bench_gpu_opts *o);
  * returns the exit status (3: the backend has no device). */
 int bench_pipeline(int argc, char **argv);
 
-/* bench_gpu_open.c: `--backend cuda|sim` and `--json` for `cmd`, then an executor and a GPU
- * layer. 0, or the exit status: 2 usage, 3 no device, 1 otherwise (a message was printed). */
 struct tdm_executor;
 struct tdm_gpu;
+struct tdm_gpu_config;
+/*
+ * bench_gpu_open.c: tdm_gpu_create on --backend's choice (sim or cuda, never AUTO) with g's other
+ * settings, for subcommand cmd (NULL: none named). -ENODEV, said on stderr with the hint of
+ * --backend sim, when the backend has no device (the caller exits with status 3); else
+ * tdm_gpu_create's result.
+ */
+int bench_gpu_create(struct tdm_executor *ex, struct tdm_gpu_config *g, int sim, const char *cmd,
+                     struct tdm_gpu **out);
+/* `--backend cuda|sim` and `--json` for `cmd`, then an executor and a GPU layer. 0, or the exit
+ * status: 2 usage, 3 no device, 1 otherwise (a message was printed). */
 int bench_open_gpu(int argc, char **argv, const char *cmd, int *json, struct tdm_executor **ex,
                    struct tdm_gpu **gpu);
 

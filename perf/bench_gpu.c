@@ -75,22 +75,10 @@ static void env_open(struct env *e, const struct bench_gpu_opts *o, unsigned wor
 	c.workers = workers;
 	gmust(tdm_executor_create(&e->ex, &c), "tdm_executor_create");
 	tdm_gpu_config_init(&g);
-	/* Never AUTO: TANDEM_GPU in the environment must not change what is measured. */
-	g.backend = o->sim ? TDM_BACKEND_SIM : TDM_BACKEND_CUDA;
 	g.streams_per_device = streams_per_device;
-	rc = tdm_gpu_create(&e->gpu, e->ex, &g);
-	if (rc == 0 && tdm_gpu_device_count(e->gpu) < 1) {
-		tdm_gpu_destroy(e->gpu);
-		rc = -ENODEV;
-	}
-	if (rc == -ENODEV) {
-		fprintf(stderr,
-		        "tandem-bench: --backend %s: no device (tdm_gpu_create: %s)%s; "
-		        "--backend sim runs on tandem's GPU simulator\n",
-		        o->sim ? "sim" : "cuda", tdm_strerror(rc),
-		        HAVE_RAW ? "" : "; this tandem-bench was built without CUDA");
+	rc = bench_gpu_create(e->ex, &g, o->sim, NULL, &e->gpu);
+	if (rc == -ENODEV)
 		exit(3);
-	}
 	gmust(rc, "tdm_gpu_create");
 }
 

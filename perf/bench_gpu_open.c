@@ -2,12 +2,37 @@
  * The option parsing and set-up shared by the small GPU subcommands (gpu-idle, topology):
  * `--backend cuda|sim` and `--json`, then an executor and a GPU layer on that backend.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "bench.h"
 #include "tandem.h"
 #include "tandem_gpu.h"
+
+int bench_gpu_create(tdm_executor *ex, tdm_gpu_config *g, int sim, const char *cmd, tdm_gpu **out)
+{
+	/* Never AUTO: TANDEM_GPU in the environment must not change what is measured. */
+	g->backend = sim ? TDM_BACKEND_SIM : TDM_BACKEND_CUDA;
+	int rc = tdm_gpu_create(out, ex, g);
+	if (rc == 0 && tdm_gpu_device_count(*out) < 1) {
+		tdm_gpu_destroy(*out);
+		rc = -ENODEV;
+	}
+	if (rc == -ENODEV)
+		fprintf(stderr,
+		        "tandem-bench%s%s: --backend %s: no device (tdm_gpu_create: %s)%s; "
+		        "--backend sim runs on tandem's GPU simulator\n",
+		        cmd != NULL ? " " : "", cmd != NULL ? cmd : "", sim ? "sim" : "cuda",
+		        tdm_strerror(rc),
+#if defined(TANDEM_HAVE_CUDA) && TANDEM_HAVE_CUDA
+		        ""
+#else
+		        "; this tandem-bench was built without CUDA"
+#endif
+		);
+	return rc;
+}
 
 int bench_open_gpu(int argc, char **argv, const char *cmd, int *json, struct tdm_executor **ex,
                    struct tdm_gpu **gpu)

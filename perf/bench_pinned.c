@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
 #include "tandem.h"
 #include "tandem_gpu.h"
 
@@ -218,15 +219,9 @@ int bench_pinned(int argc, char **argv)
 		return 1;
 	}
 	tdm_gpu_config_init(&g);
-	/* Never AUTO: TANDEM_GPU in the environment must not change what is measured. Default
-	 * pool settings: 64 MiB chunks, so every size here is a size class of the pool. */
-	g.backend = o.sim ? TDM_BACKEND_SIM : TDM_BACKEND_CUDA;
-	rc = tdm_gpu_create(&gpu, ex, &g);
+	/* Default pool settings: 64 MiB chunks, so every size here is a size class of the pool. */
+	rc = bench_gpu_create(ex, &g, o.sim, "pinned", &gpu);
 	if (rc == -ENODEV) {
-		fprintf(stderr,
-		        "tandem-bench: pinned --backend %s: no device (tdm_gpu_create: %s); "
-		        "--backend sim runs on tandem's GPU simulator\n",
-		        o.sim ? "sim" : "cuda", tdm_strerror(rc));
 		tdm_executor_destroy(ex);
 		return 3;
 	}

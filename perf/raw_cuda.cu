@@ -247,9 +247,8 @@ int open_floor(floor_state &f, raw_cuda_floor how, unsigned bg_streams, unsigned
 						return fail_msg(-EIO,
 						                "cuStreamWriteValue64 failed");
 		}
-		// And the event records of the awaits that used events (after the writes, as
-		// tandem's streams start on events only when they stall: either order costs the
-		// same, a pending record holds up nothing).
+		// And the event records of the awaits that used events, after the writes: the
+		// order does not matter, since a pending record holds up nothing (perf/README.md).
 		for (unsigned k = 0; k < bg_events; k++)
 			for (cudaStream_t b : f.bg) {
 				cudaEvent_t e;
