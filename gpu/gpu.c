@@ -4,10 +4,15 @@
  * suspended task to the poller.
  *
  * Streams: each device has TDM__PRIO_CLASSES sets of `nstreams` streams, created on first use.
- * A worker's shared leases always go to "its" stream of a set (worker index modulo the set
- * size): its thread-local pool is a fixed slice of the bounded set, so 16 workers on a set of 8
- * make 8 streams, never 16, and a shared lease never takes a lock once the stream exists.
- * Exclusive leases take any stream with no lease at all.
+ * A worker's shared leases go to "its" stream of a set (worker index modulo the set size): its
+ * thread-local pool is a fixed slice of the bounded set, so 16 workers on a set of 8 make 8
+ * streams, never 16, and a shared lease never takes a lock once the stream exists. Unless
+ * another stream of the set, already made, holds clearly fewer leases: a lease compares its own
+ * stream with one other (a different one each time; "two choices") and takes the less loaded
+ * when the difference is more than 2 plus 1/16 of the own stream's leases. Without
+ * it the work on each stream follows how many tasks each worker happened to start: with 20,000
+ * tasks of 100 us kernels on 8 streams, the most loaded stream decided the run's length
+ * (perf/README.md, gpu-throughput). Exclusive leases take any stream with no lease at all.
  */
 #include <errno.h>
 #include <sched.h>
@@ -114,8 +119,9 @@ static int init_device(struct tdm_gpu *gpu, int i)
 	     gpu->cfg.completion == TDM_COMPLETION_ADAPTIVE) &&
 	    !d->words)
 		return -ENOTSUP;
-	/* Opt-in: see TDM_COMPLETION_ADAPTIVE in tandem_gpu.h for why it is not the default. */
-	d->adaptive = d->words && gpu->cfg.completion == TDM_COMPLETION_ADAPTIVE;
+	/* The default where words can be written: see TDM_COMPLETION_ADAPTIVE in tandem_gpu.h. */
+	d->adaptive = d->words && (gpu->cfg.completion == TDM_COMPLETION_ADAPTIVE ||
+	                           gpu->cfg.completion == TDM_COMPLETION_AUTO);
 	for (int c = 0; c < TDM__PRIO_CLASSES; c++) {
 		d->streams[c] = calloc(d->nstreams, sizeof(*d->streams[c]));
 		if (d->streams[c] == NULL)
@@ -290,6 +296,11 @@ int tdm_gpu_stats_get(const tdm_gpu *gpu, tdm_gpu_stats *out)
 	/* Relaxed: counters the poller alone writes; a snapshot is all that is promised. */
 	out->awaits_word = atomic_load_explicit(&gpu->n_word, memory_order_relaxed);
 	out->awaits_event = atomic_load_explicit(&gpu->n_event, memory_order_relaxed);
+	out->switches = atomic_load_explicit(&gpu->n_switch, memory_order_relaxed);
+	out->event_polls = atomic_load_explicit(&gpu->n_event_poll, memory_order_relaxed);
+	out->sweeps = atomic_load_explicit(&gpu->n_sweep, memory_order_relaxed);
+	out->sleeps = atomic_load_explicit(&gpu->n_sleep, memory_order_relaxed);
+	out->due_spins = atomic_load_explicit(&gpu->n_due, memory_order_relaxed);
 	return 0;
 }
 
@@ -372,6 +383,28 @@ static int place(struct tdm_gpu *gpu)
 	}
 }
 
+/*
+ * Shared leases: slot k, or the other slot this call compares it with when that stream exists
+ * and holds fewer leases (see the top of this file). The lease counts are read relaxed: a hint
+ * for balance; the lease itself is taken with its own atomic in tdm_stream_lease.
+ */
+static unsigned two_choices(struct tdm__gdev *d, int c, unsigned k)
+{
+	static _Thread_local unsigned turn;
+	unsigned other = (k + 1 + turn++ % (d->nstreams - 1)) % d->nstreams;
+	/* Acquire: pair with the release that publishes a made stream (stream_at). */
+	struct tdm_stream *mine = atomic_load_explicit(&d->streams[c][k], memory_order_acquire);
+	struct tdm_stream *s = atomic_load_explicit(&d->streams[c][other], memory_order_acquire);
+	if (mine == NULL || s == NULL)
+		return k;
+	int lm = atomic_load_explicit(&mine->leases, memory_order_relaxed);
+	int lo = atomic_load_explicit(&s->leases, memory_order_relaxed);
+	/* Leave the own stream only for a clear difference: moving costs the locality of one
+	 * worker per stream (measured: moving whenever the other held fewer cut 10 us kernels at 8
+	 * workers from ~400k to ~300k tasks/s). */
+	return lo + 2 + lm / 16 < lm ? other : k;
+}
+
 int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 {
 	if (gpu == NULL || out == NULL ||
@@ -392,6 +425,8 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 	int wi = tdm_worker_index(gpu->ex);
 	unsigned first =
 	    wi >= 0 ? (unsigned)wi : atomic_fetch_add_explicit(&d->rr, 1, memory_order_relaxed);
+	if (!(flags & TDM_STREAM_EXCLUSIVE) && d->nstreams > 1)
+		first = two_choices(d, c, first % d->nstreams);
 	for (unsigned i = 0; i < d->nstreams; i++) {
 		struct tdm_stream *s;
 		int rc = stream_at(d, c, (first + i) % d->nstreams, &s);

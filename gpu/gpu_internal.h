@@ -45,6 +45,8 @@ struct tdm_stream {
 	uint64_t done;     /* highest word value seen */
 	uint64_t moved_ns; /* when its oldest await last changed (completed, or the FIFO filled) */
 	uint64_t next_look_ns; /* stalled: when the poller looks at it again */
+	uint64_t typical_ns;   /* how long its awaits waited at the head, a moving average; 0: none
+	                          yet */
 };
 
 #define TDM__EXCLUSIVE (1 << 30)
@@ -108,11 +110,15 @@ struct tdm_gpu {
 	struct tdm_stream *busy; /* streams with awaits */
 	unsigned
 	    sweeps; /* spinning sweeps; every TDM__STALL_EVERY-th looks at stalled word streams */
+	uint64_t due_ns; /* the earliest completion a sweep expects from typical_ns; UINT64_MAX */
+	uint64_t due_late_ns;      /* how long past due_ns that completion is still spun for */
+	uint64_t sleep_over_ns;    /* how late a back-off step wakes, a moving average */
 	struct tdm__task *ev_head; /* awaits on user events, unordered */
 	struct tdm__task **heap;   /* deadline awaits, a binary min-heap on await_seq */
 	unsigned nheap, capheap;
 	_Atomic uint64_t n_word, n_event; /* stream awaits taken in, by mechanism (tdm_gpu_stats) */
-	struct tdm__task **wake;          /* the batch a sweep completes */
+	_Atomic uint64_t n_switch, n_event_poll, n_sweep, n_sleep, n_due; /* tdm_gpu_stats, too */
+	struct tdm__task **wake; /* the batch a sweep completes */
 	int *wake_rc;
 	unsigned nwake, capwake;
 };

@@ -18,6 +18,11 @@
  *   found.
  * - Idling: spin while anything completed within poll_spin_us, then sleep in short steps while
  *   awaits are outstanding, and sleep on the event count when nothing is.
+ * - Due completions: each stream keeps how long its awaits typically wait at the head; when one
+ *   is due, the poller wakes TDM__DUE_LEAD_NS before and spins through it (until
+ *   due_late after), instead of seeing it at the end of a sleep step. Periodic work (a
+ *   pipeline's batches, a loop of long kernels) is seen at once at the cost of ~30 us of spinning
+ *   per completion.
  * - Everything a sweep completes is woken in one batch (tdm__task_wake_batch).
  */
 #include <errno.h>
@@ -36,6 +41,8 @@
  * a few percent of a core, and only while GPU work is outstanding.
  */
 #define TDM__BACKOFF_NS 20000ull
+/* Wake this long before a due completion (a sleep step's wake-up can be late by a few us). */
+#define TDM__DUE_LEAD_NS 10000ull
 
 void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t)
 {
@@ -258,6 +265,7 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 				 * operation's error reaches the next completion point after it).
 				 */
 				rc = ops->event_query(gpu->b, e->be);
+				count_one(&gpu->n_event_poll);
 				if (rc == -EAGAIN)
 					break;
 				if (e->seq > s->done)
@@ -266,10 +274,25 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 			if (e != NULL)
 				tdm__event_give(e);
 		}
+		if (!progress) {
+			/*
+			 * How long the head waited, averaged low: a shorter wait halves the
+			 * difference, a longer one moves it by 1/8. A completion earlier than
+			 * expected is missed by the due spin (a sleep step finds it), a later one
+			 * only costs spinning up to due_late, so the estimate leans early (and a
+			 * loaded machine's late outliers barely move it).
+			 */
+			uint64_t waited = now - s->moved_ns, ty = s->typical_ns;
+			s->typical_ns = ty == 0       ? waited
+			                : waited < ty ? ty - (ty - waited) / 2
+			                              : ty + (waited - ty) / 8;
+		}
 		/* Adaptive completion: this await's work ended soon after it reached the head. */
-		if (now - s->moved_ns < TDM__STALL_NS(gpu) &&
-		    !atomic_load_explicit(&s->quick, memory_order_relaxed))
+		if (d->adaptive && now - s->moved_ns < TDM__STALL_NS(gpu) &&
+		    !atomic_load_explicit(&s->quick, memory_order_relaxed)) {
 			atomic_store_explicit(&s->quick, true, memory_order_relaxed);
+			count_one(&gpu->n_switch);
+		}
 		s->head = (struct tdm__task *)(void *)t->link.next;
 		add_wake(gpu, t, rc);
 		progress = true;
@@ -302,9 +325,45 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 	return progress;
 }
 
+/* How long past its due time a completion is still spun for: a back-off step, or 1/16 of the
+ * typical wait when longer (a poller woken late on a loaded machine still finds it due). */
+static uint64_t due_late(const struct tdm_stream *s)
+{
+	return s->typical_ns / 16 > TDM__BACKOFF_NS ? s->typical_ns / 16 : TDM__BACKOFF_NS;
+}
+
+/* The earliest due completion over the busy streams, leaving out those overdue past due_late
+ * (their estimate was wrong; sleep steps see them). */
+static void note_due(struct tdm_gpu *gpu, const struct tdm_stream *s, uint64_t now)
+{
+	if (s->typical_ns == 0)
+		return;
+	uint64_t due = s->moved_ns + s->typical_ns;
+	if (due + due_late(s) >= now && due < gpu->due_ns) {
+		gpu->due_ns = due;
+		gpu->due_late_ns = due_late(s);
+	}
+}
+
+/* How long before a due completion the poller stops sleeping: TDM__DUE_LEAD_NS plus how late
+ * its sleep steps typically wake (tens of microseconds on some machines, whatever the slack). */
+static uint64_t due_lead(const struct tdm_gpu *gpu)
+{
+	return TDM__DUE_LEAD_NS + gpu->sleep_over_ns;
+}
+
+/* A completion is due within due_lead, or was within its due_late. */
+static bool due_soon(const struct tdm_gpu *gpu, uint64_t now)
+{
+	return gpu->due_ns != UINT64_MAX && now + due_lead(gpu) >= gpu->due_ns &&
+	       now <= gpu->due_ns + gpu->due_late_ns;
+}
+
 static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 {
 	bool progress = false;
+	count_one(&gpu->n_sweep);
+	gpu->due_ns = UINT64_MAX;
 	bool look_at_stalled_words = !spinning || ++gpu->sweeps % TDM__STALL_EVERY == 0;
 	struct tdm_stream **pp = &gpu->busy;
 	while (*pp != NULL) {
@@ -313,9 +372,13 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 		bool on_event = TDM__AW_KIND(s->head) == TDM__AW_STREAM_EVENT;
 		if (stalled) {
 			/* Relaxed: a hint for new awaits (gpu.c); either mechanism is correct. */
-			if (atomic_load_explicit(&s->quick, memory_order_relaxed))
+			if (s->dev->adaptive &&
+			    atomic_load_explicit(&s->quick, memory_order_relaxed)) {
 				atomic_store_explicit(&s->quick, false, memory_order_relaxed);
+				count_one(&gpu->n_switch);
+			}
 			if (on_event ? now < s->next_look_ns : !look_at_stalled_words) {
+				note_due(gpu, s, now);
 				pp = &s->busy_next;
 				continue;
 			}
@@ -326,12 +389,17 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 		} else if (stalled && on_event) {
 			uint64_t wait = (now - s->moved_ns) / TDM__LOOK_DIV;
 			s->next_look_ns = now + (wait < TDM__LOOK_MAX_NS ? wait : TDM__LOOK_MAX_NS);
+			/* ... but not past the moment its await is due. */
+			uint64_t due = s->moved_ns + s->typical_ns;
+			if (s->typical_ns != 0 && due > now && due < s->next_look_ns)
+				s->next_look_ns = due;
 		}
 		progress |= moved;
 		if (s->head == NULL) {
 			s->busy = false;
 			*pp = s->busy_next;
 		} else {
+			note_due(gpu, s, now);
 			pp = &s->busy_next;
 		}
 	}
@@ -380,13 +448,19 @@ void *tdm__poller_main(void *arg)
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
 	pthread_setname_np(pthread_self(), "tdm-poller");
 	uint64_t last_activity = tdm_now_ns();
+	bool due_spinning = false;
+	gpu->due_ns = UINT64_MAX;
 	for (;;) {
 		uint32_t snap = ck_ec32_value(&gpu->ec);
 		bool fresh = !tdm__stack_empty(&gpu->submit);
 		if (fresh)
 			intake(gpu);
 		uint64_t now = tdm_now_ns();
-		if (sweep(gpu, now, now - last_activity < spin_ns) || fresh)
+		bool due = due_soon(gpu, now);
+		if (due && !due_spinning)
+			count_one(&gpu->n_due);
+		due_spinning = due;
+		if (sweep(gpu, now, now - last_activity < spin_ns || due) || fresh)
 			last_activity = now;
 		flush_wakes(gpu);
 		if (outstanding(gpu) || now - last_activity < spin_ns) {
@@ -394,8 +468,16 @@ void *tdm__poller_main(void *arg)
 				tdm__cpu_relax();
 				continue;
 			}
-			/* Long GPU work: look again soon, or at the next deadline. */
+			if (due_soon(gpu, now)) {
+				tdm__cpu_relax();
+				continue;
+			}
+			/* Long GPU work: look again soon, at the next due completion, or at the
+			 * next deadline. */
 			uint64_t step = TDM__BACKOFF_NS;
+			if (gpu->due_ns != UINT64_MAX && gpu->due_ns > now + due_lead(gpu) &&
+			    gpu->due_ns - due_lead(gpu) - now < step)
+				step = gpu->due_ns - due_lead(gpu) - now;
 			if (gpu->busy == NULL && gpu->ev_head == NULL && gpu->nheap > 0 &&
 			    gpu->heap[0]->await_seq > now)
 				step = gpu->heap[0]->await_seq - now;
@@ -403,9 +485,15 @@ void *tdm__poller_main(void *arg)
 			uint64_t until = now + step;
 			dl.tv_sec = (time_t)(until / 1000000000ull);
 			dl.tv_nsec = (long)(until % 1000000000ull);
-			if (step <= TDM__BACKOFF_NS)
+			count_one(&gpu->n_sleep);
+			if (step <= TDM__BACKOFF_NS) {
 				tdm__sleep_ns(step);
-			else
+				/* How late it woke: a moving average over 8. */
+				uint64_t woke = tdm_now_ns(),
+				         over = woke > until ? woke - until : 0;
+				gpu->sleep_over_ns =
+				    gpu->sleep_over_ns - gpu->sleep_over_ns / 8 + over / 8;
+			} else
 				ck_ec32_wait(&gpu->ec, &tdm__ec_mode, snap, &dl);
 			continue;
 		}
@@ -421,6 +509,7 @@ void *tdm__poller_main(void *arg)
 			continue;
 		}
 		/* Nothing outstanding: sleep until a submission bumps the count past snap. */
+		count_one(&gpu->n_sleep);
 		ck_ec32_wait(&gpu->ec, &tdm__ec_mode, snap, NULL);
 		last_activity = tdm_now_ns();
 	}

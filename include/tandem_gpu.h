@@ -37,8 +37,8 @@ typedef enum tdm_backend {
 
 /* How the poller learns that GPU work finished. */
 typedef enum tdm_completion {
-	/* TANDEM_COMPLETION=word|event|adaptive from the environment if set; else completion words
-	 * where the device can write them (cuStreamWriteValue64), else events. */
+	/* TANDEM_COMPLETION=word|event|adaptive from the environment if set; else adaptive where
+	 * the device can write completion words (cuStreamWriteValue64), else events. */
 	TDM_COMPLETION_AUTO = 0,
 	/* Each await enqueues a write of a per-stream sequence number into pinned host memory;
 	 * the poller reads memory instead of calling the driver. */
@@ -53,11 +53,8 @@ typedef enum tdm_completion {
 	 * with one such write pending on each of 20 streams: a word round trip 8.2 -> 16.6 us, an
 	 * event round trip 11.4 -> 12.9 us), while a pending event record costs nothing; and a word
 	 * is the cheaper of the two to poll. With 10,000 awaits outstanding behind long kernels it
-	 * measured 8.7 us per round trip where words measured 17.5.
-	 * Opt-in, not the default: in gpu-throughput with 16 workers sharing 8 streams and 100 us
-	 * kernels it ran 19.5k tasks/s, where words alone (an earlier build) ran 74.6k; its streams
-	 * mixed both mechanisms there, and why that is slow is not known yet. perf/README.md has
-	 * the measurements.
+	 * measured 8.7 us per round trip where words measured 17.5. The default (AUTO) where words
+	 * can be written; perf/README.md has the measurements.
 	 */
 	TDM_COMPLETION_ADAPTIVE = 3,
 } tdm_completion;
@@ -141,6 +138,14 @@ int tdm_gpu_completion(const tdm_gpu *gpu, int device);
 typedef struct tdm_gpu_stats {
 	uint64_t awaits_word;  /* stream awaits that enqueued a completion-word write */
 	uint64_t awaits_event; /* stream awaits that recorded a pooled event */
+	/* What the poller did, for tuning and for reading benchmarks (all counted by the poller):
+	 */
+	uint64_t switches;    /* adaptive: times a stream changed mechanism (0 otherwise) */
+	uint64_t event_polls; /* event queries of stream awaits (driver calls on cuda) */
+	uint64_t sweeps;      /* passes over the busy streams */
+	uint64_t sleeps;      /* times it slept (back-off steps and idle waits) */
+	uint64_t due_spins;   /* times it spun instead of sleeping because a stream's await was
+	                         due (from how long that stream's awaits have been taking) */
 } tdm_gpu_stats;
 /* -EINVAL: gpu or out is NULL. */
 int tdm_gpu_stats_get(const tdm_gpu *gpu, tdm_gpu_stats *out);

@@ -841,6 +841,7 @@ struct tp_result {
 	unsigned streams;
 	uint64_t in_flight;
 	uint64_t awaits_word, awaits_event; /* tandem: the timed runs' awaits, by mechanism */
+	uint64_t switches, event_polls, sweeps, sleeps; /* tandem: the poller, timed runs */
 };
 
 /* ms[] of reps runs (sorted here) into the result. */
@@ -880,6 +881,10 @@ static void tandem_throughput(const struct bench_gpu_opts *o, unsigned workers, 
 	gmust(tdm_gpu_stats_get(e.gpu, &st1), "tdm_gpu_stats_get");
 	res->awaits_word = st1.awaits_word - st0.awaits_word;
 	res->awaits_event = st1.awaits_event - st0.awaits_event;
+	res->switches = st1.switches - st0.switches;
+	res->event_polls = st1.event_polls - st0.event_polls;
+	res->sweeps = st1.sweeps - st0.sweeps;
+	res->sleeps = st1.sleeps - st0.sleeps;
 	res->streams = distinct_streams(tasks, o->n);
 	res->in_flight = o->n;
 	watchdog_stop(&wd);
@@ -967,9 +972,12 @@ static void tp_json(const struct bench_gpu_opts *o, const struct gpu_info *info,
 	putchar('"');
 	if (impl == TP_TANDEM)
 		printf(",\"completion\":\"%s\",\"stream_set\":%u,\"launch_limit\":%u,"
-		       "\"awaits_word\":%llu,\"awaits_event\":%llu",
+		       "\"awaits_word\":%llu,\"awaits_event\":%llu,\"switches\":%llu,"
+		       "\"event_polls\":%llu,\"sweeps\":%llu,\"sleeps\":%llu",
 		       info->completion, info->streams, info->launch_limit,
-		       (unsigned long long)r->awaits_word, (unsigned long long)r->awaits_event);
+		       (unsigned long long)r->awaits_word, (unsigned long long)r->awaits_event,
+		       (unsigned long long)r->switches, (unsigned long long)r->event_polls,
+		       (unsigned long long)r->sweeps, (unsigned long long)r->sleeps);
 	printf(",\"workers\":%u,\"kernel_us\":%llu,\"n\":%llu,\"reps\":%d,"
 	       "\"tasks_per_s\":%.1f,\"best_tasks_per_s\":%.1f,\"median_ms\":%.3f,\"min_ms\":%.3f,"
 	       "\"streams\":%u,\"in_flight\":%llu,\"cpus\":%u}\n",

@@ -412,7 +412,7 @@ GPU_TESTS(gpu_sim_events, TDM_BACKEND_SIM, TDM_COMPLETION_EVENT)
 GPU_TESTS(gpu_sim_adaptive, TDM_BACKEND_SIM, TDM_COMPLETION_ADAPTIVE)
 #ifndef TANDEM_TEST_NO_CUDA
 GPU_TESTS(gpu_cuda, TDM_BACKEND_CUDA, TDM_COMPLETION_AUTO)
-GPU_TESTS(gpu_cuda_adaptive, TDM_BACKEND_CUDA, TDM_COMPLETION_ADAPTIVE)
+GPU_TESTS(gpu_cuda_words, TDM_BACKEND_CUDA, TDM_COMPLETION_WORD)
 GPU_TESTS(gpu_cuda_events, TDM_BACKEND_CUDA, TDM_COMPLETION_EVENT)
 #endif
 
@@ -602,6 +602,60 @@ Test(gpu_placement, least_loaded_picks_the_device_with_fewer_leases)
 	}
 	for (int i = 0; i < 3; i++)
 		tdm_stream_release(held[i]);
+	env_close(&e);
+}
+
+/* A worker's shared leases, held at once: its own stream alone without the two choices. */
+#define BALANCE_LEASES 10
+static tdm_stream *balance_held[BALANCE_LEASES];
+static int balance_rc;
+
+static int balance_task(tdm_task *t, void *arg)
+{
+	tdm_gpu *gpu = arg;
+	(void)t;
+	for (int i = 0; i < BALANCE_LEASES; i++)
+		if ((balance_rc = tdm_stream_lease(gpu, 0, TDM_STREAM_SHARED, &balance_held[i])) !=
+		    0)
+			return balance_rc;
+	return 0;
+}
+
+/*
+ * Two streams made (by two leases from this thread, which take the set's slots in turn), one
+ * of them still leased: a worker's shared leases then go where clearly fewer leases are held,
+ * not all to the worker's own stream.
+ */
+Test(gpu_placement, shared_leases_balance_over_the_stream_set)
+{
+	tdm_config c;
+	tdm_config_init(&c);
+	c.workers = 1;
+	struct env e;
+	cr_assert_eq(tdm_executor_create(&e.ex, &c), 0);
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	g.streams_per_device = 2;
+	cr_assert_eq(tdm_gpu_create(&e.gpu, e.ex, &g), 0);
+	tdm_stream *a, *b;
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &a), 0);
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &b), 0);
+	cr_assert_neq(a, b, "two leases from outside the workers take the two slots in turn");
+	cr_assert_eq(tdm_stream_release(b), 0);
+	cr_assert_eq(run_one(&e, balance_task, e.gpu), 0);
+	cr_assert_eq(balance_rc, 0);
+	int on_a = 1, on_b = 0; /* a's own lease counts */
+	for (int i = 0; i < BALANCE_LEASES; i++) {
+		cr_assert(balance_held[i] == a || balance_held[i] == b);
+		on_a += balance_held[i] == a;
+		on_b += balance_held[i] == b;
+	}
+	/* A stream is left for one with at least 3 fewer leases (at these counts). */
+	cr_assert_leq(abs(on_a - on_b), 3, "leases: %d on one stream, %d on the other", on_a, on_b);
+	for (int i = 0; i < BALANCE_LEASES; i++)
+		cr_assert_eq(tdm_stream_release(balance_held[i]), 0);
+	cr_assert_eq(tdm_stream_release(a), 0);
 	env_close(&e);
 }
 
@@ -925,7 +979,52 @@ Test(gpu_sim_adaptive, mechanism_follows_how_long_awaits_wait, .timeout = 60)
 	/* fresh stream: event; quick: words, the long one included (its stall is seen only
 	 * later); after the long one: event; then quick again: word. */
 	cr_assert_str_eq(got, "ewwwew");
+	cr_assert_eq(a.last.switches, 3, "to words, to events, to words");
 	tdm_stream_release(a.s);
+	env_close(&e);
+}
+
+/* DUE_STEPS awaits of DUE_NS each, one after another on one stream. */
+#define DUE_STEPS 16
+#define DUE_NS 20000000u
+struct due_state {
+	tdm_stream *s;
+	int i, rc;
+};
+
+static int due_task(tdm_task *t, void *arg)
+{
+	struct due_state *d = arg;
+	TDM_BEGIN(t);
+	for (d->i = 0; d->i < DUE_STEPS; d->i++) {
+		cr_assert_eq(tdm_launch_spin(d->s, DUE_NS), 0);
+		TDM_AWAIT(t, tdm_await_stream(t, d->s));
+		if (tdm_task_result(t) != 0)
+			d->rc = tdm_task_result(t);
+	}
+	TDM_END(t);
+}
+
+/*
+ * Awaits of equal length, one after another on one stream: from the second on, the poller knows
+ * when the next is due and spins through it rather than finding it at the end of a sleep step.
+ * 20 ms kernels: far longer than the poller's spin window, so without the estimate every one of
+ * them is found by a sleep step. At least one of 15 (a loaded machine's simulator finishes its
+ * kernels milliseconds early or late at times, which the estimate cannot foresee).
+ */
+Test(gpu_sim_words, poller_spins_when_an_await_is_due, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 1));
+	struct due_state d = {0};
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &d.s), 0);
+	cr_assert_eq(run_one(&e, due_task, &d), 0);
+	cr_assert_eq(d.rc, 0);
+	tdm_gpu_stats st;
+	cr_assert_eq(tdm_gpu_stats_get(e.gpu, &st), 0);
+	cr_assert_geq(st.due_spins, 1, "due spins: %llu, sleeps: %llu",
+	              (unsigned long long)st.due_spins, (unsigned long long)st.sleeps);
+	tdm_stream_release(d.s);
 	env_close(&e);
 }
 
@@ -941,6 +1040,13 @@ Test(gpu_sim_words, forced_mechanisms_never_mix, .timeout = 60)
 		cr_assert_eq(tdm_gpu_stats_get(e.gpu, &a.last), 0);
 		cr_assert_eq(m == 0 ? a.last.awaits_word : a.last.awaits_event, 3);
 		cr_assert_eq(m == 0 ? a.last.awaits_event : a.last.awaits_word, 0);
+		cr_assert_eq(a.last.switches, 0);
+		/* Events are asked at least once each; words never are. */
+		if (m == 0)
+			cr_assert_eq(a.last.event_polls, 0);
+		else
+			cr_assert_geq(a.last.event_polls, 3);
+		cr_assert_geq(a.last.sweeps, 3);
 		tdm_stream_release(a.s);
 		env_close(&e);
 	}
