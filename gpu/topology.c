@@ -9,8 +9,12 @@
  *   default; more streams than queues alias onto the same queues).
  * - share of a MIG instance: its SMs over its GPU's when both are known, else its compute slices
  *   over 7 (the profile "<k>g..."), else its SMs over 132 (an H100/H200), saying so.
- * - streams per priority class: tdm_gpu_config.streams_per_device if set; a whole device Q; a
- *   MIG instance ceil(Q x share), at least min(2, Q), at most Q (1g of 7 on an H100: 2).
+ * - streams per priority class: tdm_gpu_config.streams_per_device if set; a whole device Q, or
+ *   one per worker when there are more workers than Q (at most 32, the most work queues CUDA
+ *   makes): no two workers then share a stream, whose launches and completion writes they would
+ *   otherwise take turns at (16 workers, 10 us kernels on an H200: 239k tasks/s on 8 streams,
+ *   300k on 16, where one thread per stream ran 309k-331k); a MIG instance ceil(Q x share), at
+ *   least min(2, Q), at most Q (1g of 7 on an H100: 2).
  * - launch limit: tdm_gpu_config.launch_limit if set; a whole device 4 (launch throughput peaks
  *   at about 4 launching threads on an H200); a MIG instance ceil(4 x share), 1..4 (1g: 1).
  * - pool release threshold: half the device's (or the instance's own) memory; 0 if unknown.
@@ -438,6 +442,11 @@ void tdm__topology_decide(const struct tdm__topo_dev *d, const struct tdm__decid
 		out->streams = env->streams_override;
 		tdm__topo_say(out->why_streams, sizeof(out->why_streams),
 		              "%u streams: tdm_gpu_config.streams_per_device", out->streams);
+	} else if (!d->mig && env->workers > base) {
+		out->streams = env->workers < 32 ? env->workers : 32;
+		tdm__topo_say(out->why_streams, sizeof(out->why_streams),
+		              "%u streams: one per worker (at most 32) over %s", out->streams,
+		              base_why);
 	} else if (!d->mig) {
 		out->streams = base;
 		tdm__topo_say(out->why_streams, sizeof(out->why_streams), "%u streams: %s", base,
@@ -766,6 +775,8 @@ int tdm__topology_for_backend(struct tdm_gpu *gpu)
 		return rc;
 	struct tdm__decide_env env;
 	tdm__decide_env_init(&env, t, &gpu->cfg);
+	int workers = tdm_executor_workers(gpu->ex);
+	env.workers = workers > 0 ? (unsigned)workers : 0;
 	rc = tdm__topology_plan(t, &env);
 	if (rc != 0) {
 		tdm__topology_free(t);

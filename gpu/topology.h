@@ -77,6 +77,7 @@ struct tdm__decide_env {
 	int max_connections;       /* as in struct tdm__topology */
 	unsigned streams_override; /* tdm_gpu_config.streams_per_device; 0: decide */
 	unsigned launch_override;  /* tdm_gpu_config.launch_limit; 0: decide */
+	unsigned workers;          /* the executor's workers; 0: unknown */
 	const char *allowed_cpus;  /* cpulist the process may run on; NULL or "": any */
 };
 

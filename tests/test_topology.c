@@ -161,6 +161,34 @@ Test(topology, h200_gets_8_streams_and_4_launchers)
 	tdm__topology_free(t);
 }
 
+/* More workers than work queues: one stream each, at most 32; fewer: the queues' 8. MIG
+ * instances keep their share. */
+Test(topology, a_whole_device_gets_a_stream_per_worker_past_its_queues)
+{
+	static const struct {
+		unsigned workers, streams;
+	} cases[] = {{0, 8}, {4, 8}, {8, 8}, {16, 16}, {40, 32}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tdm__topology *t = load("h200.topo");
+		struct tdm__decide_env env;
+		tdm__decide_env_init(&env, t, NULL);
+		env.workers = cases[i].workers;
+		cr_assert_eq(tdm__topology_plan(t, &env), 0);
+		cr_assert_eq(t->plans[0].streams, cases[i].streams, "%u workers: %u streams (%s)",
+		             cases[i].workers, t->plans[0].streams, t->plans[0].why_streams);
+		if (cases[i].streams > 8)
+			cr_assert_not_null(strstr(t->plans[0].why_streams, "one per worker"));
+		tdm__topology_free(t);
+	}
+	struct tdm__topology *t = load("h100-mig-7x1g.topo");
+	struct tdm__decide_env env;
+	tdm__decide_env_init(&env, t, NULL);
+	env.workers = 16;
+	cr_assert_eq(tdm__topology_plan(t, &env), 0);
+	cr_assert_eq(t->plans[0].streams, 2, "a 1g instance keeps its share");
+	tdm__topology_free(t);
+}
+
 /* ---- eight GPUs on two NUMA nodes ---- */
 
 Test(topology, eight_gpus_on_two_numa_nodes)
