@@ -5,8 +5,9 @@
  *
  * Streams: each device has TDM__PRIO_CLASSES sets of `nstreams` streams, created on first use.
  * A worker's shared leases go to "its" stream of a set (worker index modulo the set size): its
- * thread-local pool is a fixed slice of the bounded set, so 16 workers on a set of 8 make 8
- * streams, never 16, and a shared lease never takes a lock once the stream exists. Unless
+ * thread-local pool is a fixed slice of the bounded set (its size: topology.c; one per worker
+ * past the hardware queues, at most 32), so workers never make streams of their own beyond it,
+ * and a shared lease never takes a lock once the stream exists. Unless
  * another stream of the set, already made, holds clearly fewer leases: a lease compares its own
  * stream with one other (a different one each time; "two choices") and takes the less loaded
  * when the difference is more than 2 plus 1/16 of the own stream's leases. Without

@@ -63,7 +63,8 @@ typedef struct tdm_gpu_config {
 	tdm_backend backend;
 	tdm_completion completion;
 	/* Streams per device and priority that all workers share. 0: derived from the device
-	 * (CUDA_DEVICE_MAX_CONNECTIONS, default 8 hardware work queues). */
+	 * (CUDA_DEVICE_MAX_CONNECTIONS, default 8 hardware work queues), or one per worker when
+	 * the executor has more workers than that (at most 32; a MIG instance keeps its share). */
 	unsigned streams_per_device;
 	/* Threads that may launch on one device at the same moment. 0: 4 (launch throughput
 	 * falls past about 4 concurrent launchers on an H200). */
