@@ -23,25 +23,32 @@ struct env {
 	tdm_gpu *gpu;
 };
 
-/* Starts an executor and a GPU layer on the backend; false when that backend has no device. */
-static bool env_open(struct env *e, tdm_backend backend, tdm_completion completion,
-                     unsigned workers)
+/* Starts an executor of `workers` and a GPU layer with config g; false when g's backend has no
+ * device. */
+static bool env_open_cfg(struct env *e, unsigned workers, const tdm_gpu_config *g)
 {
 	tdm_config c;
 	tdm_config_init(&c);
 	c.workers = workers;
 	cr_assert_eq(tdm_executor_create(&e->ex, &c), 0);
-	tdm_gpu_config g;
-	tdm_gpu_config_init(&g);
-	g.backend = backend;
-	g.completion = completion;
-	int rc = tdm_gpu_create(&e->gpu, e->ex, &g);
+	int rc = tdm_gpu_create(&e->gpu, e->ex, g);
 	if (rc == -ENODEV || rc == -ENOTSUP) {
 		tdm_executor_destroy(e->ex);
 		return false;
 	}
 	cr_assert_eq(rc, 0, "tdm_gpu_create: %s", tdm_strerror(rc));
 	return true;
+}
+
+/* Starts an executor and a GPU layer on the backend; false when that backend has no device. */
+static bool env_open(struct env *e, tdm_backend backend, tdm_completion completion,
+                     unsigned workers)
+{
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = backend;
+	g.completion = completion;
+	return env_open_cfg(e, workers, &g);
 }
 
 static void env_close(struct env *e)
@@ -628,16 +635,12 @@ static int balance_task(tdm_task *t, void *arg)
  */
 Test(gpu_placement, shared_leases_balance_over_the_stream_set)
 {
-	tdm_config c;
-	tdm_config_init(&c);
-	c.workers = 1;
 	struct env e;
-	cr_assert_eq(tdm_executor_create(&e.ex, &c), 0);
 	tdm_gpu_config g;
 	tdm_gpu_config_init(&g);
 	g.backend = TDM_BACKEND_SIM;
 	g.streams_per_device = 2;
-	cr_assert_eq(tdm_gpu_create(&e.gpu, e.ex, &g), 0);
+	cr_assert(env_open_cfg(&e, 1, &g));
 	tdm_stream *a, *b;
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &a), 0);
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &b), 0);
@@ -733,15 +736,11 @@ static int pageable_task(tdm_task *t, void *arg)
 static void pageable_copies(int policy)
 {
 	struct env e;
-	tdm_config c;
-	tdm_config_init(&c);
-	c.workers = 2;
-	cr_assert_eq(tdm_executor_create(&e.ex, &c), 0);
 	tdm_gpu_config g;
 	tdm_gpu_config_init(&g);
 	g.backend = TDM_BACKEND_SIM;
 	g.pageable = policy;
-	cr_assert_eq(tdm_gpu_create(&e.gpu, e.ex, &g), 0);
+	cr_assert(env_open_cfg(&e, 2, &g));
 	struct pageable_state st = {.gpu = e.gpu};
 	st.in = malloc(LEN * sizeof(int));
 	st.out = calloc(LEN, sizeof(int));
@@ -876,15 +875,11 @@ static int shared_task(tdm_task *t, void *arg)
 static void concurrent_awaits_on_one_shared_stream(tdm_completion completion)
 {
 	struct env e;
-	tdm_config c;
-	tdm_config_init(&c);
-	c.workers = 4;
-	cr_assert_eq(tdm_executor_create(&e.ex, &c), 0);
 	tdm_gpu_config g;
 	tdm_gpu_config_init(&g);
 	g.backend = TDM_BACKEND_SIM;
 	g.completion = completion;
-	cr_assert_eq(tdm_gpu_create(&e.gpu, e.ex, &g), 0);
+	cr_assert(env_open_cfg(&e, 4, &g));
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &shared_stream), 0);
 	atomic_store(&shared_done, 0);
 	for (int r = 0; r < SHARED_ROUNDS; r++) {
@@ -916,11 +911,11 @@ Test(gpu_sim_adaptive, concurrent_awaits_on_one_shared_stream_all_resume, .timeo
 
 struct adapt_state {
 	tdm_stream *s;
-	uint32_t ns[8]; /* kernel length of each step */
+	uint32_t ns[16]; /* kernel length of each step */
 	int nsteps, step;
 	int rc;
 	tdm_gpu *gpu;
-	tdm_gpu_stats before[8]; /* the counts before each step's await */
+	tdm_gpu_stats before[16]; /* the counts before each step's await */
 	tdm_gpu_stats last;
 };
 
@@ -948,17 +943,13 @@ static int adapt_task(tdm_task *t, void *arg)
  */
 Test(gpu_sim_adaptive, mechanism_follows_how_long_awaits_wait, .timeout = 60)
 {
-	tdm_config c;
-	tdm_config_init(&c);
-	c.workers = 1;
 	struct env e;
-	cr_assert_eq(tdm_executor_create(&e.ex, &c), 0);
 	tdm_gpu_config g;
 	tdm_gpu_config_init(&g);
 	g.backend = TDM_BACKEND_SIM;
 	g.completion = TDM_COMPLETION_ADAPTIVE;
 	g.stall_us = 200000;
-	cr_assert_eq(tdm_gpu_create(&e.gpu, e.ex, &g), 0);
+	cr_assert(env_open_cfg(&e, 1, &g));
 	cr_assert_eq(tdm_gpu_completion(e.gpu, 0), TDM_COMPLETION_ADAPTIVE);
 	struct adapt_state a = {
 	    .gpu = e.gpu, .nsteps = 6, .ns = {1000, 1000, 1000, 600000000, 1000, 1000}};
@@ -984,27 +975,6 @@ Test(gpu_sim_adaptive, mechanism_follows_how_long_awaits_wait, .timeout = 60)
 	env_close(&e);
 }
 
-/* DUE_STEPS awaits of DUE_NS each, one after another on one stream. */
-#define DUE_STEPS 16
-#define DUE_NS 20000000u
-struct due_state {
-	tdm_stream *s;
-	int i, rc;
-};
-
-static int due_task(tdm_task *t, void *arg)
-{
-	struct due_state *d = arg;
-	TDM_BEGIN(t);
-	for (d->i = 0; d->i < DUE_STEPS; d->i++) {
-		cr_assert_eq(tdm_launch_spin(d->s, DUE_NS), 0);
-		TDM_AWAIT(t, tdm_await_stream(t, d->s));
-		if (tdm_task_result(t) != 0)
-			d->rc = tdm_task_result(t);
-	}
-	TDM_END(t);
-}
-
 /*
  * Awaits of equal length, one after another on one stream: from the second on, the poller knows
  * when the next is due and spins through it rather than finding it at the end of a sleep step.
@@ -1016,15 +986,16 @@ Test(gpu_sim_words, poller_spins_when_an_await_is_due, .timeout = 60)
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 1));
-	struct due_state d = {0};
-	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &d.s), 0);
-	cr_assert_eq(run_one(&e, due_task, &d), 0);
-	cr_assert_eq(d.rc, 0);
-	tdm_gpu_stats st;
-	cr_assert_eq(tdm_gpu_stats_get(e.gpu, &st), 0);
-	cr_assert_geq(st.due_spins, 1, "due spins: %llu, sleeps: %llu",
-	              (unsigned long long)st.due_spins, (unsigned long long)st.sleeps);
-	tdm_stream_release(d.s);
+	struct adapt_state a = {.gpu = e.gpu, .nsteps = 16};
+	for (int k = 0; k < a.nsteps; k++)
+		a.ns[k] = 20000000u;
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &a.s), 0);
+	cr_assert_eq(run_one(&e, adapt_task, &a), 0);
+	cr_assert_eq(a.rc, 0);
+	cr_assert_eq(tdm_gpu_stats_get(e.gpu, &a.last), 0);
+	cr_assert_geq(a.last.due_spins, 1, "due spins: %llu, sleeps: %llu",
+	              (unsigned long long)a.last.due_spins, (unsigned long long)a.last.sleeps);
+	tdm_stream_release(a.s);
 	env_close(&e);
 }
 
@@ -1108,17 +1079,13 @@ static int mixed_faulted_task(tdm_task *t, void *arg)
  */
 Test(gpu_sim_adaptive, an_error_behind_a_later_word_reaches_its_task, .timeout = 60)
 {
-	tdm_config c;
-	tdm_config_init(&c);
-	c.workers = 2;
 	struct env e;
-	cr_assert_eq(tdm_executor_create(&e.ex, &c), 0);
 	tdm_gpu_config g;
 	tdm_gpu_config_init(&g);
 	g.backend = TDM_BACKEND_SIM;
 	g.completion = TDM_COMPLETION_ADAPTIVE;
 	g.stall_us = 2000000;
-	cr_assert_eq(tdm_gpu_create(&e.gpu, e.ex, &g), 0);
+	cr_assert(env_open_cfg(&e, 2, &g));
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &mixed_stream), 0);
 	mixed_first = mixed_second = mixed_faulted = 1;
 	tdm_group grp;
