@@ -19,10 +19,12 @@
  * - Idling: spin while anything completed within poll_spin_us, then sleep in short steps while
  *   awaits are outstanding, and sleep on the event count when nothing is.
  * - Due completions: each stream keeps how long its awaits typically wait at the head; when one
- *   is due, the poller wakes TDM__DUE_LEAD_NS before and spins through it (until
- *   due_late after), instead of seeing it at the end of a sleep step. Periodic work (a
- *   pipeline's batches, a loop of long kernels) is seen at once at the cost of ~30 us of spinning
- *   per completion.
+ *   is due, the poller wakes due_lead before (TDM__DUE_LEAD_NS plus how late its sleeps wake,
+ *   at most TDM__DUE_MAX_NS in all) and spins, looking at that stream on every sweep, until the
+ *   completion is seen or due_late has passed (1/16 of the typical wait, at least a back-off
+ *   step, at most TDM__DUE_MAX_NS), instead of seeing it at the end of a sleep step. Periodic
+ *   work (a pipeline's batches, a loop of long kernels) is seen at once, at the cost of at most
+ *   2 x TDM__DUE_MAX_NS of spinning per completion, and only while awaits are outstanding.
  * - Everything a sweep completes is woken in one batch (tdm__task_wake_batch).
  */
 #include <errno.h>
@@ -38,11 +40,14 @@
  * Sleep step while awaits are outstanding, past the spin window: the most a completion of long
  * GPU work waits to be seen. With the poller's timer slack at 1 us (set at start; Linux's
  * default of 50 us would stretch every step to ~60 us) a step costs a wake-up every ~20 us,
- * a few percent of a core, and only while GPU work is outstanding.
+ * a few percent of a core, and only while GPU work is outstanding (the due spin below adds to
+ * that where completions are due).
  */
 #define TDM__BACKOFF_NS 20000ull
 /* Wake this long before a due completion (a sleep step's wake-up can be late by a few us). */
 #define TDM__DUE_LEAD_NS 10000ull
+/* The most a due spin starts early, and the most it goes on past the due time. */
+#define TDM__DUE_MAX_NS 250000ull
 
 void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t)
 {
@@ -325,11 +330,15 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 	return progress;
 }
 
-/* How long past its due time a completion is still spun for: a back-off step, or 1/16 of the
- * typical wait when longer (a poller woken late on a loaded machine still finds it due). */
+/* How long past its due time a completion is still spun for: 1/16 of the typical wait (a
+ * poller woken late on a loaded machine still finds it due), at least a back-off step, at most
+ * TDM__DUE_MAX_NS (a missed estimate of long work must not cost a core for long). */
 static uint64_t due_late(const struct tdm_stream *s)
 {
-	return s->typical_ns / 16 > TDM__BACKOFF_NS ? s->typical_ns / 16 : TDM__BACKOFF_NS;
+	uint64_t late = s->typical_ns / 16;
+	return late < TDM__BACKOFF_NS   ? TDM__BACKOFF_NS
+	       : late > TDM__DUE_MAX_NS ? TDM__DUE_MAX_NS
+	                                : late;
 }
 
 /* The earliest due completion over the busy streams, leaving out those overdue past due_late
@@ -346,10 +355,21 @@ static void note_due(struct tdm_gpu *gpu, const struct tdm_stream *s, uint64_t n
 }
 
 /* How long before a due completion the poller stops sleeping: TDM__DUE_LEAD_NS plus how late
- * its sleep steps typically wake (tens of microseconds on some machines, whatever the slack). */
+ * its sleep steps typically wake (tens of microseconds on some machines, whatever the slack),
+ * at most TDM__DUE_MAX_NS. */
 static uint64_t due_lead(const struct tdm_gpu *gpu)
 {
-	return TDM__DUE_LEAD_NS + gpu->sleep_over_ns;
+	uint64_t lead = TDM__DUE_LEAD_NS + gpu->sleep_over_ns;
+	return lead < TDM__DUE_MAX_NS ? lead : TDM__DUE_MAX_NS;
+}
+
+/* Whether stream s's await is due now (the window due_soon spins through, for this stream). */
+static bool stream_due(const struct tdm_gpu *gpu, const struct tdm_stream *s, uint64_t now)
+{
+	if (s->typical_ns == 0)
+		return false;
+	uint64_t due = s->moved_ns + s->typical_ns;
+	return now + due_lead(gpu) >= due && now <= due + due_late(s);
 }
 
 /* A completion is due within due_lead, or was within its due_late. */
@@ -377,7 +397,8 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 				atomic_store_explicit(&s->quick, false, memory_order_relaxed);
 				count_one(&gpu->n_switch);
 			}
-			if (on_event ? now < s->next_look_ns : !look_at_stalled_words) {
+			if (!stream_due(gpu, s, now) &&
+			    (on_event ? now < s->next_look_ns : !look_at_stalled_words)) {
 				note_due(gpu, s, now);
 				pp = &s->busy_next;
 				continue;
@@ -389,10 +410,15 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 		} else if (stalled && on_event) {
 			uint64_t wait = (now - s->moved_ns) / TDM__LOOK_DIV;
 			s->next_look_ns = now + (wait < TDM__LOOK_MAX_NS ? wait : TDM__LOOK_MAX_NS);
-			/* ... but not past the moment its await is due. */
+			/* ... but not past the moment its await is due, and on every sweep while it
+			 * is due (the estimate leans early: one look at the due time would mostly
+			 * miss, and the spin would find nothing sooner than the look rule did). */
 			uint64_t due = s->moved_ns + s->typical_ns;
-			if (s->typical_ns != 0 && due > now && due < s->next_look_ns)
-				s->next_look_ns = due;
+			if (stream_due(gpu, s, now))
+				s->next_look_ns = now;
+			else if (s->typical_ns != 0 && due > now + due_lead(gpu) &&
+			         due - due_lead(gpu) < s->next_look_ns)
+				s->next_look_ns = due - due_lead(gpu);
 		}
 		progress |= moved;
 		if (s->head == NULL) {
@@ -487,10 +513,16 @@ void *tdm__poller_main(void *arg)
 			dl.tv_nsec = (long)(until % 1000000000ull);
 			count_one(&gpu->n_sleep);
 			if (step <= TDM__BACKOFF_NS) {
+				uint64_t asleep = tdm_now_ns();
 				tdm__sleep_ns(step);
-				/* How late it woke: a moving average over 8. */
-				uint64_t woke = tdm_now_ns(),
-				         over = woke > until ? woke - until : 0;
+				/* How late it woke, at most a back-off step counted (a preempted
+				 * poller's one long sleep says nothing of the next): a moving
+				 * average over 8. */
+				uint64_t woke = tdm_now_ns(), over = 0;
+				if (woke > asleep + step)
+					over = woke - asleep - step;
+				if (over > TDM__BACKOFF_NS)
+					over = TDM__BACKOFF_NS;
 				gpu->sleep_over_ns =
 				    gpu->sleep_over_ns - gpu->sleep_over_ns / 8 + over / 8;
 			} else

@@ -11,7 +11,8 @@
  *   over 7 (the profile "<k>g..."), else its SMs over 132 (an H100/H200), saying so.
  * - streams per priority class: tdm_gpu_config.streams_per_device if set; a whole device Q, or
  *   one per worker when there are more workers than Q (at most 32, the most work queues CUDA
- *   makes): no two workers then share a stream, whose launches and completion writes they would
+ *   makes): each worker's own slot is then a stream no other worker's slot is, whose launches and
+ *   completion writes two workers would
  *   otherwise take turns at (16 workers, 10 us kernels on an H200: 239k tasks/s on 8 streams,
  *   300k on 16, where one thread per stream ran 309k-331k); a MIG instance ceil(Q x share), at
  *   least min(2, Q), at most Q (1g of 7 on an H100: 2).

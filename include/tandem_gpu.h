@@ -70,7 +70,9 @@ typedef struct tdm_gpu_config {
 	 * falls past about 4 concurrent launchers on an H200). */
 	unsigned launch_limit;
 	/* The poller spins this long after the last completion before it backs off to short
-	 * sleeps, while awaits are outstanding. 0: 200 us. */
+	 * sleeps, while awaits are outstanding. 0: 200 us. (It also spins through a completion it
+	 * expects from how long the stream's awaits have been taking: at most 250 us before and
+	 * 250 us after; tdm_gpu_stats.due_spins.) */
 	unsigned poll_spin_us;
 	/* An await at the head of its stream for longer than this waits on long work: while the
 	 * poller spins it looks at such a stream on one sweep in 16 (a word) or after 1/32 of the
@@ -302,6 +304,10 @@ int tdm_await_deadline(tdm_task *t, tdm_gpu *gpu, uint64_t deadline_ns);
  * stream of the device's set to other tasks' shared leases, shared past that; a slot that finds
  * every stream held exclusively elsewhere uses an earlier slot's. Slots on one stream run their
  * GPU stages one after another: in_flight beyond the set's size overlaps host stages only.
+ * With more workers than hardware work queues the set is larger than the queues (one stream per
+ * worker, see tdm_gpu_config.streams_per_device), and an exclusive stream may share a queue with
+ * another stream's work; set CUDA_DEVICE_MAX_CONNECTIONS to at least the set's size when a
+ * pipeline shares the device with other work.
  * Buffers come from tdm_pinned_alloc and from tdm_device_alloc_async on the slot's stream
  * (tdm_device_alloc where the backend has no stream-ordered memory), taken before the first batch
  * and given back before tdm_pipeline_run returns.

@@ -982,10 +982,10 @@ Test(gpu_sim_adaptive, mechanism_follows_how_long_awaits_wait, .timeout = 60)
  * them is found by a sleep step. At least one of 15 (a loaded machine's simulator finishes its
  * kernels milliseconds early or late at times, which the estimate cannot foresee).
  */
-Test(gpu_sim_words, poller_spins_when_an_await_is_due, .timeout = 60)
+static void poller_spins_when_an_await_is_due(tdm_completion completion)
 {
 	struct env e;
-	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 1));
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, completion, 1));
 	struct adapt_state a = {.gpu = e.gpu, .nsteps = 16};
 	for (int k = 0; k < a.nsteps; k++)
 		a.ns[k] = 20000000u;
@@ -997,6 +997,17 @@ Test(gpu_sim_words, poller_spins_when_an_await_is_due, .timeout = 60)
 	              (unsigned long long)a.last.due_spins, (unsigned long long)a.last.sleeps);
 	tdm_stream_release(a.s);
 	env_close(&e);
+}
+
+Test(gpu_sim_words, poller_spins_when_an_await_is_due, .timeout = 60)
+{
+	poller_spins_when_an_await_is_due(TDM_COMPLETION_WORD);
+}
+
+/* Adaptive: 20 ms awaits wait on events, which the poller must ask while they are due. */
+Test(gpu_sim_adaptive, poller_spins_when_an_await_is_due, .timeout = 60)
+{
+	poller_spins_when_an_await_is_due(TDM_COMPLETION_ADAPTIVE);
 }
 
 Test(gpu_sim_words, forced_mechanisms_never_mix, .timeout = 60)

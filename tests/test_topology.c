@@ -752,3 +752,23 @@ Test(topology, streams_per_device_from_the_config_reaches_device_info)
 	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
 	tdm_test_destroy(ex);
 }
+
+/* The executor's worker count reaches the decision: 12 workers on the sim's device get 12
+ * streams (the sim has no CUDA_DEVICE_MAX_CONNECTIONS of its own: 8 work queues). */
+Test(topology, the_executors_workers_size_the_stream_set)
+{
+	tdm_executor *ex = tdm_test_create(12);
+	tdm_gpu_config cfg;
+	tdm_gpu_config_init(&cfg);
+	cfg.backend = TDM_BACKEND_SIM;
+	tdm_gpu *gpu = NULL;
+	cr_assert_eq(tdm_gpu_create(&gpu, ex, &cfg), 0);
+	bool mine = ensure_topo(gpu);
+	tdm_device_info info;
+	cr_assert_eq(tdm_gpu_device_info(gpu, 0, &info), 0);
+	cr_assert_eq(info.streams, 12, "%u: %s", info.streams, info.why_streams);
+	cr_assert_not_null(strstr(info.why_streams, "one per worker"), "%s", info.why_streams);
+	drop_topo(gpu, mine);
+	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
+	tdm_test_destroy(ex);
+}
