@@ -738,9 +738,12 @@ static int alloc_dedicated(struct tdm__pinned *pool, struct pin_cache *mine, siz
 		pool->nspares--;
 		list_push(&pool->dedicated, k);
 		atomic_store_explicit(k->map, 1, memory_order_relaxed);
-		pthread_mutex_unlock(&pool->heap_lock);
-		count_shared(pool, mine, (int64_t)k->bytes);
+		/* Read under the lock, like free_dedicated's (the block is the caller's only once
+		 * *out is set). */
+		int64_t bytes = (int64_t)k->bytes;
 		*out = k->base;
+		pthread_mutex_unlock(&pool->heap_lock);
+		count_shared(pool, mine, bytes);
 		return 0;
 	}
 	/* Keep PIN_SPARES - 1 at most, so that this block's own free stays within bound. */
@@ -789,8 +792,10 @@ static int free_dedicated(struct tdm__pinned *pool, struct pin_cache *mine, stru
 	list_unlink(&pool->dedicated, k);
 	list_push(&pool->spares, k);
 	pool->nspares++;
+	/* Read before the unlock: a spare may be dropped and freed by any thread once it is. */
+	int64_t bytes = (int64_t)k->bytes;
 	pthread_mutex_unlock(&pool->heap_lock);
-	count_shared(pool, mine, -(int64_t)k->bytes);
+	count_shared(pool, mine, -bytes);
 	return 0;
 }
 
