@@ -31,7 +31,10 @@
  *   the block that starts there is handed out, else 0. Both are read without a lock, and a free
  *   of anything but a handed-out block's start (a double free, an interior pointer, foreign
  *   memory) is refused with -EINVAL before it can corrupt a list. Two threads freeing the same
- *   block at the same moment are not caught: that would cost an atomic exchange per free.
+ *   block at the same moment are not caught: that would cost an atomic exchange per free. The
+ *   header of a dedicated chunk whose memory went back to the backend is kept (pool->dead, and
+ *   reused for the next dedicated chunk), so a lookup racing that is never left holding freed
+ *   memory.
  * - Caches: each worker of the executor keeps up to PIN_CACHE_SLOTS free blocks per class, and
  *   at most PIN_CACHE_CLASS_BYTES of a class (classes above that are not cached: their blocks
  *   are too big to strand in one thread's cache, and a mutex costs nothing next to filling
@@ -174,8 +177,13 @@ struct tdm__pinned {
 
 	_Alignas(TDM__CACHELINE) pthread_mutex_t heap_lock;
 	struct pin_chunk *regular, *dedicated, *spares; /* heap_lock */
-	unsigned nspares;                               /* heap_lock */
-	size_t reserved; /* heap_lock: pinned or being pinned, counted against the cap */
+	/* heap_lock: headers of dedicated chunks given back to the backend, kept for the next
+	 * dedicated chunk and freed only by fini, so that a header radix_get returned stays
+	 * readable: a double free racing the drop of its spare finds the header, not freed memory.
+	 */
+	struct pin_chunk *dead;
+	unsigned nspares; /* heap_lock */
+	size_t reserved;  /* heap_lock: pinned or being pinned, counted against the cap */
 	pthread_mutex_t grow_lock;
 
 	struct pin_class cls[PIN_NCLASS_MAX];
@@ -370,27 +378,68 @@ static void chunk_free(struct tdm__pinned *pool, struct pin_chunk *k)
 	free(k);
 }
 
+/*
+ * A dedicated chunk's header back to pool->dead, its memory (if any) to the backend. The header
+ * is never freed before fini: stale readers (a racing double free) may still hold it. Its
+ * `dedicated` is never written again (it stays true), the rest only before it is published.
+ */
+static void dead_give(struct tdm__pinned *pool, struct pin_chunk *k)
+{
+	if (k->raw != NULL)
+		pool->gpu->ops->host_free(pool->gpu->b, k->raw);
+	k->raw = NULL;
+	pthread_mutex_lock(&pool->heap_lock);
+	k->next = pool->dead;
+	pool->dead = k;
+	pthread_mutex_unlock(&pool->heap_lock);
+}
+
+/* A header for a new dedicated chunk: a dead one, or a new one. No lock held. */
+static struct pin_chunk *dedicated_header(struct tdm__pinned *pool)
+{
+	pthread_mutex_lock(&pool->heap_lock);
+	struct pin_chunk *k = pool->dead;
+	if (k != NULL)
+		pool->dead = k->next;
+	pthread_mutex_unlock(&pool->heap_lock);
+	if (k == NULL && (k = calloc(1, sizeof(*k))) != NULL) {
+		k->dedicated = true;
+		k->map = &k->own;
+	}
+	return k;
+}
+
 /* A new chunk, pinned and private to the caller, not yet published. No lock held. */
 static int chunk_new(struct tdm__pinned *pool, size_t bytes, bool dedicated, struct pin_chunk **out)
 {
+	if (dedicated) {
+		struct pin_chunk *d = dedicated_header(pool);
+		if (d == NULL)
+			return -ENOMEM;
+		d->bytes = bytes;
+		d->next = d->prev = NULL;
+		atomic_store_explicit(&d->own, 0, memory_order_relaxed);
+		if (pin_host_alloc(pool, bytes, &d->raw, &d->base) != 0) {
+			d->raw = NULL;
+			dead_give(pool, d);
+			return -ENOMEM;
+		}
+		*out = d;
+		return 0;
+	}
 	struct pin_chunk *k = calloc(1, sizeof(*k));
 	if (k == NULL)
 		return -ENOMEM;
 	k->bytes = bytes;
-	k->dedicated = dedicated;
-	if (dedicated) {
-		k->map = &k->own;
-	} else {
-		k->npages = (uint32_t)(bytes >> PIN_PAGE_SHIFT);
-		k->free_pages = k->npages;
-		k->pages = malloc(k->npages * sizeof(*k->pages));
-		k->map = calloc(bytes >> PIN_GRANULE_SHIFT, 1);
-		if (k->pages == NULL || k->map == NULL) {
-			chunk_free(pool, k);
-			return -ENOMEM;
-		}
-		run_mark_free(k, 0, k->npages);
+	k->npages = (uint32_t)(bytes >> PIN_PAGE_SHIFT);
+	k->free_pages = k->npages;
+	k->pages = malloc(k->npages * sizeof(*k->pages));
+	k->map = calloc(bytes >> PIN_GRANULE_SHIFT, 1);
+	if (k->pages == NULL || k->map == NULL) {
+		chunk_free(pool, k);
+		return -ENOMEM;
 	}
+	run_mark_free(k, 0, k->npages);
 	if (pin_host_alloc(pool, bytes, &k->raw, &k->base) != 0) {
 		k->raw = NULL;
 		chunk_free(pool, k);
@@ -433,11 +482,12 @@ static void spares_drop(struct tdm__pinned *pool, size_t room, unsigned keep,
 	}
 }
 
+/* No lock held: the dropped spares' memory to the backend, their headers to pool->dead. */
 static void spares_free(struct tdm__pinned *pool, struct pin_chunk *drop)
 {
 	while (drop != NULL) {
 		struct pin_chunk *next = drop->next;
-		chunk_free(pool, drop);
+		dead_give(pool, drop);
 		drop = next;
 	}
 }
@@ -758,21 +808,23 @@ static int alloc_dedicated(struct tdm__pinned *pool, struct pin_cache *mine, siz
 
 	int rc = chunk_new(pool, need, true, &k);
 	pthread_mutex_lock(&pool->heap_lock);
+	char *base = NULL;
 	if (rc == 0 && (rc = radix_set(pool, k, k)) == 0) {
 		list_push(&pool->dedicated, k);
 		chunk_count(pool, k, +1);
 		atomic_store_explicit(k->map, 1, memory_order_relaxed);
+		base = k->base; /* under the lock, like the spare path's */
 	} else {
 		pool->reserved -= need;
 	}
 	pthread_mutex_unlock(&pool->heap_lock);
 	if (rc != 0) {
 		if (k != NULL)
-			chunk_free(pool, k); /* pinned, but the radix tree had no room for it */
+			dead_give(pool, k); /* pinned, but the radix tree had no room for it */
 		return -ENOMEM;
 	}
 	count_shared(pool, mine, (int64_t)need);
-	*out = k->base;
+	*out = base;
 	return 0;
 }
 
@@ -780,11 +832,14 @@ static int alloc_dedicated(struct tdm__pinned *pool, struct pin_cache *mine, siz
 static int free_dedicated(struct tdm__pinned *pool, struct pin_cache *mine, struct pin_chunk *k,
                           void *p)
 {
-	if (p != k->base)
-		return -EINVAL;
 	pthread_mutex_lock(&pool->heap_lock);
-	/* Under the lock, so that even two racing frees of one block unlink it once. */
-	if (atomic_load_explicit(k->map, memory_order_relaxed) == 0) {
+	/*
+	 * Under the lock, so that even two racing frees of one block unlink it once. k is still
+	 * the chunk at p first (a dropped spare's radix entries are gone, and a header being
+	 * reused is not yet published), and only then are its other fields read.
+	 */
+	if (radix_get(pool, p) != k || p != k->base ||
+	    atomic_load_explicit(k->map, memory_order_relaxed) == 0) {
 		pthread_mutex_unlock(&pool->heap_lock);
 		return -EINVAL;
 	}
@@ -1035,6 +1090,11 @@ void tdm__pinned_fini(struct tdm_gpu *gpu)
 			chunk_free(pool, lists[i]);
 			lists[i] = next;
 		}
+	while (pool->dead != NULL) { /* headers only: their memory went back already */
+		struct pin_chunk *next = pool->dead->next;
+		free(pool->dead);
+		pool->dead = next;
+	}
 	for (unsigned i = 0; i < RADIX_N; i++) {
 		struct radix_mid *m = atomic_load_explicit(&pool->root[i], memory_order_relaxed);
 		if (m == NULL)
