@@ -240,6 +240,11 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 	const struct tdm__backend_ops *ops = gpu->ops;
 	bool progress = false;
 	if (atomic_load_explicit(&d->failed, memory_order_relaxed)) {
+		/* Not while the backend still finishes an operation that writes memory (the sim's
+		 * copies; a dead CUDA context runs nothing and says -EIO at once): a task must not
+		 * resume while its buffers are being written. */
+		if (ops->stream_query(gpu->b, s->bs) == -EAGAIN)
+			return false;
 		fail_stream_awaits(gpu, s, -EIO);
 		return true;
 	}

@@ -146,6 +146,10 @@ struct sim_stream {
 	int armed;                    /* lock: fault for the next work operation */
 	_Atomic uint64_t outstanding; /* operations enqueued and not finished */
 	bool pending_err; /* stream thread only: a failed op awaits its completion point */
+	/* An operation that writes host or device memory (a copy, a scale) is running: once the
+	 * device is dead, the stream is reported failed only after it ends, so that no task
+	 * resumes with -EIO while its buffers are still being written. */
+	_Atomic bool writing;
 
 	pthread_mutex_t err_lock;
 	uint64_t *erred; /* err_lock: word values whose write followed failed work */
@@ -187,14 +191,17 @@ static bool dev_ok(const struct tdm__backend *b, int dev)
 	return dev >= 0 && dev < b->ndev;
 }
 
+/* Seq_cst, both: with a stream's `writing` flag they form a Dekker pair (execute, and
+ * sim_stream_query): an operation that saw the device alive is seen writing by a query that saw
+ * it dead. */
 static bool dev_dead(const struct sim_dev *d)
 {
-	return atomic_load_explicit(&d->failed, memory_order_relaxed);
+	return atomic_load_explicit(&d->failed, memory_order_seq_cst);
 }
 
 static void dev_fail(struct sim_dev *d)
 {
-	atomic_store_explicit(&d->failed, true, memory_order_relaxed);
+	atomic_store_explicit(&d->failed, true, memory_order_seq_cst);
 }
 
 static uint64_t now_ns(void)
@@ -310,7 +317,7 @@ static void mark_event(struct sim_event *e, uint64_t gen, bool failed)
 	}
 }
 
-static void execute(struct sim_stream *s, struct sim_op *o)
+static void execute_op(struct sim_stream *s, struct sim_op *o)
 {
 	if (o->fault == TDM_SIM_FAULT_STICKY)
 		dev_fail(s->dev);
@@ -371,6 +378,18 @@ static void execute(struct sim_stream *s, struct sim_op *o)
 	case SIM_PREFETCH:
 		break; /* host memory is where it would be prefetched to */
 	}
+}
+
+static void execute(struct sim_stream *s, struct sim_op *o)
+{
+	bool writes = o->kind == SIM_COPY || o->kind == SIM_SCALE;
+	/* Seq_cst, before the look at the device: pairs with sim_stream_query (dev_dead's note). */
+	if (writes)
+		atomic_store_explicit(&s->writing, true, memory_order_seq_cst);
+	execute_op(s, o);
+	if (writes)
+		/* Release: the writes are done before a query that sees the flag down. */
+		atomic_store_explicit(&s->writing, false, memory_order_release);
 }
 
 static void *stream_main(void *arg)
@@ -748,7 +767,9 @@ static int sim_stream_query(struct tdm__backend *b, void *stream)
 	if (b == NULL || s == NULL)
 		return -EINVAL;
 	if (dev_dead(s->dev))
-		return -EIO;
+		/* Seq_cst: pairs with the store in execute (dev_dead's note); a copy that began
+		 * before the device died finishes before the stream is reported failed. */
+		return atomic_load_explicit(&s->writing, memory_order_seq_cst) ? -EAGAIN : -EIO;
 	/* Acquire: pairs with the release decrement in stream_main after each operation. */
 	return atomic_load_explicit(&s->outstanding, memory_order_acquire) == 0 ? 0 : -EAGAIN;
 }

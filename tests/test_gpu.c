@@ -310,6 +310,64 @@ static void fault_reaches_the_right_task(struct env *e, int inject, bool sticky)
 	}
 }
 
+/* A long device-to-device copy, and whether its last byte had arrived when its await ended. */
+#define DYING_COPY (128u << 20)
+struct dying_copy {
+	tdm_gpu *gpu;
+	unsigned char *src, *dst; /* sim device memory: host memory the test may read */
+	tdm_stream *s;
+	int rc;
+	bool complete;
+};
+
+static int dying_copy_task(tdm_task *t, void *arg)
+{
+	struct dying_copy *c = arg;
+	TDM_BEGIN(t);
+	cr_assert_eq(tdm_stream_lease(c->gpu, 0, TDM_STREAM_EXCLUSIVE, &c->s), 0);
+	cr_assert_eq(tdm_memcpy_async(c->s, c->dst, c->src, DYING_COPY, TDM_COPY_D2D), 0);
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	c->rc = tdm_task_result(t);
+	c->complete = c->dst[DYING_COPY - 1] == c->src[DYING_COPY - 1];
+	tdm_stream_release(c->s);
+	TDM_END(t);
+}
+
+/*
+ * The device dies (a sticky fault on another stream) while a long copy runs: its task resumes
+ * with -EIO, but only once the copy has stopped writing (the sim cannot stop a memcpy midway;
+ * CUDA stops everything). Before, the poller failed every await of the dead device at once, and
+ * the task resumed while its destination was still being written.
+ */
+Test(gpu_sim_words, a_copy_running_when_the_device_dies_ends_before_its_task_resumes, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 2));
+	struct dying_copy c = {.gpu = e.gpu, .rc = 1};
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, DYING_COPY, (void **)&c.src), 0);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, DYING_COPY, (void **)&c.dst), 0);
+	memset(c.src, 0xab, DYING_COPY);
+	memset(c.dst, 0, DYING_COPY);
+	tdm_group grp;
+	tdm_group_init(&grp, e.ex);
+	cr_assert_eq(tdm_spawn(e.ex, dying_copy_task, &c, &grp), 0);
+	/* The copy is enqueued once its await reaches the poller. */
+	tdm_gpu_stats st = {0};
+	while (st.awaits_word == 0) {
+		sched_yield();
+		cr_assert_eq(tdm_gpu_stats_get(e.gpu, &st), 0);
+	}
+	struct fault_state bad = {.gpu = e.gpu, .inject = TDM_SIM_FAULT_STICKY};
+	cr_assert_eq(tdm_spawn(e.ex, fault_task, &bad, &grp), 0);
+	cr_assert_eq(tdm_group_wait(&grp), 0);
+	cr_assert_eq(bad.rc, -EIO);
+	cr_assert(c.rc == -EIO || c.rc == 0, "the copy's await: %d", c.rc);
+	cr_assert(c.complete, "the copy's task resumed (%d) while the copy still wrote", c.rc);
+	(void)tdm_device_free(e.gpu, 0, c.src); /* the dead device may refuse: destroy frees */
+	(void)tdm_device_free(e.gpu, 0, c.dst);
+	env_close(&e);
+}
+
 static atomic_int shut_done, shut_ok, shut_started;
 
 static int shut_task(tdm_task *t, void *arg)
