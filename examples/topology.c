@@ -94,6 +94,7 @@ int main(void)
 	uint64_t t1 = tdm_now_ns();
 	if (rc != 0) {
 		fprintf(stderr, "gpu: %s\n", tdm_strerror(rc));
+		tdm_executor_destroy(ex);
 		return 1;
 	}
 	int n = tdm_gpu_device_count(gpu);

@@ -183,9 +183,21 @@ void tdm__try_terminate(struct tdm_executor *ex)
 
 void tdm__suspended_done(struct tdm_executor *ex, unsigned n)
 {
+	/*
+	 * A drop that leaves the count above zero needs no lock: it enables no termination, so
+	 * nobody has to decide again, and terminate_locked reads a nonzero count before and after
+	 * it. Release: the inbox pushes that woke these tasks come before the drop, for whoever
+	 * acquires the count (terminate_locked).
+	 */
+	int64_t cur = atomic_load_explicit(&ex->suspended, memory_order_relaxed);
+	while (cur > (int64_t)n)
+		if (atomic_compare_exchange_weak_explicit(&ex->suspended, &cur, cur - (int64_t)n,
+		                                          memory_order_release,
+		                                          memory_order_relaxed))
+			return;
+	/* The drop to zero happens under idle_lock, with the decision: destroy takes the lock
+	 * once after its joins, so it frees the executor only after this unlock. */
 	pthread_mutex_lock(&ex->idle_lock);
-	/* Release: the inbox pushes that woke these tasks come before the drop, for whoever
-	 * reads the count in terminate_locked. */
 	if (atomic_fetch_sub_explicit(&ex->suspended, n, memory_order_release) == n)
 		terminate_locked(ex);
 	pthread_mutex_unlock(&ex->idle_lock);

@@ -56,7 +56,8 @@ struct tdm__backend_ops {
 	/*
 	 * Called by the poller when the word of `stream` reached `value`: 0, or -EIO if work
 	 * enqueued before that write_value failed without failing the device (the sim's
-	 * TDM_SIM_FAULT_OP; cuda reports such errors at launch, so it returns 0). May be NULL.
+	 * TDM_SIM_FAULT_OP). NULL where no such failure exists, as in cuda, which reports it at
+	 * launch: the poller then makes no call per completion.
 	 */
 	int (*word_status)(struct tdm__backend *b, void *stream, uint64_t value);
 

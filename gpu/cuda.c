@@ -222,6 +222,20 @@ static bool tdm__cuda_retry(int dev, cudaError_t e, int tries)
 	return tries == 0 && e == cudaErrorInvalidResourceHandle && tdm__cuda_stale(dev);
 }
 
+/*
+ * Sets e to the result of `call`, a runtime call on stream st made with st's device current, and
+ * makes it a second time if the first failed only because the cached device was stale. A macro
+ * so that each op keeps its own call and arguments.
+ */
+#define TDM__CUDA_ON_STREAM(e, st, call)                                                           \
+	for (int tries_ = 0;; tries_++) {                                                          \
+		(e) = tdm__cuda_use((st)->dev);                                                    \
+		if ((e) == cudaSuccess)                                                            \
+			(e) = (call);                                                              \
+		if ((e) == cudaSuccess || !tdm__cuda_retry((st)->dev, (e), tries_))                \
+			break;                                                                     \
+	}
+
 /* ---- driver entry points ----------------------------------------------------------------- */
 
 /*
@@ -341,9 +355,9 @@ static int tdm__cuda_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 	tdm__cuda_sym("cuDeviceGet", &device_get, sizeof(device_get));
 	tdm__cuda_sym("cuDeviceGetAttribute", &device_attr, sizeof(device_attr));
 
-	/* Attribute queries need no context. The pool set-up may initialize a device's primary
-	 * context, which the stream pools created right after open() need anyway; open() changes
-	 * no current device. */
+	/* Attribute queries need no context. The pool set-up and the kernel preload initialize
+	 * each device's primary context, which the stream pools created right after open() need
+	 * anyway; open() leaves the calling thread's current device as it was. */
 	b->all_map_host = true;
 	for (int i = 0; i < n; i++) {
 		struct tdm__cuda_dev *d = &b->devs[i];
@@ -478,11 +492,6 @@ static void tdm__cuda_stream_destroy(struct tdm__backend *b, void *stream)
 	free(st);
 }
 
-/*
- * The poller's hot path, over streams of every device: no cudaSetDevice, since cudaStreamQuery
- * (like cudaEventQuery) works with any device current (CUDA programming guide, "Stream and Event
- * Behavior"), and switching devices on each query would cost more than the query.
- */
 /* What a stream or event query said: 0 done, -EAGAIN not yet, -EIO for a sticky error
  * (cudaErrorLaunchFailure, IllegalAddress, IllegalInstruction, Assert) or any other failure:
  * the work did not complete. */
@@ -496,6 +505,11 @@ static int tdm__cuda_query_result(cudaError_t e)
 	return -EIO;
 }
 
+/*
+ * The poller's hot path, over streams of every device: no cudaSetDevice, since cudaStreamQuery
+ * (like cudaEventQuery) works with any device current (CUDA programming guide, "Stream and Event
+ * Behavior"), and switching devices on each query would cost more than the query.
+ */
 static int tdm__cuda_stream_query(struct tdm__backend *b, void *stream)
 {
 	const struct tdm__cuda_stream *st = stream;
@@ -642,7 +656,9 @@ static void tdm__cuda_host_free(struct tdm__backend *b, void *p)
 		(void)cudaGetLastError();
 }
 
-static int tdm__cuda_device_alloc(struct tdm__backend *b, int dev, size_t bytes, void **out)
+/* Device memory, or with `managed` managed memory attached globally (any stream of any device
+ * may use it), allocated with dev exactly current: both allocate on "the current device". */
+static int tdm__cuda_alloc(struct tdm__backend *b, int dev, size_t bytes, bool managed, void **out)
 {
 	void *p = NULL;
 	cudaError_t e;
@@ -651,11 +667,17 @@ static int tdm__cuda_device_alloc(struct tdm__backend *b, int dev, size_t bytes,
 		return -EINVAL;
 	e = tdm__cuda_use_exact(dev);
 	if (e == cudaSuccess)
-		e = cudaMalloc(&p, bytes);
+		e = managed ? cudaMallocManaged(&p, bytes, cudaMemAttachGlobal)
+		            : cudaMalloc(&p, bytes);
 	if (e != cudaSuccess)
 		return tdm__cuda_fail(e);
 	*out = p;
 	return 0;
+}
+
+static int tdm__cuda_device_alloc(struct tdm__backend *b, int dev, size_t bytes, void **out)
+{
+	return tdm__cuda_alloc(b, dev, bytes, false, out);
 }
 
 static void tdm__cuda_device_free(struct tdm__backend *b, int dev, void *p)
@@ -713,6 +735,24 @@ struct tdm__cuda_launch {
 	size_t n;
 };
 
+static cudaError_t tdm__cuda_kernel(const struct tdm__cuda_stream *st,
+                                    const struct tdm__cuda_launch *l)
+{
+	switch (l->k) {
+	case TDM__K_EMPTY:
+		return tdm__kernel_empty(st->s);
+	case TDM__K_SPIN:
+		return tdm__kernel_spin(st->s, l->ns);
+	case TDM__K_BUSY:
+		return tdm__kernel_busy(st->s, l->blocks, l->ns);
+	case TDM__K_SCALE:
+		return tdm__kernel_scale(st->s, l->blocks, l->y, l->x, l->a, l->n);
+	case TDM__K_FAULT:
+		return tdm__kernel_fault(st->s);
+	}
+	return cudaErrorInvalidValue;
+}
+
 /*
  * Every launch goes through here: the stream's device made current (a kernel launch, unlike a
  * copy or a query, fails on a stream of another device), one retry if the cached device was
@@ -720,34 +760,11 @@ struct tdm__cuda_launch {
  */
 static int tdm__cuda_launch(const struct tdm__cuda_stream *st, const struct tdm__cuda_launch *l)
 {
-	cudaError_t e = cudaSuccess;
+	cudaError_t e;
 
-	for (int tries = 0;; tries++) {
-		e = tdm__cuda_use(st->dev);
-		if (e != cudaSuccess)
-			break;
-		switch (l->k) {
-		case TDM__K_EMPTY:
-			e = tdm__kernel_empty(st->s);
-			break;
-		case TDM__K_SPIN:
-			e = tdm__kernel_spin(st->s, l->ns);
-			break;
-		case TDM__K_BUSY:
-			e = tdm__kernel_busy(st->s, l->blocks, l->ns);
-			break;
-		case TDM__K_SCALE:
-			e = tdm__kernel_scale(st->s, l->blocks, l->y, l->x, l->a, l->n);
-			break;
-		case TDM__K_FAULT:
-			e = tdm__kernel_fault(st->s);
-			break;
-		}
-		if (e == cudaSuccess)
-			return 0;
-		if (!tdm__cuda_retry(st->dev, e, tries))
-			break;
-	}
+	TDM__CUDA_ON_STREAM(e, st, tdm__cuda_kernel(st, l));
+	if (e == cudaSuccess)
+		return 0;
 	(void)cudaGetLastError();
 	return -EIO;
 }
@@ -815,17 +832,11 @@ static int tdm__cuda_malloc_async(struct tdm__backend *b, void *stream, size_t b
 		return -EINVAL;
 	if (!b->devs[st->dev].pools)
 		return -ENOTSUP;
-	for (int tries = 0;; tries++) {
-		e = tdm__cuda_use(st->dev);
-		if (e == cudaSuccess)
-			e = cudaMallocAsync(&p, bytes, st->s);
-		if (e == cudaSuccess) {
-			*out = p;
-			return 0;
-		}
-		if (!tdm__cuda_retry(st->dev, e, tries))
-			return tdm__cuda_fail(e);
-	}
+	TDM__CUDA_ON_STREAM(e, st, cudaMallocAsync(&p, bytes, st->s));
+	if (e != cudaSuccess)
+		return tdm__cuda_fail(e);
+	*out = p;
+	return 0;
 }
 
 /* The memory goes back to its pool once the work enqueued on the stream before it is done. */
@@ -839,15 +850,8 @@ static int tdm__cuda_free_async(struct tdm__backend *b, void *stream, void *p)
 		return -EINVAL;
 	if (p == NULL)
 		return 0;
-	for (int tries = 0;; tries++) {
-		e = tdm__cuda_use(st->dev);
-		if (e == cudaSuccess)
-			e = cudaFreeAsync(p, st->s);
-		if (e == cudaSuccess)
-			return 0;
-		if (!tdm__cuda_retry(st->dev, e, tries))
-			return tdm__cuda_fail(e);
-	}
+	TDM__CUDA_ON_STREAM(e, st, cudaFreeAsync(p, st->s));
+	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
 }
 
 /* Portable, like host_alloc: the pages are locked for every device's context, not only for the
@@ -896,24 +900,11 @@ static int tdm__cuda_is_pinned(struct tdm__backend *b, const void *p)
 	return a.type == cudaMemoryTypeHost ? 1 : 0;
 }
 
-/*
- * Attached globally: any stream of any device may use it. The caller (memory.c) has refused sizes
- * above the device's free memory: oversubscribed managed memory can hang the GPU.
- */
+/* The caller (memory.c) has refused sizes above the device's free memory: oversubscribed managed
+ * memory can hang the GPU. */
 static int tdm__cuda_managed_alloc(struct tdm__backend *b, int dev, size_t bytes, void **out)
 {
-	void *p = NULL;
-	cudaError_t e;
-
-	if (out == NULL || bytes == 0 || tdm__cuda_bad_dev(b, dev))
-		return -EINVAL;
-	e = tdm__cuda_use_exact(dev);
-	if (e == cudaSuccess)
-		e = cudaMallocManaged(&p, bytes, cudaMemAttachGlobal);
-	if (e != cudaSuccess)
-		return tdm__cuda_fail(e);
-	*out = p;
-	return 0;
+	return tdm__cuda_alloc(b, dev, bytes, true, out);
 }
 
 static void tdm__cuda_managed_free(struct tdm__backend *b, void *p)
@@ -950,15 +941,8 @@ static int tdm__cuda_prefetch(struct tdm__backend *b, void *stream, const void *
 	 * it the runtime says cudaErrorInvalidDevice, which is no bad argument of the caller's. */
 	if (!b->devs[st->dev].managed || (dev >= 0 && !b->devs[dev].managed))
 		return -ENOTSUP;
-	for (int tries = 0;; tries++) {
-		e = tdm__cuda_use(st->dev);
-		if (e == cudaSuccess)
-			e = TDM__CUDA_PREFETCH(p, bytes, loc, 0, st->s);
-		if (e == cudaSuccess)
-			return 0;
-		if (!tdm__cuda_retry(st->dev, e, tries))
-			return tdm__cuda_fail(e);
-	}
+	TDM__CUDA_ON_STREAM(e, st, TDM__CUDA_PREFETCH(p, bytes, loc, 0, st->s));
+	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
 }
 
 /* A hint about a range, not stream-ordered: no device needs to be current. */
@@ -1024,15 +1008,8 @@ static int tdm__cuda_host_fn(struct tdm__backend *b, void *stream, void (*fn)(vo
 	(void)b;
 	if (st == NULL || fn == NULL)
 		return -EINVAL;
-	for (int tries = 0;; tries++) {
-		e = tdm__cuda_use(st->dev);
-		if (e == cudaSuccess)
-			e = cudaLaunchHostFunc(st->s, fn, arg);
-		if (e == cudaSuccess)
-			return 0;
-		if (!tdm__cuda_retry(st->dev, e, tries))
-			return tdm__cuda_fail(e);
-	}
+	TDM__CUDA_ON_STREAM(e, st, cudaLaunchHostFunc(st->s, fn, arg));
+	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
 }
 
 /* Works without peer access enabled (the driver stages through the host then), from a stream of
@@ -1048,15 +1025,8 @@ static int tdm__cuda_memcpy_peer_async(struct tdm__backend *b, void *stream, voi
 		return -EINVAL;
 	if (bytes == 0)
 		return 0;
-	for (int tries = 0;; tries++) {
-		e = tdm__cuda_use(st->dev);
-		if (e == cudaSuccess)
-			e = cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, st->s);
-		if (e == cudaSuccess)
-			return 0;
-		if (!tdm__cuda_retry(st->dev, e, tries))
-			return tdm__cuda_fail(e);
-	}
+	TDM__CUDA_ON_STREAM(e, st, cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, st->s));
+	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
 }
 
 const struct tdm__backend_ops tdm__backend_cuda = {

@@ -19,7 +19,6 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "gpu_internal.h"
 #include "topology.h"
@@ -233,10 +232,10 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 {
 	if (gpu == NULL)
 		return -EINVAL;
-	/* Seq_cst: pairs with the registration in register_await (Dekker on active/stopping):
-	 * either the registrant sees stopping, or the poller sees its count. */
 	if (tdm_worker_index(gpu->ex) >= 0)
 		return -EDEADLK; /* the tasks it waits for may need this very worker */
+	/* Seq_cst: pairs with the registration in register_await (Dekker on active/stopping):
+	 * either the registrant sees stopping, or the poller sees its count. */
 	atomic_store_explicit(&gpu->stopping, 1, memory_order_seq_cst);
 	ck_ec32_inc(&gpu->ec, &tdm__ec_mode);
 	pthread_join(gpu->poller, NULL);
@@ -352,6 +351,28 @@ static int stream_at(struct tdm__gdev *d, int c, unsigned k, struct tdm_stream *
 	return rc;
 }
 
+/*
+ * The stream leases held on a device (an exclusive one counts once), summed from the streams'
+ * own counts rather than kept in a device-wide counter that every lease and release would
+ * write. Relaxed: a hint for placement; a lease in flight may be missed.
+ */
+static int device_load(struct tdm__gdev *d)
+{
+	int load = 0;
+	for (int c = 0; c < TDM__PRIO_CLASSES; c++)
+		for (unsigned k = 0; k < d->nstreams; k++) {
+			/* Acquire: pairs with the release that publishes a made stream (stream_at).
+			 */
+			struct tdm_stream *s =
+			    atomic_load_explicit(&d->streams[c][k], memory_order_acquire);
+			if (s == NULL)
+				continue;
+			int l = atomic_load_explicit(&s->leases, memory_order_relaxed);
+			load += l >= TDM__EXCLUSIVE ? 1 : l;
+		}
+	return load;
+}
+
 static int place(struct tdm_gpu *gpu)
 {
 	unsigned n = (unsigned)gpu->ndev;
@@ -362,7 +383,7 @@ static int place(struct tdm_gpu *gpu)
 		int best = (int)(rr % n), best_load = INT32_MAX;
 		for (unsigned k = 0; k < n; k++) {
 			int i = (int)((rr + k) % n);
-			int load = atomic_load_explicit(&gpu->devs[i].leased, memory_order_relaxed);
+			int load = device_load(&gpu->devs[i]);
 			if (load < best_load) {
 				best = i;
 				best_load = load;
@@ -438,7 +459,6 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 			if (atomic_compare_exchange_strong_explicit(
 			        &s->leases, &none, TDM__EXCLUSIVE, memory_order_acquire,
 			        memory_order_relaxed)) {
-				atomic_fetch_add_explicit(&d->leased, 1, memory_order_relaxed);
 				*out = s;
 				return 0;
 			}
@@ -447,7 +467,6 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 		/* Shared: take it unless someone holds it exclusively. */
 		int prev = atomic_fetch_add_explicit(&s->leases, 1, memory_order_acquire);
 		if (prev < TDM__EXCLUSIVE) {
-			atomic_fetch_add_explicit(&d->leased, 1, memory_order_relaxed);
 			*out = s;
 			return 0;
 		}
@@ -464,7 +483,6 @@ int tdm_stream_release(tdm_stream *s)
 	if (cur == 0)
 		return -EINVAL;
 	/* Release: the holder's use of the stream happens before the next exclusive lease. */
-	atomic_fetch_sub_explicit(&s->dev->leased, 1, memory_order_relaxed);
 	if (cur >= TDM__EXCLUSIVE)
 		atomic_fetch_sub_explicit(&s->leases, TDM__EXCLUSIVE, memory_order_release);
 	else
@@ -756,11 +774,11 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *s)
 	 */
 	if (rc == 0) {
 		pthread_mutex_lock(&s->wlock);
-		uint64_t seq = atomic_load_explicit(&s->seq, memory_order_relaxed) + 1;
+		uint64_t seq = s->seq + 1;
 		rc = word ? gpu->ops->write_value(gpu->b, s->bs, s->word, seq)
 		          : gpu->ops->event_record(gpu->b, e->be, s->bs);
 		if (rc == 0)
-			atomic_store_explicit(&s->seq, seq, memory_order_relaxed);
+			s->seq = seq;
 		pthread_mutex_unlock(&s->wlock);
 		if (word) {
 			t->await_obj = s;
@@ -771,9 +789,9 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *s)
 			t->await_seq = (uint64_t)(uintptr_t)e;
 		}
 	}
-	if (rc != 0 && e != NULL)
-		tdm__event_give(e);
 	if (rc != 0) {
+		if (e != NULL)
+			tdm__event_give(e);
 		atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_relaxed);
 		return fail_now(t, enqueued(s, rc));
 	}

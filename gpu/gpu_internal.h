@@ -30,8 +30,8 @@ struct tdm_stream {
 	struct tdm__gdev *dev;
 	void *bs;       /* the backend's stream */
 	uint64_t *word; /* completion word, in pinned memory, a cache line of its own */
-	/* Last sequence number handed to an await on this stream. */
-	_Alignas(TDM__CACHELINE) _Atomic uint64_t seq;
+	/* Last sequence number handed to an await on this stream; under wlock. */
+	_Alignas(TDM__CACHELINE) uint64_t seq;
 	_Atomic int leases;    /* shared leases held; TDM__EXCLUSIVE when exclusive */
 	pthread_mutex_t wlock; /* numbers awaits and enqueues their writes in one step */
 	/* Adaptive completion: its awaits complete soon after reaching the head, so a word's write
@@ -42,11 +42,11 @@ struct tdm_stream {
 	_Alignas(TDM__CACHELINE) struct tdm__task *head, *tail; /* awaits, by sequence */
 	struct tdm_stream *busy_next;
 	bool busy;
-	uint64_t done;     /* highest word value seen */
-	uint64_t moved_ns; /* when its oldest await last changed (completed, or the FIFO filled) */
+	uint64_t done;         /* highest number known complete: word read, or event done */
+	uint64_t moved_ns;     /* when its oldest await last changed (completed, or FIFO filled) */
 	uint64_t next_look_ns; /* stalled: when the poller looks at it again */
-	uint64_t typical_ns;   /* how long its awaits waited at the head, a moving average; 0: none
-	                          yet */
+	/* How long its awaits waited at the head, a moving average; 0: none yet. */
+	uint64_t typical_ns;
 };
 
 #define TDM__EXCLUSIVE (1 << 30)
@@ -70,11 +70,9 @@ struct tdm__gdev {
 	uint64_t *word_block;  /* pinned: one cache line per stream */
 	_Atomic unsigned rr;   /* spreads threads that are not workers */
 	_Atomic int failed;    /* a sticky error was seen */
-	uint64_t last_alive;   /* poller only: ns of the last progress or healthy status query */
 	unsigned launch_limit; /* threads launching here at once (topology's plan) */
 	cpu_set_t cpus;        /* the CPUs nearest the device (topology's plan), if has_cpus */
 	bool has_cpus;
-	_Atomic int leased; /* stream leases held: the load TDM_PLACE_LEAST_LOADED compares */
 	_Alignas(TDM__CACHELINE) _Atomic int launching;
 	pthread_mutex_t lock;
 	/* Pooled events, under ev_lock, which is held only for list work, never across a driver
@@ -83,6 +81,10 @@ struct tdm__gdev {
 	struct tdm_event *free_events;
 	struct tdm_event **all_events; /* every event ever made, for destroy */
 	unsigned nall_events, cap_events;
+
+	/* Poller only, on a line of its own: written on every sweep that makes progress, it must
+	 * not share a line with what every lease, launch and await reads (failed, streams). */
+	_Alignas(TDM__CACHELINE) uint64_t last_alive; /* ns of the last progress or healthy query */
 };
 
 struct tdm__pinned; /* pinned.c */
@@ -96,7 +98,6 @@ struct tdm_gpu {
 	struct tdm__backend *b;
 	int ndev;
 	struct tdm__gdev *devs;
-	_Atomic unsigned place_rr; /* placement's rotation */
 
 	/* Awaits handed to the poller, newest first. */
 	_Alignas(TDM__CACHELINE) struct tdm__stack submit;
@@ -104,14 +105,17 @@ struct tdm_gpu {
 	/* Registered awaits not yet completed; with `stopping` decides when the poller exits. */
 	_Alignas(TDM__CACHELINE) _Atomic int64_t active;
 	_Atomic int stopping;
+	/* Placement's rotation: written on every TDM_DEVICE_ANY lease, so kept off the line of
+	 * ops, b and devs at the top, which every launch reads. */
+	_Atomic unsigned place_rr;
 
 	/* Poller only. */
 	_Alignas(TDM__CACHELINE) pthread_t poller;
 	struct tdm_stream *busy; /* streams with awaits */
-	unsigned
-	    sweeps; /* spinning sweeps; every TDM__STALL_EVERY-th looks at stalled word streams */
-	uint64_t due_ns; /* the earliest completion a sweep expects from typical_ns; UINT64_MAX */
-	uint64_t due_late_ns;      /* how long past due_ns that completion is still spun for */
+	/* Spinning sweeps; every TDM__STALL_EVERY-th looks at stalled word streams. */
+	unsigned sweeps;
+	uint64_t due_ns;      /* the earliest completion expected (typical_ns); UINT64_MAX: none */
+	uint64_t due_late_ns; /* how long past due_ns that completion is still spun for */
 	uint64_t sleep_over_ns;    /* how late a back-off step wakes, a moving average */
 	struct tdm__task *ev_head; /* awaits on user events, unordered */
 	struct tdm__task **heap;   /* deadline awaits, a binary min-heap on await_seq */

@@ -12,6 +12,7 @@
  * the pool is pure CPU work.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "gpu_internal.h"
@@ -56,6 +57,8 @@ int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, 
 	if (ops->host_fn == NULL)
 		return -ENOTSUP;
 	struct staging *st;
+	if (bytes > SIZE_MAX - sizeof(*st))
+		return -ENOMEM; /* the block's size would wrap, and the memcpy overrun it */
 	int rc = tdm_pinned_alloc(gpu, sizeof(*st) + bytes, (void **)&st);
 	if (rc != 0)
 		return rc;

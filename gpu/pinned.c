@@ -123,10 +123,10 @@ struct pin_chunk {
 	/* Fixed before the chunk is published in the radix tree, and while it is there. */
 	char *base;           /* 4 KiB aligned */
 	size_t bytes;         /* what the pool uses, and counts in bytes_pinned */
-	_Atomic uint8_t *map; /* a byte per 256-byte granule; dedicated: `own` */
-	bool dedicated;
-	_Atomic uint8_t own; /* dedicated: 1 while handed out (changed under heap_lock) */
+	_Atomic uint8_t *map; /* a byte per 256-byte granule; dedicated: NULL */
+	bool dedicated;       /* never changes, even while the header lies on pool->dead */
 	/* heap_lock from here (or the chunk is private to its creator). */
+	bool own;  /* dedicated: handed out */
 	void *raw; /* what host_alloc returned, for host_free */
 	struct pin_page *pages;
 	uint32_t npages, free_pages;
@@ -140,7 +140,6 @@ struct pin_class {
 	unsigned cache_batch; /* blocks moved at once between a cache and the shared list */
 	_Alignas(TDM__CACHELINE) pthread_mutex_t lock;
 	struct tdm__link *head; /* lock */
-	size_t nfree;           /* lock */
 };
 
 /* A worker's cache. Only its worker touches it, except the statistics' relaxed loads. */
@@ -165,8 +164,8 @@ struct tdm__pinned {
 	struct tdm_gpu *gpu;
 	tdm_executor *ex;
 	size_t chunk_bytes, cap, max_class;
-	unsigned nclass, ncached, nworkers;
-	struct pin_cache *caches; /* one per worker */
+	unsigned nclass, ncached;
+	struct pin_cache *caches; /* one per worker of ex */
 
 	/* Relaxed: counters, read as a whole only once the threads quiesce. */
 	_Alignas(TDM__CACHELINE) _Atomic int64_t in_use;
@@ -336,13 +335,14 @@ static char *heap_take(struct tdm__pinned *pool, unsigned c)
 
 static char *heap_take_locked(struct tdm__pinned *pool, unsigned c)
 {
-	pthread_mutex_lock(&pool->heap_lock);
+	pthread_mutex_lock(&pool->heap_lock); /* the chunk list and their pages */
 	char *run = heap_take(pool, c);
 	pthread_mutex_unlock(&pool->heap_lock);
 	return run;
 }
 
-/* Pins `bytes` aligned to 4 KiB. Every failure is -ENOMEM: the pool has no memory to give. */
+/* Pins `bytes` aligned to 4 KiB. Every failure is -ENOMEM (the pool has no memory to give) and
+ * leaves *raw and *base as they were. */
 static int pin_host_alloc(struct tdm__pinned *pool, size_t bytes, void **raw, char **base)
 {
 	struct tdm_gpu *gpu = pool->gpu;
@@ -372,8 +372,7 @@ static void chunk_free(struct tdm__pinned *pool, struct pin_chunk *k)
 {
 	if (k->raw != NULL)
 		pool->gpu->ops->host_free(pool->gpu->b, k->raw);
-	if (!k->dedicated)
-		free((void *)k->map);
+	free((void *)k->map);
 	free(k->pages);
 	free(k);
 }
@@ -388,7 +387,7 @@ static void dead_give(struct tdm__pinned *pool, struct pin_chunk *k)
 	if (k->raw != NULL)
 		pool->gpu->ops->host_free(pool->gpu->b, k->raw);
 	k->raw = NULL;
-	pthread_mutex_lock(&pool->heap_lock);
+	pthread_mutex_lock(&pool->heap_lock); /* pool->dead */
 	k->next = pool->dead;
 	pool->dead = k;
 	pthread_mutex_unlock(&pool->heap_lock);
@@ -397,15 +396,13 @@ static void dead_give(struct tdm__pinned *pool, struct pin_chunk *k)
 /* A header for a new dedicated chunk: a dead one, or a new one. No lock held. */
 static struct pin_chunk *dedicated_header(struct tdm__pinned *pool)
 {
-	pthread_mutex_lock(&pool->heap_lock);
+	pthread_mutex_lock(&pool->heap_lock); /* pool->dead */
 	struct pin_chunk *k = pool->dead;
 	if (k != NULL)
 		pool->dead = k->next;
 	pthread_mutex_unlock(&pool->heap_lock);
-	if (k == NULL && (k = calloc(1, sizeof(*k))) != NULL) {
+	if (k == NULL && (k = calloc(1, sizeof(*k))) != NULL)
 		k->dedicated = true;
-		k->map = &k->own;
-	}
 	return k;
 }
 
@@ -418,10 +415,9 @@ static int chunk_new(struct tdm__pinned *pool, size_t bytes, bool dedicated, str
 			return -ENOMEM;
 		d->bytes = bytes;
 		d->next = d->prev = NULL;
-		atomic_store_explicit(&d->own, 0, memory_order_relaxed);
+		d->own = false;
 		if (pin_host_alloc(pool, bytes, &d->raw, &d->base) != 0) {
-			d->raw = NULL;
-			dead_give(pool, d);
+			dead_give(pool, d); /* raw is NULL: dead headers' and calloc's */
 			return -ENOMEM;
 		}
 		*out = d;
@@ -441,7 +437,6 @@ static int chunk_new(struct tdm__pinned *pool, size_t bytes, bool dedicated, str
 	}
 	run_mark_free(k, 0, k->npages);
 	if (pin_host_alloc(pool, bytes, &k->raw, &k->base) != 0) {
-		k->raw = NULL;
 		chunk_free(pool, k);
 		return -ENOMEM;
 	}
@@ -535,10 +530,9 @@ static void shared_push(struct tdm__pinned *pool, unsigned c, struct tdm__link *
                         struct tdm__link *last, size_t n)
 {
 	struct pin_class *pc = &pool->cls[c];
-	pthread_mutex_lock(&pc->lock);
+	pthread_mutex_lock(&pc->lock); /* the class's list */
 	last->next = pc->head;
 	pc->head = first;
-	pc->nfree += n;
 	pthread_mutex_unlock(&pc->lock);
 	/* Relaxed: a hint for run_slow; the lists themselves are under the class lock. */
 	atomic_fetch_add_explicit(&pool->shared_free, n * pc->size, memory_order_relaxed);
@@ -549,12 +543,11 @@ static unsigned shared_pop(struct tdm__pinned *pool, unsigned c, void **out, uns
 {
 	struct pin_class *pc = &pool->cls[c];
 	unsigned n = 0;
-	pthread_mutex_lock(&pc->lock);
+	pthread_mutex_lock(&pc->lock); /* the class's list */
 	while (n < want && pc->head != NULL) {
 		out[n++] = pc->head;
 		pc->head = pc->head->next;
 	}
-	pc->nfree -= n;
 	pthread_mutex_unlock(&pc->lock);
 	if (n > 0) /* Relaxed: a hint, as in shared_push. */
 		atomic_fetch_sub_explicit(&pool->shared_free, n * pc->size, memory_order_relaxed);
@@ -596,19 +589,19 @@ static void reclaim(struct tdm__pinned *pool)
 	struct tdm__link *lists[PIN_NCLASS_MAX] = {0}, *release = NULL;
 	for (unsigned c = 0; c < pool->nclass; c++) {
 		struct pin_class *pc = &pool->cls[c];
-		pthread_mutex_lock(&pc->lock);
+		pthread_mutex_lock(&pc->lock); /* the class's list */
 		lists[c] = pc->head;
-		size_t n = pc->nfree;
 		pc->head = NULL;
-		pc->nfree = 0;
 		pthread_mutex_unlock(&pc->lock);
-		atomic_fetch_sub_explicit(&pool->shared_free, n * pc->size, memory_order_relaxed);
 	}
-	pthread_mutex_lock(&pool->heap_lock);
+	size_t taken = 0;
+	pthread_mutex_lock(&pool->heap_lock); /* the runs' pages */
 	/* Count the free blocks of each run at its head page ... */
 	for (unsigned c = 0; c < pool->nclass; c++)
-		for (struct tdm__link *b = lists[c]; b != NULL; b = b->next)
+		for (struct tdm__link *b = lists[c]; b != NULL; b = b->next) {
 			run_head(pool, b)->count++;
+			taken += pool->cls[c].size;
+		}
 	/* ... take out the blocks of full runs, keeping one block per run to name it ... */
 	for (unsigned c = 0; c < pool->nclass; c++)
 		for (struct tdm__link **pp = &lists[c]; *pp != NULL;) {
@@ -639,6 +632,9 @@ static void reclaim(struct tdm__pinned *pool)
 			n[c]++;
 		}
 	pthread_mutex_unlock(&pool->heap_lock);
+	/* Relaxed: a hint, read only by grow_lock's holder (this thread); shared_push adds back
+	 * what stays. */
+	atomic_fetch_sub_explicit(&pool->shared_free, taken, memory_order_relaxed);
 	for (unsigned c = 0; c < pool->nclass; c++)
 		if (lists[c] != NULL)
 			shared_push(pool, c, lists[c], last[c], n[c]);
@@ -674,7 +670,7 @@ static int run_new(struct tdm__pinned *pool, struct pin_cache *mine, unsigned c,
 {
 	if ((*run = heap_take_locked(pool, c)) != NULL)
 		return 0;
-	pthread_mutex_lock(&pool->grow_lock);
+	pthread_mutex_lock(&pool->grow_lock); /* one thread reclaims or pins at a time */
 	int rc = run_slow(pool, mine, c, run);
 	pthread_mutex_unlock(&pool->grow_lock);
 	return rc;
@@ -709,19 +705,19 @@ static void raise_high_water(struct tdm__pinned *pool, int64_t v)
 		;
 }
 
-/* The shared counter: threads that are not workers, and workers' locked paths (after a fold). */
-static void in_use_shared(struct tdm__pinned *pool, int64_t bytes)
+/* Adds to the shared counter and raises high_water to the sum; the sum. */
+static int64_t in_use_add(struct tdm__pinned *pool, int64_t bytes)
 {
+	/* Relaxed: a counter; nothing is published with it. */
 	int64_t t = atomic_fetch_add_explicit(&pool->in_use, bytes, memory_order_relaxed) + bytes;
 	raise_high_water(pool, t);
+	return t;
 }
 
 /* The worker folds its delta into the shared counter (its slow path only). */
 static void cache_fold(struct tdm__pinned *pool, struct pin_cache *mine)
 {
-	int64_t d = atomic_load_explicit(&mine->delta, memory_order_relaxed);
-	int64_t t = atomic_fetch_add_explicit(&pool->in_use, d, memory_order_relaxed) + d;
-	raise_high_water(pool, t);
+	int64_t t = in_use_add(pool, atomic_load_explicit(&mine->delta, memory_order_relaxed));
 	raise_high_water(pool, atomic_load_explicit(&mine->base, memory_order_relaxed) +
 	                           atomic_load_explicit(&mine->peak, memory_order_relaxed));
 	/* Relaxed, owner-only stores: a reader between the add and these counts d twice, which
@@ -739,25 +735,28 @@ static void cache_fold(struct tdm__pinned *pool, struct pin_cache *mine)
  */
 static inline void count_cached(struct pin_cache *mine, int64_t bytes)
 {
+	/* Relaxed loads and stores, no read-modify-write: only this worker writes its cache's
+	 * counters; tdm_pinned_stats_get only reads them. */
 	int64_t d = atomic_load_explicit(&mine->delta, memory_order_relaxed) + bytes;
 	atomic_store_explicit(&mine->delta, d, memory_order_relaxed);
 	if (d > atomic_load_explicit(&mine->peak, memory_order_relaxed))
 		atomic_store_explicit(&mine->peak, d, memory_order_relaxed);
 }
 
+/* Threads that are not workers, and workers' locked paths (after a fold). */
 static void count_shared(struct tdm__pinned *pool, struct pin_cache *mine, int64_t bytes)
 {
 	if (mine != NULL)
 		cache_fold(pool, mine);
-	in_use_shared(pool, bytes);
+	in_use_add(pool, bytes);
 }
 
 /* ---- the calls ---- */
 
 static inline struct pin_cache *cache_of(struct tdm__pinned *pool)
 {
-	struct tdm__worker *w = tdm__self_of(pool->ex);
-	return (w != NULL && w->index < pool->nworkers) ? &pool->caches[w->index] : NULL;
+	struct tdm__worker *w = tdm__self_of(pool->ex); /* a worker of ex: index < ex->nworkers */
+	return w != NULL ? &pool->caches[w->index] : NULL;
 }
 
 /*
@@ -787,13 +786,13 @@ static int alloc_dedicated(struct tdm__pinned *pool, struct pin_cache *mine, siz
 		list_unlink(&pool->spares, k);
 		pool->nspares--;
 		list_push(&pool->dedicated, k);
-		atomic_store_explicit(k->map, 1, memory_order_relaxed);
-		/* Read under the lock, like free_dedicated's (the block is the caller's only once
-		 * *out is set). */
-		int64_t bytes = (int64_t)k->bytes;
+		k->own = true;
+		/* Read under the lock: once it is released, a racing double free of a stale
+		 * pointer to this block may make k a spare again, to be dropped and reused. */
+		int64_t got = (int64_t)k->bytes;
 		*out = k->base;
 		pthread_mutex_unlock(&pool->heap_lock);
-		count_shared(pool, mine, bytes);
+		count_shared(pool, mine, got);
 		return 0;
 	}
 	/* Keep PIN_SPARES - 1 at most, so that this block's own free stays within bound. */
@@ -812,7 +811,7 @@ static int alloc_dedicated(struct tdm__pinned *pool, struct pin_cache *mine, siz
 	if (rc == 0 && (rc = radix_set(pool, k, k)) == 0) {
 		list_push(&pool->dedicated, k);
 		chunk_count(pool, k, +1);
-		atomic_store_explicit(k->map, 1, memory_order_relaxed);
+		k->own = true;
 		base = k->base; /* under the lock, like the spare path's */
 	} else {
 		pool->reserved -= need;
@@ -838,16 +837,15 @@ static int free_dedicated(struct tdm__pinned *pool, struct pin_cache *mine, stru
 	 * the chunk at p first (a dropped spare's radix entries are gone, and a header being
 	 * reused is not yet published), and only then are its other fields read.
 	 */
-	if (radix_get(pool, p) != k || p != k->base ||
-	    atomic_load_explicit(k->map, memory_order_relaxed) == 0) {
+	if (radix_get(pool, p) != k || p != k->base || !k->own) {
 		pthread_mutex_unlock(&pool->heap_lock);
 		return -EINVAL;
 	}
-	atomic_store_explicit(k->map, 0, memory_order_relaxed);
+	k->own = false;
 	list_unlink(&pool->dedicated, k);
 	list_push(&pool->spares, k);
 	pool->nspares++;
-	/* Read before the unlock: a spare may be dropped and freed by any thread once it is. */
+	/* Read before unlocking: then any thread may drop the spare and reuse its header. */
 	int64_t bytes = (int64_t)k->bytes;
 	pthread_mutex_unlock(&pool->heap_lock);
 	count_shared(pool, mine, -bytes);
@@ -958,7 +956,7 @@ int tdm_pinned_stats_get(tdm_gpu *gpu, tdm_pinned_stats *out)
 	/* Relaxed loads throughout: exact once the threads that used the pool are done, which
 	 * the caller orders (a group wait, a join); a snapshot while they run. */
 	int64_t in_use = atomic_load_explicit(&pool->in_use, memory_order_relaxed), peak = 0;
-	for (unsigned w = 0; w < pool->nworkers; w++) {
+	for (unsigned w = 0; w < pool->ex->nworkers; w++) {
 		struct pin_cache *c = &pool->caches[w];
 		in_use += atomic_load_explicit(&c->delta, memory_order_relaxed);
 		int64_t p = atomic_load_explicit(&c->base, memory_order_relaxed) +
@@ -1028,7 +1026,6 @@ int tdm__pinned_init(struct tdm_gpu *gpu)
 	pool->ex = gpu->ex;
 	pool->chunk_bytes = chunk;
 	pool->cap = cap;
-	pool->nworkers = gpu->ex->nworkers;
 	unsigned last = class_of(chunk);
 	if (class_size(last) > chunk)
 		last--;
@@ -1062,16 +1059,16 @@ int tdm__pinned_init(struct tdm_gpu *gpu)
 		}
 		pthread_mutex_init(&pc->lock, NULL);
 	}
-	pool->caches =
-	    aligned_alloc(TDM__CACHELINE, (size_t)pool->nworkers * sizeof(*pool->caches));
-	if (pool->caches == NULL && pool->nworkers > 0) {
+	size_t caches_bytes = (size_t)pool->ex->nworkers * sizeof(*pool->caches);
+	pool->caches = aligned_alloc(TDM__CACHELINE, caches_bytes);
+	if (pool->caches == NULL && caches_bytes > 0) {
 		for (unsigned c = 0; c < pool->nclass; c++)
 			pthread_mutex_destroy(&pool->cls[c].lock);
 		free(pool);
 		return -ENOMEM;
 	}
-	if (pool->nworkers > 0)
-		memset(pool->caches, 0, (size_t)pool->nworkers * sizeof(*pool->caches));
+	if (caches_bytes > 0)
+		memset(pool->caches, 0, caches_bytes);
 	pthread_mutex_init(&pool->heap_lock, NULL);
 	pthread_mutex_init(&pool->grow_lock, NULL);
 	gpu->pinned = pool;
@@ -1095,6 +1092,7 @@ void tdm__pinned_fini(struct tdm_gpu *gpu)
 		free(pool->dead);
 		pool->dead = next;
 	}
+	/* Relaxed: nothing uses the pool concurrently (the lifetime rule above). */
 	for (unsigned i = 0; i < RADIX_N; i++) {
 		struct radix_mid *m = atomic_load_explicit(&pool->root[i], memory_order_relaxed);
 		if (m == NULL)

@@ -36,11 +36,11 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "gpu_internal.h"
 
 #define DEFAULT_IN_FLIGHT 8 /* the fastest measured on the H200 (perf/README.md, pipeline) */
+#define DRAIN_POLL_NS 20000 /* slot_drain's poll step: a retired slot is rare, latency moot */
 
 struct pipe;
 
@@ -405,12 +405,12 @@ static void slot_drain(struct slot *s)
 
 	if (tdm__event_take(d, &e) != 0) {
 		while (gpu->ops->stream_query(gpu->b, s->b.stream->bs) == -EAGAIN)
-			tdm__sleep_ns(20000);
+			tdm__sleep_ns(DRAIN_POLL_NS);
 		return;
 	}
 	if (tdm_event_record(e, s->b.stream) == 0)
 		while (gpu->ops->event_query(gpu->b, e->be) == -EAGAIN)
-			tdm__sleep_ns(20000);
+			tdm__sleep_ns(DRAIN_POLL_NS);
 	tdm__event_give(e);
 }
 

@@ -124,27 +124,28 @@ static struct tdm__task *heap_pop(struct tdm_gpu *gpu)
 
 /* ---- intake ---- */
 
-/* A stream await's place on its stream (its word value, or its event's number). */
+/* A stream await's place on its stream (its word value, or its event's number). An event await
+ * always holds its event: tdm_await_stream hands it over only once the record was enqueued. */
 static uint64_t aw_seq(const struct tdm__task *t)
 {
 	if (TDM__AW_KIND(t) == TDM__AW_STREAM_WORD)
 		return t->await_seq;
-	const struct tdm_event *e = (const struct tdm_event *)(uintptr_t)t->await_seq;
-	return e != NULL ? e->seq : 0;
+	return ((const struct tdm_event *)(uintptr_t)t->await_seq)->seq;
 }
 
-static void stream_insert(struct tdm_gpu *gpu, struct tdm_stream *s, struct tdm__task *t)
+static void stream_insert(struct tdm_gpu *gpu, struct tdm_stream *s, struct tdm__task *t,
+                          uint64_t now)
 {
 	t->link.next = NULL;
 	if (s->head == NULL) {
 		s->head = s->tail = t;
-		s->moved_ns = tdm_now_ns();
+		s->moved_ns = now;
 		if (!s->busy) {
 			s->busy = true;
 			s->busy_next = gpu->busy;
 			gpu->busy = s;
 			if (s->dev->last_alive == 0)
-				s->dev->last_alive = tdm_now_ns();
+				s->dev->last_alive = now;
 		}
 		return;
 	}
@@ -170,7 +171,7 @@ static void count_one(_Atomic uint64_t *c)
 	                      memory_order_relaxed);
 }
 
-static void intake(struct tdm_gpu *gpu)
+static void intake(struct tdm_gpu *gpu, uint64_t now)
 {
 	/* Newest first; reverse so that FIFOs fill in submission order. */
 	struct tdm__link *l = tdm__stack_take_all(&gpu->submit), *rev = NULL;
@@ -188,7 +189,7 @@ static void intake(struct tdm_gpu *gpu)
 		case TDM__AW_STREAM_EVENT:
 			count_one(TDM__AW_KIND(t) == TDM__AW_STREAM_WORD ? &gpu->n_word
 			                                                 : &gpu->n_event);
-			stream_insert(gpu, TDM__AW_PTR(t), t);
+			stream_insert(gpu, TDM__AW_PTR(t), t, now);
 			break;
 		case TDM__AW_EVENT:
 			t->link.next = gpu->ev_head != NULL ? &gpu->ev_head->link : NULL;
@@ -226,7 +227,7 @@ static void fail_stream_awaits(struct tdm_gpu *gpu, struct tdm_stream *s, int rc
 	while (s->head != NULL) {
 		struct tdm__task *t = s->head;
 		s->head = (struct tdm__task *)(void *)t->link.next;
-		if (TDM__AW_KIND(t) == TDM__AW_STREAM_EVENT && t->await_seq != 0)
+		if (TDM__AW_KIND(t) == TDM__AW_STREAM_EVENT)
 			tdm__event_give((struct tdm_event *)(uintptr_t)t->await_seq);
 		add_wake(gpu, t, rc);
 	}
@@ -266,23 +267,18 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 			         : 0;
 		} else {
 			struct tdm_event *e = (struct tdm_event *)(uintptr_t)t->await_seq;
-			if (e == NULL) {
-				rc = -EIO;
-			} else {
-				/*
-				 * Queried even when a later word has passed its number: the work is
-				 * done then, but only the event can say whether it failed (an
-				 * operation's error reaches the next completion point after it).
-				 */
-				rc = ops->event_query(gpu->b, e->be);
-				count_one(&gpu->n_event_poll);
-				if (rc == -EAGAIN)
-					break;
-				if (e->seq > s->done)
-					s->done = e->seq; /* everything before it is done too */
-			}
-			if (e != NULL)
-				tdm__event_give(e);
+			/*
+			 * Queried even when a later word has passed its number: the work is done
+			 * then, but only the event can say whether it failed (an operation's error
+			 * reaches the next completion point after it).
+			 */
+			rc = ops->event_query(gpu->b, e->be);
+			count_one(&gpu->n_event_poll);
+			if (rc == -EAGAIN)
+				break;
+			if (e->seq > s->done)
+				s->done = e->seq; /* everything before it is done too */
+			tdm__event_give(e);
 		}
 		if (!progress) {
 			/*
@@ -297,7 +293,8 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 			                : waited < ty ? ty - (ty - waited) / 2
 			                              : ty + (waited - ty) / 8;
 		}
-		/* Adaptive completion: this await's work ended soon after it reached the head. */
+		/* Adaptive completion: this await's work ended soon after it reached the head.
+		 * Relaxed: a hint for new awaits (gpu.c); either mechanism is correct. */
 		if (d->adaptive && now - s->moved_ns < TDM__STALL_NS(gpu) &&
 		    !atomic_load_explicit(&s->quick, memory_order_relaxed)) {
 			atomic_store_explicit(&s->quick, true, memory_order_relaxed);
@@ -352,10 +349,10 @@ static void note_due(struct tdm_gpu *gpu, const struct tdm_stream *s, uint64_t n
 {
 	if (s->typical_ns == 0)
 		return;
-	uint64_t due = s->moved_ns + s->typical_ns;
-	if (due + due_late(s) >= now && due < gpu->due_ns) {
+	uint64_t due = s->moved_ns + s->typical_ns, late = due_late(s);
+	if (due + late >= now && due < gpu->due_ns) {
 		gpu->due_ns = due;
-		gpu->due_late_ns = due_late(s);
+		gpu->due_late_ns = late;
 	}
 }
 
@@ -418,12 +415,12 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 			/* ... but not past the moment its await is due, and on every sweep while it
 			 * is due (the estimate leans early: one look at the due time would mostly
 			 * miss, and the spin would find nothing sooner than the look rule did). */
-			uint64_t due = s->moved_ns + s->typical_ns;
+			uint64_t due = s->moved_ns + s->typical_ns, lead = due_lead(gpu);
 			if (stream_due(gpu, s, now))
 				s->next_look_ns = now;
-			else if (s->typical_ns != 0 && due > now + due_lead(gpu) &&
-			         due - due_lead(gpu) < s->next_look_ns)
-				s->next_look_ns = due - due_lead(gpu);
+			else if (s->typical_ns != 0 && due > now + lead &&
+			         due - lead < s->next_look_ns)
+				s->next_look_ns = due - lead;
 		}
 		progress |= moved;
 		if (s->head == NULL) {
@@ -484,9 +481,9 @@ void *tdm__poller_main(void *arg)
 	for (;;) {
 		uint32_t snap = ck_ec32_value(&gpu->ec);
 		bool fresh = !tdm__stack_empty(&gpu->submit);
-		if (fresh)
-			intake(gpu);
 		uint64_t now = tdm_now_ns();
+		if (fresh)
+			intake(gpu, now);
 		bool due = due_soon(gpu, now);
 		if (due && !due_spinning)
 			count_one(&gpu->n_due);
@@ -495,20 +492,16 @@ void *tdm__poller_main(void *arg)
 			last_activity = now;
 		flush_wakes(gpu);
 		if (outstanding(gpu) || now - last_activity < spin_ns) {
-			if (now - last_activity < spin_ns) {
-				tdm__cpu_relax();
-				continue;
-			}
-			if (due_soon(gpu, now)) {
+			if (now - last_activity < spin_ns || due_soon(gpu, now)) {
 				tdm__cpu_relax();
 				continue;
 			}
 			/* Long GPU work: look again soon, at the next due completion, or at the
 			 * next deadline. */
-			uint64_t step = TDM__BACKOFF_NS;
-			if (gpu->due_ns != UINT64_MAX && gpu->due_ns > now + due_lead(gpu) &&
-			    gpu->due_ns - due_lead(gpu) - now < step)
-				step = gpu->due_ns - due_lead(gpu) - now;
+			uint64_t step = TDM__BACKOFF_NS, lead = due_lead(gpu);
+			if (gpu->due_ns != UINT64_MAX && gpu->due_ns > now + lead &&
+			    gpu->due_ns - lead - now < step)
+				step = gpu->due_ns - lead - now;
 			if (gpu->busy == NULL && gpu->ev_head == NULL && gpu->nheap > 0 &&
 			    gpu->heap[0]->await_seq > now)
 				step = gpu->heap[0]->await_seq - now;

@@ -240,8 +240,6 @@ _Static_assert(sizeof(struct sim_block) <= SIM_DEV_ALIGN, "the header fits its s
 /* -ENOMEM past the device's free memory, as cudaMalloc: malloc would overcommit instead. */
 static int dmem_alloc(struct sim_dev *d, size_t bytes, void **out)
 {
-	if ((uint64_t)bytes > SIM_DEV_TOTAL)
-		return -ENOMEM;
 	/* Reserve first, so that concurrent allocations never hold more than the device has. */
 	uint64_t held = atomic_load_explicit(&d->held, memory_order_relaxed);
 	do {
@@ -249,7 +247,8 @@ static int dmem_alloc(struct sim_dev *d, size_t bytes, void **out)
 			return -ENOMEM;
 	} while (!atomic_compare_exchange_weak_explicit(
 	    &d->held, &held, held + bytes, memory_order_relaxed, memory_order_relaxed));
-	/* aligned_alloc wants a multiple of the alignment; bytes <= 80 GiB cannot overflow. */
+	/* aligned_alloc wants a multiple of the alignment; the reservation kept bytes within
+	 * SIM_DEV_TOTAL, so this cannot overflow. */
 	size_t size = SIM_DEV_ALIGN + ((bytes + SIM_DEV_ALIGN - 1) & ~(size_t)(SIM_DEV_ALIGN - 1));
 	struct sim_block *h = aligned_alloc(SIM_DEV_ALIGN, size);
 	if (h == NULL) {
@@ -388,7 +387,8 @@ static void execute(struct sim_stream *s, struct sim_op *o)
 		atomic_store_explicit(&s->writing, true, memory_order_seq_cst);
 	execute_op(s, o);
 	if (writes)
-		/* Release: the writes are done before a query that sees the flag down. */
+		/* Release: pairs with the seq_cst load in sim_stream_query, so a query that sees
+		 * the flag down after the device died also sees the op's writes done. */
 		atomic_store_explicit(&s->writing, false, memory_order_release);
 }
 

@@ -1,8 +1,8 @@
 /*
  * Device topology (topology.h): the facts' struct and its helpers, the per-device decisions, the
  * report, the GPU layer's topology and tdm_gpu_device_info. Live discovery (CUDA, NVML, sysfs
- * facts) is in topology_discover.c, recorded machines in topology_fixture.c. This file also
- * reads sysfs, which both of those need.
+ * facts) is in topology_discover.c, recorded machines in topology_fixture.c. The pieces both of
+ * those use (cpulists, ids, MIG profiles, the sysfs reader) are here, where tests reach them.
  *
  * ---- Decisions (tdm__topology_decide) ----
  * - base work queues Q: CUDA_DEVICE_MAX_CONNECTIONS when set within 1..32, else 8 (CUDA's
@@ -11,11 +11,11 @@
  *   over 7 (the profile "<k>g..."), else its SMs over 132 (an H100/H200), saying so.
  * - streams per priority class: tdm_gpu_config.streams_per_device if set; a whole device Q, or
  *   one per worker when there are more workers than Q (at most 32, the most work queues CUDA
- *   makes): each worker's own slot is then a stream no other worker's slot is, whose launches and
- *   completion writes two workers would
- *   otherwise take turns at (16 workers, 10 us kernels on an H200: 239k tasks/s on 8 streams,
- *   300k on 16, where one thread per stream ran 309k-331k); a MIG instance ceil(Q x share), at
- *   least min(2, Q), at most Q (1g of 7 on an H100: 2).
+ *   makes): each worker's own slot is then a stream no other worker's slot is, whose launches
+ *   and completion writes two workers would otherwise take turns at (16 workers, 10 us kernels
+ *   on an H200: 239k tasks/s on 8 streams, 300k on 16, where one thread per stream ran
+ *   309k-331k); a MIG instance ceil(Q x share), at least min(2, Q), at most Q (1g of 7 on an
+ *   H100: 2), however many workers there are.
  * - launch limit: tdm_gpu_config.launch_limit if set; a whole device 4 (launch throughput peaks
  *   at about 4 launching threads on an H200); a MIG instance ceil(4 x share), 1..4 (1g: 1).
  * - pool release threshold: half the device's (or the instance's own) memory; 0 if unknown.
@@ -84,6 +84,17 @@ void tdm__topo_dev_blank(struct tdm__topo_dev *d)
 	d->gi_id = -1;
 	d->ci_id = -1;
 	d->parent_index = -1;
+}
+
+void tdm__topo_inherit_gpu(struct tdm__topo_dev *inst, const struct tdm__topo_dev *gpu)
+{
+	tdm__topo_copy(inst->pci_bus_id, sizeof(inst->pci_bus_id), gpu->pci_bus_id);
+	inst->numa_node = gpu->numa_node;
+	tdm__topo_copy(inst->cpus, sizeof(inst->cpus), gpu->cpus);
+	inst->mig_mode = gpu->mig_mode;
+	tdm__topo_copy(inst->parent_uuid, sizeof(inst->parent_uuid), gpu->uuid);
+	inst->parent_index = gpu->parent_index;
+	inst->parent_sm_count = gpu->sm_count;
 }
 
 /* ---- cpulists ("0-3,8,10-11") ------------------------------------------------------------ */

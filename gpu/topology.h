@@ -163,6 +163,9 @@ void tdm__topo_copy(char *dst, size_t len, const char *src);
 double tdm__topo_gib(uint64_t bytes);
 /* Unknowns: index, NUMA node, instance ids and parent index -1, MIG mode unknown, rest 0. */
 void tdm__topo_dev_blank(struct tdm__topo_dev *d);
+/* A MIG instance's facts that are its physical GPU's (machine entry gpu): bus id, NUMA node,
+ * CPUs, MIG mode, parent uuid, index and SM count. */
+void tdm__topo_inherit_gpu(struct tdm__topo_dev *inst, const struct tdm__topo_dev *gpu);
 /* Appends a copy of d to *arr, of *n entries. -ENOMEM. */
 int tdm__topo_dev_push(struct tdm__topo_dev **arr, int *n, const struct tdm__topo_dev *d);
 /* An empty topology (no devices, no facts), or NULL. */

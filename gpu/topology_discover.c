@@ -204,12 +204,11 @@ static bool nvml_is_mig(const struct tdm__nvml *nv, tdm__nvml_dev h)
 	return nv->is_mig != NULL && nv->is_mig(h, &v) == NVML_OK && v != 0;
 }
 
-static bool nvml_str(const struct tdm__nvml *nv,
-                     tdm__nvml_ret (*fn)(tdm__nvml_dev, char *, unsigned), tdm__nvml_dev h,
+/* A string property of h (fn: nv->uuid or nv->name, NULL where absent) into out. */
+static bool nvml_str(tdm__nvml_ret (*fn)(tdm__nvml_dev, char *, unsigned), tdm__nvml_dev h,
                      char *out, size_t len)
 {
 	char buf[NVML_STR] = "";
-	(void)nv;
 	if (fn == NULL || fn(h, buf, sizeof(buf)) != NVML_OK)
 		return false;
 	buf[sizeof(buf) - 1] = '\0';
@@ -232,12 +231,12 @@ static void nvml_instance_facts(const struct tdm__nvml *nv, tdm__nvml_dev m,
 	struct tdm__nvml_memory mem;
 	char name[NVML_STR];
 	d->mig = true;
-	(void)nvml_str(nv, nv->uuid, m, d->uuid, sizeof(d->uuid));
+	(void)nvml_str(nv->uuid, m, d->uuid, sizeof(d->uuid));
 	if (nv->gi_id != NULL && nv->gi_id(m, &v) == NVML_OK)
 		d->gi_id = (int)v;
 	if (nv->ci_id != NULL && nv->ci_id(m, &v) == NVML_OK)
 		d->ci_id = (int)v;
-	if (nvml_str(nv, nv->name, m, name, sizeof(name))) {
+	if (nvml_str(nv->name, m, name, sizeof(name))) {
 		if (d->name[0] == '\0')
 			tdm__topo_copy(d->name, sizeof(d->name), name);
 		(void)tdm__topo_profile_from_name(name, d->mig_profile, sizeof(d->mig_profile));
@@ -275,7 +274,7 @@ static bool match_uuid(tdm__nvml_dev m, void *arg)
 {
 	struct match_arg *a = arg;
 	char u[NVML_STR];
-	if (nvml_str(a->nv, a->nv->uuid, m, u, sizeof(u)) && strcmp(uuid_hex(u), a->hex) == 0) {
+	if (nvml_str(a->nv->uuid, m, u, sizeof(u)) && strcmp(uuid_hex(u), a->hex) == 0) {
 		a->found = m;
 		return false;
 	}
@@ -324,7 +323,7 @@ static void nvml_enrich(const struct tdm__nvml *nv, struct tdm__topo_dev *d)
 	}
 	if (d->mig_mode == TDM_MIG_ENABLED)
 		d->parent_instances = nvml_instances(nv, whole, NULL, NULL);
-	(void)nvml_str(nv, nv->uuid, whole, d->parent_uuid, sizeof(d->parent_uuid));
+	(void)nvml_str(nv->uuid, whole, d->parent_uuid, sizeof(d->parent_uuid));
 	if (nv->index != NULL && nv->index(whole, &v) == NVML_OK)
 		d->parent_index = (int)v;
 	if (inst != NULL)
@@ -370,13 +369,7 @@ static bool add_instance(tdm__nvml_dev m, void *arg)
 	struct tdm__topo_dev e;
 	tdm__topo_dev_blank(&e);
 	nvml_instance_facts(a->nv, m, &e);
-	tdm__topo_copy(e.pci_bus_id, sizeof(e.pci_bus_id), a->gpu->pci_bus_id);
-	e.numa_node = a->gpu->numa_node;
-	tdm__topo_copy(e.cpus, sizeof(e.cpus), a->gpu->cpus);
-	e.mig_mode = a->gpu->mig_mode;
-	tdm__topo_copy(e.parent_uuid, sizeof(e.parent_uuid), a->gpu->uuid);
-	e.parent_index = a->gpu->parent_index;
-	e.parent_sm_count = a->gpu->sm_count;
+	tdm__topo_inherit_gpu(&e, a->gpu);
 	cuda_facts(a->t, &e);
 	a->rc = tdm__topo_dev_push(&a->t->machine, &a->t->nmachine, &e);
 	return a->rc == 0;
@@ -397,8 +390,8 @@ static int nvml_machine(const struct tdm__nvml *nv, struct tdm__topology *t)
 			continue;
 		tdm__topo_dev_blank(&e);
 		e.parent_index = (int)i;
-		(void)nvml_str(nv, nv->uuid, h, e.uuid, sizeof(e.uuid));
-		(void)nvml_str(nv, nv->name, h, e.name, sizeof(e.name));
+		(void)nvml_str(nv->uuid, h, e.uuid, sizeof(e.uuid));
+		(void)nvml_str(nv->name, h, e.name, sizeof(e.name));
 		tdm__topo_copy(e.parent_uuid, sizeof(e.parent_uuid), e.uuid);
 		e.mig_mode = nvml_mig_mode(nv, h);
 		if (nv->memory != NULL && nv->memory(h, &mem) == NVML_OK)

@@ -152,6 +152,14 @@ static struct tdm__topo_dev *machine_gpu(struct tdm__topology *t, int n)
 	return NULL;
 }
 
+/* A gpu or mig record's entry onto the machine view, unless its uuid is taken. */
+static int add_entry(struct parser *p, const struct tdm__topo_dev *e)
+{
+	if (machine_by_uuid(p->t, e->uuid) != NULL)
+		return perr(p, "uuid %s given twice", e->uuid);
+	return tdm__topo_dev_push(&p->t->machine, &p->t->nmachine, e);
+}
+
 /* Fields both gpu and mig records take; 1: taken, 0: not one of them, or -EINVAL. */
 static int common_field(struct parser *p, const struct field *f, struct tdm__topo_dev *e)
 {
@@ -227,11 +235,9 @@ static int rec_gpu(struct parser *p, const char *s)
 		return rc;
 	if (e.uuid[0] == '\0' || e.name[0] == '\0')
 		return perr(p, "gpu %d: uuid= and name= are required", n);
-	if (machine_by_uuid(t, e.uuid) != NULL)
-		return perr(p, "uuid %s given twice", e.uuid);
 	tdm__topo_copy(e.parent_uuid, sizeof(e.parent_uuid), e.uuid);
 	e.parent_sm_count = e.sm_count;
-	return tdm__topo_dev_push(&t->machine, &t->nmachine, &e);
+	return add_entry(p, &e);
 }
 
 static int rec_mig(struct parser *p, const char *s)
@@ -275,18 +281,10 @@ static int rec_mig(struct parser *p, const char *s)
 		return rc;
 	if (e.uuid[0] == '\0' || e.mig_profile[0] == '\0')
 		return perr(p, "mig on gpu %d: uuid= and profile= are required", n);
-	if (machine_by_uuid(t, e.uuid) != NULL)
-		return perr(p, "uuid %s given twice", e.uuid);
 	if (e.name[0] == '\0')
 		tdm__topo_say(e.name, sizeof(e.name), "%s MIG %s", g->name, e.mig_profile);
-	tdm__topo_copy(e.pci_bus_id, sizeof(e.pci_bus_id), g->pci_bus_id);
-	e.numa_node = g->numa_node;
-	tdm__topo_copy(e.cpus, sizeof(e.cpus), g->cpus);
-	e.mig_mode = g->mig_mode;
-	tdm__topo_copy(e.parent_uuid, sizeof(e.parent_uuid), g->uuid);
-	e.parent_index = n;
-	e.parent_sm_count = g->sm_count;
-	return tdm__topo_dev_push(&t->machine, &t->nmachine, &e);
+	tdm__topo_inherit_gpu(&e, g); /* g's parent_index is n (machine_gpu) */
+	return add_entry(p, &e);
 }
 
 static int rec_cuda(struct parser *p, const char *s)

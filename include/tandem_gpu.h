@@ -66,8 +66,9 @@ typedef struct tdm_gpu_config {
 	 * (CUDA_DEVICE_MAX_CONNECTIONS, default 8 hardware work queues), or one per worker when
 	 * the executor has more workers than that (at most 32; a MIG instance keeps its share). */
 	unsigned streams_per_device;
-	/* Threads that may launch on one device at the same moment. 0: 4 (launch throughput
-	 * falls past about 4 concurrent launchers on an H200). */
+	/* Threads that may launch on one device at the same moment. 0: 4 on a whole device
+	 * (launch throughput falls past about 4 concurrent launchers on an H200), fewer on a MIG
+	 * instance (tdm_device_info.launch_limit says how many). */
 	unsigned launch_limit;
 	/* The poller spins this long after the last completion before it backs off to short
 	 * sleeps, while awaits are outstanding. 0: 200 us. (It also spins through a completion it

@@ -224,22 +224,32 @@ __attribute__((format(printf, 1, 2))) _Noreturn static void bad(const char *fmt,
 	exit(2);
 }
 
-static int parse_u64(const char *s, size_t len, uint64_t lo, uint64_t hi, uint64_t *out)
+int bench_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 {
-	char buf[32], *end;
+	char *end;
 	unsigned long long v;
 
 	/* strtoull would accept a sign and leading blanks; a count must be plain digits. */
-	if (len == 0 || len >= sizeof(buf) || s[0] < '0' || s[0] > '9')
+	if (s[0] < '0' || s[0] > '9')
 		return -1;
-	memcpy(buf, s, len);
-	buf[len] = '\0';
 	errno = 0;
-	v = strtoull(buf, &end, 10);
+	v = strtoull(s, &end, 10);
 	if (errno != 0 || *end != '\0' || v < lo || v > hi)
 		return -1;
 	*out = v;
 	return 0;
+}
+
+/* bench_parse_u64 on the len characters at s (a token of a comma-separated list). */
+static int parse_u64(const char *s, size_t len, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	char buf[32];
+
+	if (len >= sizeof(buf))
+		return -1;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	return bench_parse_u64(buf, lo, hi, out);
 }
 
 /* Calls item(token, len, o) for each comma-separated token of list; empty tokens are errors. */
@@ -330,7 +340,7 @@ static void impl_item(const char *opt, const char *tok, size_t len, struct opts 
 	bad("%s: unknown implementation '%.*s'", opt, (int)len, tok);
 }
 
-static unsigned cpu_count(void)
+unsigned bench_cpus(void)
 {
 	cpu_set_t set;
 	long n;
@@ -397,7 +407,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			each_token(valued[k], val, o, threads_item);
 			break;
 		case 1:
-			if (parse_u64(val, strlen(val), 1, 1000000, &v) != 0)
+			if (bench_parse_u64(val, 1, 1000000, &v) != 0)
 				bad("--reps: '%s' is not a count in 1..1000000", val);
 			o->reps = (int)v;
 			o->reps_given = 1;
@@ -406,12 +416,12 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			each_token(valued[k], val, o, impl_item);
 			break;
 		case 3:
-			if (parse_u64(val, strlen(val), 0, UINT64_MAX, &o->n) != 0)
+			if (bench_parse_u64(val, 0, UINT64_MAX, &o->n) != 0)
 				bad("--n: '%s' is not a number", val);
 			o->n_given = 1;
 			break;
 		case 4:
-			if (parse_u64(val, strlen(val), 0, 9, &o->depth) != 0)
+			if (bench_parse_u64(val, 0, 9, &o->depth) != 0)
 				bad("--depth: '%s' is not a depth in 0..9", val);
 			o->depth_given = 1;
 			break;
@@ -464,7 +474,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	}
 	if (o->depth_given && o->bench != BENCH_SKYNET)
 		bad("--depth applies to skynet only");
-	o->cpus = cpu_count();
+	o->cpus = bench_cpus();
 	if (gpu)
 		return; /* bench_gpu.c has its own implementations and defaults */
 	if (o->nthreads == 0) {
@@ -733,12 +743,6 @@ static int run_gpu(struct opts *o)
 	return bench_gpu_throughput(&g);
 }
 
-/* bench_pinned.c: `pinned`, which parses its own options. */
-int bench_pinned(int argc, char **argv);
-int bench_gpu_idle(int argc, char **argv);
-int bench_topology(int argc, char **argv);
-int bench_gpu_scaling(int argc, char **argv);
-
 int main(int argc, char **argv)
 {
 	static const uint64_t defaults[] = {30, 6, 1000000, 2};
@@ -748,13 +752,13 @@ int main(int argc, char **argv)
 		if (strcmp(argv[i], "pinned") == 0)
 			return bench_pinned(argc, argv);
 		if (strcmp(argv[i], "topology") == 0)
-			return bench_topology(argc, argv); /* bench_topology.c */
+			return bench_topology(argc, argv);
 		if (strcmp(argv[i], "gpu-idle") == 0)
-			return bench_gpu_idle(argc, argv); /* bench_gpu_idle.c */
+			return bench_gpu_idle(argc, argv);
 		if (strcmp(argv[i], "gpu-scaling") == 0)
-			return bench_gpu_scaling(argc, argv); /* bench_gpu_scaling.c */
+			return bench_gpu_scaling(argc, argv);
 		if (strcmp(argv[i], "pipeline") == 0)
-			return bench_pipeline(argc, argv); /* bench_pipeline.c, its own options */
+			return bench_pipeline(argc, argv);
 	}
 	parse_args(argc, argv, &o);
 	if (o.bench == BENCH_GPU_LATENCY || o.bench == BENCH_GPU_THROUGHPUT)

@@ -55,9 +55,22 @@ struct bench_gpu_opts {
 int bench_gpu_latency(const struct bench_gpu_opts *o);
 int bench_gpu_throughput(const struct bench_gpu_opts *o);
 
-/* bench_pipeline.c: `pipeline`, which parses its own options from the whole command line and
- * returns the exit status (3: the backend has no device). */
+/*
+ * The subcommands that parse their own options from the whole command line (their name in it)
+ * and return the process's exit status (3: the backend has no device): bench_pipeline.c,
+ * bench_pinned.c, bench_gpu_scaling.c, bench_gpu_idle.c, bench_topology.c.
+ */
 int bench_pipeline(int argc, char **argv);
+int bench_pinned(int argc, char **argv);
+int bench_gpu_scaling(int argc, char **argv);
+int bench_gpu_idle(int argc, char **argv);
+int bench_topology(int argc, char **argv);
+
+/* bench.c: s, plain decimal digits (no sign, no blanks), as a number in [lo, hi]: 0 and *out,
+ * or -1. */
+int bench_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
+/* bench.c: the CPUs this process may run on (its affinity mask; else the CPUs online). */
+unsigned bench_cpus(void);
 
 struct tdm_executor;
 struct tdm_gpu;

@@ -1,6 +1,7 @@
 /*
- * The option parsing and set-up shared by the small GPU subcommands (gpu-idle, topology):
- * `--backend cuda|sim` and `--json`, then an executor and a GPU layer on that backend.
+ * The set-up shared by the GPU subcommands: bench_gpu_create for all of them, and for the small
+ * ones (gpu-idle, topology) their option parsing too: `--backend cuda|sim` and `--json`, then an
+ * executor and a GPU layer on that backend.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -38,8 +39,7 @@ int bench_open_gpu(int argc, char **argv, const char *cmd, int *json, struct tdm
                    struct tdm_gpu **gpu)
 {
 	tdm_gpu_config gc;
-	tdm_gpu_config_init(&gc);
-	gc.backend = TDM_BACKEND_CUDA;
+	int sim = 0;
 	*json = 0;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], cmd) == 0)
@@ -48,8 +48,7 @@ int bench_open_gpu(int argc, char **argv, const char *cmd, int *json, struct tdm
 			*json = 1;
 		} else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc &&
 		           (strcmp(argv[i + 1], "sim") == 0 || strcmp(argv[i + 1], "cuda") == 0)) {
-			gc.backend =
-			    strcmp(argv[++i], "sim") == 0 ? TDM_BACKEND_SIM : TDM_BACKEND_CUDA;
+			sim = strcmp(argv[++i], "sim") == 0;
 		} else {
 			fprintf(stderr, "usage: tandem-bench %s [--backend cuda|sim] [--json]\n",
 			        cmd);
@@ -58,9 +57,11 @@ int bench_open_gpu(int argc, char **argv, const char *cmd, int *json, struct tdm
 	}
 	if (tdm_executor_create(ex, NULL) != 0)
 		return 1;
-	int rc = tdm_gpu_create(gpu, *ex, &gc);
+	tdm_gpu_config_init(&gc);
+	int rc = bench_gpu_create(*ex, &gc, sim, cmd, gpu);
 	if (rc != 0) {
-		fprintf(stderr, "tandem-bench %s: %s\n", cmd, tdm_strerror(rc));
+		if (rc != -ENODEV)
+			fprintf(stderr, "tandem-bench %s: %s\n", cmd, tdm_strerror(rc));
 		tdm_executor_destroy(*ex);
 		return rc == -ENODEV ? 3 : 1;
 	}

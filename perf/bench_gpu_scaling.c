@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "tandem.h"
 #include "tandem_gpu.h"
 
@@ -160,23 +161,12 @@ static int sc_workers(const struct sc_opts *o, unsigned workers, struct sc_resul
 	if (rc != 0)
 		sc_die("tdm_executor_create", rc);
 	tdm_gpu_config_init(&gc);
-	/* Never AUTO: TANDEM_GPU in the environment must not change what is measured. */
-	gc.backend = o->sim ? TDM_BACKEND_SIM : TDM_BACKEND_CUDA;
 	gc.sim_devices = o->sim_devices;
-	rc = tdm_gpu_create(&gpu, ex, &gc);
-	if (rc == 0 && tdm_gpu_device_count(gpu) < 1) {
-		tdm_gpu_destroy(gpu);
-		rc = -ENODEV;
-	}
+	rc = bench_gpu_create(ex, &gc, o->sim, "gpu-scaling", &gpu);
 	if (rc != 0) {
 		tdm_executor_destroy(ex);
 		if (rc != -ENODEV)
 			sc_die("tdm_gpu_create", rc);
-		fprintf(
-		    stderr,
-		    "tandem-bench gpu-scaling: --backend %s: no device (%s); --backend sim runs "
-		    "on tandem's GPU simulator\n",
-		    o->sim ? "sim" : "cuda", tdm_strerror(rc));
 		return 3;
 	}
 	*ndev = tdm_gpu_device_count(gpu);

@@ -17,8 +17,6 @@
 #include "tandem.h"
 #include "tandem_gpu.h"
 
-int bench_pinned(int argc, char **argv);
-
 #define MAX_REPS 1000
 /* cudaHostAlloc takes milliseconds per MiB: a few pairs a rep are enough. */
 #define HOST_PAIRS 10
@@ -70,12 +68,10 @@ _Noreturn static void bad(const char *msg, const char *arg)
 
 static uint64_t number(const char *opt, const char *s, uint64_t lo, uint64_t hi)
 {
-	char *end;
+	uint64_t v;
 	if (s == NULL || s[0] < '0' || s[0] > '9')
 		bad("expected a number after", opt);
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno != 0 || *end != '\0' || v < lo || v > hi)
+	if (bench_parse_u64(s, lo, hi, &v) != 0)
 		bad("value out of range for", opt);
 	return v;
 }

@@ -11,7 +11,6 @@
 #include "raw_cuda.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -452,14 +451,9 @@ _Noreturn static void bad(const char *what, const char *val)
 
 static uint64_t parse_count(const char *opt, const char *val, uint64_t lo, uint64_t hi)
 {
-	char *end;
-	unsigned long long v;
+	uint64_t v;
 
-	if (val[0] < '0' || val[0] > '9')
-		bad(opt, val);
-	errno = 0;
-	v = strtoull(val, &end, 10);
-	if (errno != 0 || *end != '\0' || v < lo || v > hi)
+	if (bench_parse_u64(val, lo, hi, &v) != 0)
 		bad(opt, val);
 	return v;
 }
@@ -467,7 +461,6 @@ static uint64_t parse_count(const char *opt, const char *val, uint64_t lo, uint6
 static void parse(int argc, char **argv, struct opts *o)
 {
 	int batches_given = 0;
-	cpu_set_t set;
 
 	memset(o, 0, sizeof(*o));
 	o->in_flight = 8;
@@ -522,10 +515,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	}
 	if (!batches_given)
 		o->batches = o->sim ? 20 : 200;
-	CPU_ZERO(&set);
-	o->cpus = sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0
-	              ? (unsigned)CPU_COUNT(&set)
-	              : 1;
+	o->cpus = bench_cpus();
 }
 
 static void run_load(const struct opts *o, const char *device, const struct load *l)

@@ -9,10 +9,7 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <new>
-
-#include <time.h>
 
 #include <cuda_runtime.h>
 
@@ -175,13 +172,11 @@ extern "C" int pipe_cuda_db_create(struct pipe_cuda_db **out, const struct pipe_
 {
 	last_error[0] = '\0';
 	if (out == nullptr || w == nullptr || w->bytes < PIPE_CUDA_STAMP_BYTES ||
-	    w->prepare == nullptr || w->consume == nullptr) {
-		snprintf(last_error, sizeof(last_error), "pipe_cuda_db_create: bad argument");
-		return -EINVAL;
-	}
+	    w->prepare == nullptr || w->consume == nullptr)
+		return fail_msg(-EINVAL, "pipe_cuda_db_create: bad argument");
 	pipe_cuda_db *db = new (std::nothrow) pipe_cuda_db;
 	if (db == nullptr)
-		return -ENOMEM;
+		return fail_msg(-ENOMEM, "pipe_cuda_db_create: out of memory");
 	db->w = *w;
 	int rc = device_shape(&db->sh);
 	cudaError_t e = cudaSuccess;

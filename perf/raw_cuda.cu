@@ -21,9 +21,9 @@
 
 #include <cuda.h> /* driver types and enums only */
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 
 #include "cuda_common.cuh"
-#include <cudaTypedefs.h>
 
 /* The driver ABI asked for, fixed so that each pointer matches its versioned PFN typedef. */
 #define RAW_CUDA_ABI 12000

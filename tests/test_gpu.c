@@ -310,14 +310,16 @@ static void fault_reaches_the_right_task(struct env *e, int inject, bool sticky)
 	}
 }
 
-/* A long device-to-device copy, and whether its last byte had arrived when its await ended. */
+/* A long device-to-host copy into registered host memory, and its last byte when its await
+ * ended. */
 #define DYING_COPY (128u << 20)
 struct dying_copy {
 	tdm_gpu *gpu;
-	unsigned char *src, *dst; /* sim device memory: host memory the test may read */
+	unsigned char *src; /* sim device memory: host memory the test may write */
+	unsigned char *dst; /* malloc'd and registered: the test's own, after the GPU layer too */
 	tdm_stream *s;
 	int rc;
-	bool complete;
+	unsigned char last_at_resume;
 };
 
 static int dying_copy_task(tdm_task *t, void *arg)
@@ -325,19 +327,20 @@ static int dying_copy_task(tdm_task *t, void *arg)
 	struct dying_copy *c = arg;
 	TDM_BEGIN(t);
 	cr_assert_eq(tdm_stream_lease(c->gpu, 0, TDM_STREAM_EXCLUSIVE, &c->s), 0);
-	cr_assert_eq(tdm_memcpy_async(c->s, c->dst, c->src, DYING_COPY, TDM_COPY_D2D), 0);
+	cr_assert_eq(tdm_memcpy_async(c->s, c->dst, c->src, DYING_COPY, TDM_COPY_D2H), 0);
 	TDM_AWAIT(t, tdm_await_stream(t, c->s));
 	c->rc = tdm_task_result(t);
-	c->complete = c->dst[DYING_COPY - 1] == c->src[DYING_COPY - 1];
+	c->last_at_resume = c->dst[DYING_COPY - 1];
 	tdm_stream_release(c->s);
 	TDM_END(t);
 }
 
 /*
- * The device dies (a sticky fault on another stream) while a long copy runs: its task resumes
- * with -EIO, but only once the copy has stopped writing (the sim cannot stop a memcpy midway;
- * CUDA stops everything). Before, the poller failed every await of the dead device at once, and
- * the task resumed while its destination was still being written.
+ * The device dies (a sticky fault on another stream) while a long copy may be running: its task
+ * resumes with -EIO only once the copy no longer writes (the sim cannot stop a memcpy midway;
+ * CUDA stops everything). So the destination's last byte, written last, is the same when the
+ * task resumes as after the GPU layer is gone (all done, or the copy never ran). Before, the
+ * poller failed every await of the dead device at once, and the task resumed mid-copy.
  */
 Test(gpu_sim_words, a_copy_running_when_the_device_dies_ends_before_its_task_resumes, .timeout = 60)
 {
@@ -345,9 +348,10 @@ Test(gpu_sim_words, a_copy_running_when_the_device_dies_ends_before_its_task_res
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 2));
 	struct dying_copy c = {.gpu = e.gpu, .rc = 1};
 	cr_assert_eq(tdm_device_alloc(e.gpu, 0, DYING_COPY, (void **)&c.src), 0);
-	cr_assert_eq(tdm_device_alloc(e.gpu, 0, DYING_COPY, (void **)&c.dst), 0);
+	c.dst = calloc(DYING_COPY, 1);
+	cr_assert_not_null(c.dst);
+	cr_assert_eq(tdm_host_register(e.gpu, c.dst, DYING_COPY), 0);
 	memset(c.src, 0xab, DYING_COPY);
-	memset(c.dst, 0, DYING_COPY);
 	tdm_group grp;
 	tdm_group_init(&grp, e.ex);
 	cr_assert_eq(tdm_spawn(e.ex, dying_copy_task, &c, &grp), 0);
@@ -362,10 +366,12 @@ Test(gpu_sim_words, a_copy_running_when_the_device_dies_ends_before_its_task_res
 	cr_assert_eq(tdm_group_wait(&grp), 0);
 	cr_assert_eq(bad.rc, -EIO);
 	cr_assert(c.rc == -EIO || c.rc == 0, "the copy's await: %d", c.rc);
-	cr_assert(c.complete, "the copy's task resumed (%d) while the copy still wrote", c.rc);
-	(void)tdm_device_free(e.gpu, 0, c.src); /* the dead device may refuse: destroy frees */
-	(void)tdm_device_free(e.gpu, 0, c.dst);
-	env_close(&e);
+	(void)tdm_host_unregister(e.gpu, c.dst); /* the dead device may refuse */
+	(void)tdm_device_free(e.gpu, 0, c.src);  /* likewise: destroy frees it */
+	env_close(&e); /* the simulator's stream threads are joined: no copy runs after this */
+	cr_assert_eq(c.dst[DYING_COPY - 1], c.last_at_resume,
+	             "the copy's task resumed (%d) while the copy still wrote", c.rc);
+	free(c.dst);
 }
 
 static atomic_int shut_done, shut_ok, shut_started;
@@ -977,6 +983,18 @@ struct adapt_state {
 	tdm_gpu_stats last;
 };
 
+/* An executor of `workers` and a sim GPU layer with adaptive completion, whose awaits count as
+ * stalled past stall_us. */
+static void env_open_adaptive(struct env *e, unsigned workers, unsigned stall_us)
+{
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	g.completion = TDM_COMPLETION_ADAPTIVE;
+	g.stall_us = stall_us;
+	cr_assert(env_open_cfg(e, workers, &g));
+}
+
 /* One kernel and one await per step, with the counts taken before each await. */
 static int adapt_task(tdm_task *t, void *arg)
 {
@@ -1002,12 +1020,7 @@ static int adapt_task(tdm_task *t, void *arg)
 Test(gpu_sim_adaptive, mechanism_follows_how_long_awaits_wait, .timeout = 60)
 {
 	struct env e;
-	tdm_gpu_config g;
-	tdm_gpu_config_init(&g);
-	g.backend = TDM_BACKEND_SIM;
-	g.completion = TDM_COMPLETION_ADAPTIVE;
-	g.stall_us = 200000;
-	cr_assert(env_open_cfg(&e, 1, &g));
+	env_open_adaptive(&e, 1, 200000);
 	cr_assert_eq(tdm_gpu_completion(e.gpu, 0), TDM_COMPLETION_ADAPTIVE);
 	struct adapt_state a = {
 	    .gpu = e.gpu, .nsteps = 6, .ns = {1000, 1000, 1000, 600000000, 1000, 1000}};
@@ -1149,12 +1162,7 @@ static int mixed_faulted_task(tdm_task *t, void *arg)
 Test(gpu_sim_adaptive, an_error_behind_a_later_word_reaches_its_task, .timeout = 60)
 {
 	struct env e;
-	tdm_gpu_config g;
-	tdm_gpu_config_init(&g);
-	g.backend = TDM_BACKEND_SIM;
-	g.completion = TDM_COMPLETION_ADAPTIVE;
-	g.stall_us = 2000000;
-	cr_assert(env_open_cfg(&e, 2, &g));
+	env_open_adaptive(&e, 2, 2000000);
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &mixed_stream), 0);
 	mixed_first = mixed_second = mixed_faulted = 1;
 	tdm_group grp;

@@ -667,21 +667,19 @@ Test(topology, live_discovery_on_a_gpu_reports_its_facts)
 
 /* ---- the public view ---- */
 
-/* gpu->topo as tdm_gpu_create makes it; made here too while gpu.c does not yet. */
-static bool ensure_topo(tdm_gpu *gpu)
+/* A GPU layer on ex with cfg; tdm_gpu_create makes its topology (gpu->topo). */
+static tdm_gpu *open_gpu(tdm_executor *ex, const tdm_gpu_config *cfg)
 {
-	if (gpu->topo != NULL)
-		return false;
-	cr_assert_eq(tdm__topology_for_backend(gpu), 0);
-	return true;
+	tdm_gpu *gpu = NULL;
+	cr_assert_eq(tdm_gpu_create(&gpu, ex, cfg), 0);
+	cr_assert_not_null(gpu->topo);
+	return gpu;
 }
 
-static void drop_topo(tdm_gpu *gpu, bool mine)
+static void close_gpu(tdm_gpu *gpu, tdm_executor *ex)
 {
-	if (mine) {
-		tdm__topology_free(gpu->topo);
-		gpu->topo = NULL;
-	}
+	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
+	tdm_test_destroy(ex);
 }
 
 Test(topology, device_info_on_the_sim_backend)
@@ -692,9 +690,7 @@ Test(topology, device_info_on_the_sim_backend)
 	tdm_gpu_config_init(&cfg);
 	cfg.backend = TDM_BACKEND_SIM;
 	cfg.sim_devices = 2;
-	tdm_gpu *gpu = NULL;
-	cr_assert_eq(tdm_gpu_create(&gpu, ex, &cfg), 0);
-	bool mine = ensure_topo(gpu);
+	tdm_gpu *gpu = open_gpu(ex, &cfg);
 	tdm_device_info info;
 	for (int i = 0; i < 2; i++) {
 		cr_assert_eq(tdm_gpu_device_info(gpu, i, &info), 0);
@@ -712,9 +708,7 @@ Test(topology, device_info_on_the_sim_backend)
 	cr_assert_eq(tdm_gpu_device_info(gpu, -1, &info), -EINVAL);
 	cr_assert_eq(tdm_gpu_device_info(gpu, 0, NULL), -EINVAL);
 	cr_assert_eq(tdm_gpu_device_info(NULL, 0, &info), -EINVAL);
-	drop_topo(gpu, mine);
-	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
-	tdm_test_destroy(ex);
+	close_gpu(gpu, ex);
 }
 
 Test(topology, device_info_without_devices_is_enodev)
@@ -723,15 +717,11 @@ Test(topology, device_info_without_devices_is_enodev)
 	tdm_gpu_config cfg;
 	tdm_gpu_config_init(&cfg);
 	cfg.backend = TDM_BACKEND_NONE;
-	tdm_gpu *gpu = NULL;
-	cr_assert_eq(tdm_gpu_create(&gpu, ex, &cfg), 0);
-	bool mine = ensure_topo(gpu);
+	tdm_gpu *gpu = open_gpu(ex, &cfg);
 	tdm_device_info info;
 	cr_assert_eq(tdm_gpu_device_info(gpu, 0, &info), -ENODEV);
 	cr_assert_eq(gpu->topo->ndev, 0);
-	drop_topo(gpu, mine);
-	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
-	tdm_test_destroy(ex);
+	close_gpu(gpu, ex);
 }
 
 Test(topology, streams_per_device_from_the_config_reaches_device_info)
@@ -741,16 +731,12 @@ Test(topology, streams_per_device_from_the_config_reaches_device_info)
 	tdm_gpu_config_init(&cfg);
 	cfg.backend = TDM_BACKEND_SIM;
 	cfg.streams_per_device = 5;
-	tdm_gpu *gpu = NULL;
-	cr_assert_eq(tdm_gpu_create(&gpu, ex, &cfg), 0);
-	bool mine = ensure_topo(gpu);
+	tdm_gpu *gpu = open_gpu(ex, &cfg);
 	tdm_device_info info;
 	cr_assert_eq(tdm_gpu_device_info(gpu, 0, &info), 0);
 	cr_assert_eq(info.streams, 5);
 	cr_assert_not_null(strstr(info.why_streams, "streams_per_device"), "%s", info.why_streams);
-	drop_topo(gpu, mine);
-	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
-	tdm_test_destroy(ex);
+	close_gpu(gpu, ex);
 }
 
 /* The executor's worker count reaches the decision: 12 workers on the sim's device get 12
@@ -761,14 +747,10 @@ Test(topology, the_executors_workers_size_the_stream_set)
 	tdm_gpu_config cfg;
 	tdm_gpu_config_init(&cfg);
 	cfg.backend = TDM_BACKEND_SIM;
-	tdm_gpu *gpu = NULL;
-	cr_assert_eq(tdm_gpu_create(&gpu, ex, &cfg), 0);
-	bool mine = ensure_topo(gpu);
+	tdm_gpu *gpu = open_gpu(ex, &cfg);
 	tdm_device_info info;
 	cr_assert_eq(tdm_gpu_device_info(gpu, 0, &info), 0);
 	cr_assert_eq(info.streams, 12, "%u: %s", info.streams, info.why_streams);
 	cr_assert_not_null(strstr(info.why_streams, "one per worker"), "%s", info.why_streams);
-	drop_topo(gpu, mine);
-	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
-	tdm_test_destroy(ex);
+	close_gpu(gpu, ex);
 }
