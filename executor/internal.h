@@ -266,6 +266,13 @@ void tdm__task_suspend(struct tdm__task *t);
 void tdm__task_wake(struct tdm__task *t, int result);
 /* Several at once: one inbox push per worker and one wake-up decision for the batch. */
 void tdm__task_wake_batch(struct tdm__task **tasks, const int *results, unsigned n);
+/*
+ * A wake is due soon (the GPU poller expects a completion): unless a worker is looking for work
+ * already, wake a parked one (`home` if it is parked), so that the task is taken by a spinning
+ * worker rather than after a futex wake-up. A hint: it publishes no work, and the woken worker
+ * spins for its usual window, then parks again. True when it woke one.
+ */
+bool tdm__expect_wake(struct tdm_executor *ex, unsigned home);
 struct tdm__task *tdm__task_cast(tdm_task *t); /* NULL unless t is a running resumable task */
 extern _Thread_local struct tdm__task *tdm__current;
 

@@ -97,6 +97,35 @@ void tdm__notify_parked(struct tdm_executor *ex)
 		tdm__unpark(w);
 }
 
+bool tdm__expect_wake(struct tdm_executor *ex, unsigned home)
+{
+	/* Relaxed: a hint. A worker that parks just after this load misses only the hint; the
+	 * task's own wake-up (tdm__notify_parked, with its fence) still reaches it. */
+	if (!should_wake(ex, atomic_load_explicit(&ex->idle_state, memory_order_relaxed)))
+		return false;
+	pthread_mutex_lock(&ex->idle_lock);
+	struct tdm__worker *w = NULL;
+	if (ex->nsleepers > 0 &&
+	    should_wake(ex, atomic_load_explicit(&ex->idle_state, memory_order_relaxed))) {
+		unsigned k = ex->nsleepers - 1;
+		for (unsigned i = 0; i < ex->nsleepers; i++)
+			if (ex->sleepers[i] == home) {
+				k = i;
+				break;
+			}
+		w = &ex->workers[ex->sleepers[k]];
+		ex->sleepers[k] = ex->sleepers[--ex->nsleepers];
+		/* Counted as unparked and searching before it runs, as tdm__notify_parked does:
+		 * tdm__park undoes both when it sleeps again. */
+		atomic_fetch_add_explicit(&ex->idle_state, TDM__IDLE_UNPARKED | TDM__IDLE_SEARCHING,
+		                          memory_order_seq_cst);
+	}
+	pthread_mutex_unlock(&ex->idle_lock);
+	if (w != NULL)
+		tdm__unpark(w);
+	return w != NULL;
+}
+
 bool tdm__work_pending(struct tdm_executor *ex)
 {
 	if (!tdm__stack_empty(&ex->inject))

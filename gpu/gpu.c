@@ -301,6 +301,7 @@ int tdm_gpu_stats_get(const tdm_gpu *gpu, tdm_gpu_stats *out)
 	out->sweeps = atomic_load_explicit(&gpu->n_sweep, memory_order_relaxed);
 	out->sleeps = atomic_load_explicit(&gpu->n_sleep, memory_order_relaxed);
 	out->due_spins = atomic_load_explicit(&gpu->n_due, memory_order_relaxed);
+	out->prewakes = atomic_load_explicit(&gpu->n_prewake, memory_order_relaxed);
 	return 0;
 }
 

@@ -116,12 +116,15 @@ struct tdm_gpu {
 	unsigned sweeps;
 	uint64_t due_ns;      /* the earliest completion expected (typical_ns); UINT64_MAX: none */
 	uint64_t due_late_ns; /* how long past due_ns that completion is still spun for */
+	unsigned due_home;    /* the worker whose task that completion wakes */
+	bool due_long;        /* that completion's typical wait outlasts a worker's spin */
 	uint64_t sleep_over_ns;    /* how late a back-off step wakes, a moving average */
 	struct tdm__task *ev_head; /* awaits on user events, unordered */
 	struct tdm__task **heap;   /* deadline awaits, a binary min-heap on await_seq */
 	unsigned nheap, capheap;
 	_Atomic uint64_t n_word, n_event; /* stream awaits taken in, by mechanism (tdm_gpu_stats) */
-	_Atomic uint64_t n_switch, n_event_poll, n_sweep, n_sleep, n_due; /* tdm_gpu_stats, too */
+	_Atomic uint64_t n_switch, n_event_poll, n_sweep, n_sleep, n_due,
+	    n_prewake;           /* tdm_gpu_stats, too */
 	struct tdm__task **wake; /* the batch a sweep completes */
 	int *wake_rc;
 	unsigned nwake, capwake;
@@ -150,6 +153,14 @@ static inline void tdm__sleep_ns(uint64_t ns)
 void *tdm__poller_main(void *arg);
 /* Hands a suspended task's await to the poller. */
 void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t);
+/*
+ * poller.c: how long after `now` the poller looks again at a stream whose oldest await, on an
+ * event, has waited since moved_ns (past stall_us). typical_ns: how long the stream's awaits
+ * typically wait (0: unknown); lead and late: the due window around moved_ns + typical_ns, in
+ * which the answer is 0 (look on every sweep). Pure, for the tests.
+ */
+uint64_t tdm__look_step(uint64_t now, uint64_t moved_ns, uint64_t typical_ns, uint64_t lead,
+                        uint64_t late);
 
 /* pinned.c: the pool's life, with the tdm_gpu's */
 int tdm__pinned_init(struct tdm_gpu *gpu);

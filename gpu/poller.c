@@ -25,6 +25,9 @@
  *   step, at most TDM__DUE_MAX_NS), instead of seeing it at the end of a sleep step. Periodic
  *   work (a pipeline's batches, a loop of long kernels) is seen at once, at the cost of at most
  *   2 x TDM__DUE_MAX_NS of spinning per completion, and only while awaits are outstanding.
+ *   Where the await waits longer than a worker spins before it parks, the due spin begins by
+ *   waking a worker (tdm__expect_wake), so that the futex wake-up happens during the lead and
+ *   not after the completion: a spinning worker takes the task.
  * - Everything a sweep completes is woken in one batch (tdm__task_wake_batch).
  */
 #include <errno.h>
@@ -48,6 +51,9 @@
 #define TDM__DUE_LEAD_NS 10000ull
 /* The most a due spin starts early, and the most it goes on past the due time. */
 #define TDM__DUE_MAX_NS 250000ull
+/* Awaits that typically wait longer than this find their worker parked (a worker spins 100 us,
+ * executor/worker.c, before it parks): a due spin for one wakes a worker first. */
+#define TDM__PREWAKE_NS 100000ull
 
 void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t)
 {
@@ -215,12 +221,18 @@ static void intake(struct tdm_gpu *gpu, uint64_t now)
  *   most TDM__LOOK_MAX_NS later, sleeping or not: a look is a driver call (cudaEventQuery,
  *   0.3-1.6 us on the H200), and 20 such streams cost every sweep a microsecond or more. The
  *   completion of work that ran for t is seen at most t/32 (3%) or 1 ms late, and so is a
- *   device failure found through such a stream.
+ *   device failure found through such a stream. Near the time its await is due (from how long
+ *   the stream's awaits typically wait), it is looked at after a quarter of the distance to
+ *   that time at most: a completion a little earlier or later than expected is then seen within
+ *   a quarter of the estimate's error, not 3% of the whole wait (a pipeline's slot that sees
+ *   its batch late enqueues the next one late; that one completes early against the estimate,
+ *   and the error would carry on from batch to batch). Inside the due window, on every sweep.
  */
 #define TDM__STALL_NS(gpu) ((uint64_t)(gpu)->cfg.stall_us * 1000ull) /* 0 was made 50 us */
 #define TDM__STALL_EVERY 16u
 #define TDM__LOOK_DIV 32u
 #define TDM__LOOK_MAX_NS 1000000ull
+#define TDM__LOOK_MIN_NS 2000ull /* near the due window: at most 2 us of poller time per look */
 
 static void fail_stream_awaits(struct tdm_gpu *gpu, struct tdm_stream *s, int rc)
 {
@@ -353,6 +365,8 @@ static void note_due(struct tdm_gpu *gpu, const struct tdm_stream *s, uint64_t n
 	if (due + late >= now && due < gpu->due_ns) {
 		gpu->due_ns = due;
 		gpu->due_late_ns = late;
+		gpu->due_home = s->head->home;
+		gpu->due_long = s->typical_ns > TDM__PREWAKE_NS;
 	}
 }
 
@@ -372,6 +386,27 @@ static bool stream_due(const struct tdm_gpu *gpu, const struct tdm_stream *s, ui
 		return false;
 	uint64_t due = s->moved_ns + s->typical_ns;
 	return now + due_lead(gpu) >= due && now <= due + due_late(s);
+}
+
+uint64_t tdm__look_step(uint64_t now, uint64_t moved_ns, uint64_t typical_ns, uint64_t lead,
+                        uint64_t late)
+{
+	uint64_t wait = (now - moved_ns) / TDM__LOOK_DIV;
+	uint64_t step = wait < TDM__LOOK_MAX_NS ? wait : TDM__LOOK_MAX_NS;
+	if (typical_ns == 0)
+		return step;
+	uint64_t due = moved_ns + typical_ns;
+	if (now + lead >= due && now <= due + late)
+		return 0; /* due: on every sweep (the due spin) */
+	uint64_t dist = due > now ? due - now : now - due, near = dist / 4;
+	if (near < TDM__LOOK_MIN_NS)
+		near = TDM__LOOK_MIN_NS;
+	if (near < step)
+		step = near;
+	/* Never past the start of the due window. */
+	if (due > now + lead && due - lead - now < step)
+		step = due - lead - now;
+	return step;
 }
 
 /* A completion is due within due_lead, or was within its due_late. */
@@ -410,17 +445,10 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 		if (moved) {
 			s->moved_ns = now;
 		} else if (stalled && on_event) {
-			uint64_t wait = (now - s->moved_ns) / TDM__LOOK_DIV;
-			s->next_look_ns = now + (wait < TDM__LOOK_MAX_NS ? wait : TDM__LOOK_MAX_NS);
-			/* ... but not past the moment its await is due, and on every sweep while it
-			 * is due (the estimate leans early: one look at the due time would mostly
-			 * miss, and the spin would find nothing sooner than the look rule did). */
-			uint64_t due = s->moved_ns + s->typical_ns, lead = due_lead(gpu);
-			if (stream_due(gpu, s, now))
-				s->next_look_ns = now;
-			else if (s->typical_ns != 0 && due > now + lead &&
-			         due - lead < s->next_look_ns)
-				s->next_look_ns = due - lead;
+			/* On every sweep while it is due (the estimate leans early: one look at
+			 * the due time would mostly miss). */
+			s->next_look_ns = now + tdm__look_step(now, s->moved_ns, s->typical_ns,
+			                                       due_lead(gpu), due_late(s));
 		}
 		progress |= moved;
 		if (s->head == NULL) {
@@ -485,8 +513,13 @@ void *tdm__poller_main(void *arg)
 		if (fresh)
 			intake(gpu, now);
 		bool due = due_soon(gpu, now);
-		if (due && !due_spinning)
+		if (due && !due_spinning) {
 			count_one(&gpu->n_due);
+			/* Its worker has likely parked: wake one now, during the lead, so that the
+			 * task is resumed by a spinning worker instead of after a futex wake-up. */
+			if (gpu->due_long && tdm__expect_wake(gpu->ex, gpu->due_home))
+				count_one(&gpu->n_prewake);
+		}
 		due_spinning = due;
 		if (sweep(gpu, now, now - last_activity < spin_ns || due) || fresh)
 			last_activity = now;
