@@ -16,8 +16,12 @@
  *   on an H200: 239k tasks/s on 8 streams, 300k on 16, where one thread per stream ran
  *   309k-331k); a MIG instance ceil(Q x share), at least min(2, Q), at most Q (1g of 7 on an
  *   H100: 2), however many workers there are.
- * - launch limit: tdm_gpu_config.launch_limit if set; a whole device 4 (launch throughput peaks
- *   at about 4 launching threads on an H200); a MIG instance ceil(4 x share), 1..4 (1g: 1).
+ * - launch limit: tdm_gpu_config.launch_limit if set; a whole device 16; a MIG instance
+ *   ceil(16 x share), 1..16 (1g of 7: 3). Back-to-back empty launches peak at about 4 threads
+ *   on an H200 (../shared/docs/gpu-facts.md), but tasks do more than launch: 16 workers running
+ *   10 us tasks measured 0.85-0.96x of one thread per stream with 4 launchers, 0.88-1.02x with
+ *   8 and 0.98-1.07x with 16 (tandem-bench gpu-throughput --launch-limit, 2026-11-30, three
+ *   runs); 1 us tasks likewise. More than 16 was not measured, so 16 stays the bound.
  * - pool release threshold: half the device's (or the instance's own) memory; 0 if unknown.
  *   Each CUDA device, a MIG instance included, is its own entry with its own pool: never shared.
  * - pinning: the device's nearest CPUs (local_cpulist) within the process's affinity, and its
@@ -482,7 +486,8 @@ void tdm__topology_decide(const struct tdm__topo_dev *d, const struct tdm__decid
 		out->launch_limit = TDM__TOPO_FULL_LAUNCH;
 		tdm__topo_say(
 		    out->why_launch, sizeof(out->why_launch),
-		    "launch limit %u: launch throughput peaks at about %u launching threads (H200)",
+		    "launch limit %u: tasks ran fastest with %u launching threads (H200, 16 "
+		    "workers; more not measured)",
 		    out->launch_limit, TDM__TOPO_FULL_LAUNCH);
 	} else {
 		out->launch_limit =

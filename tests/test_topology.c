@@ -153,7 +153,7 @@ Test(topology, h200_gets_8_streams_and_4_launchers)
 	cr_assert_eq(p->streams, 8);
 	cr_assert_not_null(strstr(p->why_streams, "CUDA_DEVICE_MAX_CONNECTIONS unset"), "%s",
 	                   p->why_streams);
-	cr_assert_eq(p->launch_limit, 4);
+	cr_assert_eq(p->launch_limit, TDM__TOPO_FULL_LAUNCH);
 	cr_assert_eq(p->pool_release_bytes, 143771 * MIB / 2);
 	cr_assert_eq(p->pin_node, 0);
 	cr_assert_str_eq(p->pin_cpus, "0-15");
@@ -207,7 +207,7 @@ Test(topology, eight_gpus_on_two_numa_nodes)
 		cr_assert_eq(p->pin_node, node, "gpu %d", i);
 		cr_assert_str_eq(p->pin_cpus, cpus, "gpu %d", i);
 		cr_assert_eq(p->streams, 8);
-		cr_assert_eq(p->launch_limit, 4);
+		cr_assert_eq(p->launch_limit, TDM__TOPO_FULL_LAUNCH);
 		cr_assert_eq(p->pool_release_bytes, 81559 * MIB / 2);
 	}
 	tdm__topology_free(t);
@@ -259,14 +259,14 @@ Test(topology, h100_split_7_ways_shows_all_and_cuda_sees_one)
 	tdm__topology_free(t);
 }
 
-Test(topology, a_1g_instance_of_7_gets_2_streams_and_1_launcher)
+Test(topology, a_1g_instance_of_7_gets_2_streams_and_3_launchers)
 {
 	struct tdm__topology *t = load("h100-mig-7x1g.topo");
 	plan(t);
 	const struct tdm__device_plan *p = &t->plans[0];
-	/* ceil(8 x 16/132) = 1, raised to the floor of 2; ceil(4 x 16/132) = 1. */
+	/* ceil(8 x 16/132) = 1, raised to the floor of 2; ceil(16 x 16/132) = 2. */
 	cr_assert_eq(p->streams, TDM__TOPO_MIN_MIG_STREAMS);
-	cr_assert_eq(p->launch_limit, 1);
+	cr_assert_eq(p->launch_limit, 2);
 	cr_assert_eq(p->pool_release_bytes, 9984 * MIB / 2, "half the instance's own memory");
 	cr_assert_not_null(strstr(p->why_streams, "16 of 132 SMs"), "%s", p->why_streams);
 	cr_assert_not_null(strstr(p->why_mig, "1g.10gb"), "%s", p->why_mig);
@@ -293,7 +293,7 @@ Test(topology, a100_mixed_instances_get_bounds_by_their_share)
 		uint64_t mib;
 		unsigned streams, launch;
 	} want[] = {
-	    {2, 42, 20096, 4, 2}, {3, 28, 9984, 3, 2}, {9, 14, 4864, 2, 1}, {10, 14, 4864, 2, 1}};
+	    {2, 42, 20096, 4, 7}, {3, 28, 9984, 3, 5}, {9, 14, 4864, 2, 3}, {10, 14, 4864, 2, 3}};
 	unsigned last = ~0u;
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
 		const struct tdm__topo_dev *m = machine_by_gi(t, want[i].gi);
@@ -411,7 +411,7 @@ Test(topology, an_instance_of_unknown_size_is_sized_by_its_profile)
 	strcpy(d.mig_profile, "3g.20gb");
 	struct tdm__device_plan p = decide_with(&d, 0);
 	cr_assert_eq(p.streams, 4, "ceil(8 x 3/7)");
-	cr_assert_eq(p.launch_limit, 2, "ceil(4 x 3/7)");
+	cr_assert_eq(p.launch_limit, 7, "ceil(16 x 3/7)");
 	cr_assert_not_null(strstr(p.why_streams, "3 of 7 compute slices"), "%s", p.why_streams);
 	d.mig_profile[0] = '\0';
 	d.sm_count = 16;
@@ -657,7 +657,7 @@ Test(topology, live_discovery_on_a_gpu_reports_its_facts)
 			cr_assert_eq(d->mig_mode, TDM_MIG_DISABLED, "%s", d->name);
 			cr_assert(!d->mig);
 			cr_assert_eq(d->sm_count, 132);
-			cr_assert_eq(t->plans[i].launch_limit, 4);
+			cr_assert_eq(t->plans[i].launch_limit, TDM__TOPO_FULL_LAUNCH);
 			if (t->max_connections == 0)
 				cr_assert_eq(t->plans[i].streams, 8);
 		}
@@ -701,7 +701,7 @@ Test(topology, device_info_on_the_sim_backend)
 		cr_assert_eq(info.is_mig, 0);
 		cr_assert_eq(info.nvml, 0);
 		cr_assert_eq(info.streams, 8, "%s", info.why_streams);
-		cr_assert_eq(info.launch_limit, 4, "%s", info.why_launch);
+		cr_assert_eq(info.launch_limit, TDM__TOPO_FULL_LAUNCH, "%s", info.why_launch);
 		cr_assert_neq(info.why_pin[0], '\0');
 	}
 	cr_assert_eq(tdm_gpu_device_info(gpu, 2, &info), -EINVAL);
