@@ -183,6 +183,7 @@ struct opts {
 	uint64_t outstanding[MAX_THREAD_CONFIGS], kernel_us[MAX_THREAD_CONFIGS];
 	int noutstanding, nkernel;
 	int sim, backend_given;
+	unsigned launch_limit; /* 0: the topology's default */
 };
 
 static void usage(FILE *f)
@@ -207,7 +208,9 @@ static void usage(FILE *f)
 	      "                  gpu-throughput 1,2,4,8,16)\n"
 	      "  --outstanding LIST  gpu-latency: other GPU awaits outstanding (default "
 	      "0,1000,10000)\n"
-	      "  --kernel-us LIST    gpu-throughput: kernel length in us (default 1,10,100)\n",
+	      "  --kernel-us LIST    gpu-throughput: kernel length in us (default 1,10,100)\n"
+	      "  --launch-limit N    gpu-latency, gpu-throughput: threads launching on the device\n"
+	      "                      at once, 1..1024 (default: the topology's, 16 on an H200)\n",
 	      f);
 }
 
@@ -353,10 +356,10 @@ unsigned bench_cpus(void)
 
 static void parse_args(int argc, char **argv, struct opts *o)
 {
-	enum { NVALUED = 9 };
-	static const char *const valued[NVALUED] = {"--threads",     "--reps",      "--impl",
-	                                            "--n",           "--depth",     "--workers",
-	                                            "--outstanding", "--kernel-us", "--backend"};
+	enum { NVALUED = 10 };
+	static const char *const valued[NVALUED] = {
+	    "--threads", "--reps",        "--impl",      "--n",       "--depth",
+	    "--workers", "--outstanding", "--kernel-us", "--backend", "--launch-limit"};
 	int have_cmd = 0, gpu;
 	uint64_t v;
 
@@ -434,6 +437,11 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case 7:
 			each_token(valued[k], val, o, kernel_us_item);
 			break;
+		case 9:
+			if (bench_parse_u64(val, 1, 1024, &v) != 0)
+				bad("--launch-limit: '%s' is not a count in 1..1024", val);
+			o->launch_limit = (unsigned)v;
+			break;
 		default:
 			if (strcmp(val, "cuda") != 0 && strcmp(val, "sim") != 0)
 				bad("--backend: '%s' is neither cuda nor sim", val);
@@ -452,9 +460,11 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		bad("--impl does not apply to %s", bench_names[o->bench]);
 	if (gpu && o->depth_given)
 		bad("--depth applies to skynet only");
-	if (!gpu && (o->nworkers || o->backend_given))
-		bad("--%s applies to gpu-latency and gpu-throughput only",
-		    o->nworkers ? "workers" : "backend");
+	if (!gpu && (o->nworkers || o->backend_given || o->launch_limit))
+		bad("--%s applies to gpu-latency and gpu-throughput only", o->nworkers ? "workers"
+		                                                           : o->backend_given
+		                                                               ? "backend"
+		                                                               : "launch-limit");
 	if (o->bench == BENCH_GPU_LATENCY && o->reps_given && o->reps > 64)
 		bad("--reps: gpu-latency takes at most 64 rounds");
 	if (o->bench != BENCH_GPU_LATENCY && o->noutstanding)
@@ -728,6 +738,7 @@ static int run_gpu(struct opts *o)
 		o->kernel_us[o->nkernel++] = 100;
 	}
 	g.sim = o->sim;
+	g.launch_limit = o->launch_limit;
 	g.workers = o->workers;
 	g.nworkers = o->nworkers;
 	g.outstanding = o->outstanding;

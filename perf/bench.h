@@ -46,6 +46,7 @@ struct bench_gpu_opts {
 	             */
 	int json;
 	unsigned cpus;
+	unsigned launch_limit; /* --launch-limit; 0: the topology's default */
 };
 
 /*

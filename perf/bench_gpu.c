@@ -76,6 +76,7 @@ static void env_open(struct env *e, const struct bench_gpu_opts *o, unsigned wor
 	gmust(tdm_executor_create(&e->ex, &c), "tdm_executor_create");
 	tdm_gpu_config_init(&g);
 	g.streams_per_device = streams_per_device;
+	g.launch_limit = o->launch_limit;
 	rc = bench_gpu_create(e->ex, &g, o->sim, NULL, &e->gpu);
 	if (rc == -ENODEV)
 		exit(3);

@@ -356,7 +356,7 @@ static double gb_per_s(const struct load *l, enum impl i, uint64_t n, double s)
 }
 
 static void report(const struct opts *o, const char *device, const struct load *l,
-                   const struct row *r)
+                   const struct row *r, const tdm_gpu_stats *ts)
 {
 	uint64_t n = o->batches;
 	double ideal = r[I_H2D].median;
@@ -388,7 +388,24 @@ static void report(const struct opts *o, const char *device, const struct load *
 				if (r[I_DB].have)
 					printf("\"vs_double_buffer\":%.4f,", r[I_DB].median / s);
 				printf("\"in_flight\":%u,", o->in_flight);
+				/* The poller's counts over the timed runs (tdm_gpu_stats). */
+				printf(
+				    "\"awaits_word\":%llu,\"awaits_event\":%llu,\"switches\":%llu,"
+				    "\"event_polls\":%llu,\"sweeps\":%llu,\"sleeps\":%llu,"
+				    "\"due_spins\":%llu,\"prewakes\":%llu,",
+				    (unsigned long long)ts->awaits_word,
+				    (unsigned long long)ts->awaits_event,
+				    (unsigned long long)ts->switches,
+				    (unsigned long long)ts->event_polls,
+				    (unsigned long long)ts->sweeps, (unsigned long long)ts->sleeps,
+				    (unsigned long long)ts->due_spins,
+				    (unsigned long long)ts->prewakes);
 			}
+			/* Every timed run, fastest first: the spread behind the median. */
+			printf("\"runs\":[");
+			for (unsigned k = 0; k < o->reps; k++)
+				printf("%s%.6f", k > 0 ? "," : "", r[i].s[k]);
+			printf("],");
 			if (l->busy_ns != 0)
 				printf("\"stamp\":\"%s\",",
 				       !o->sim && HAVE_RAW && o->stamp_kernel ? "kernel" : "copy");
@@ -554,8 +571,20 @@ static void run_load(const struct opts *o, const char *device, const struct load
 		die(pipe_cuda_error(), -EIO);
 #endif
 	/* Reps interleaved, so that a drift of the machine over the run hits every row alike. */
+	tdm_gpu_stats ts, t0, t1;
+	memset(&ts, 0, sizeof(ts));
 	for (unsigned k = 0; k < o->reps; k++) {
+		pmust(tdm_gpu_stats_get(e.gpu, &t0), "tdm_gpu_stats_get");
 		r[I_TANDEM].s[k] = tandem_pipeline(&e, &w, o, n);
+		pmust(tdm_gpu_stats_get(e.gpu, &t1), "tdm_gpu_stats_get");
+		ts.awaits_word += t1.awaits_word - t0.awaits_word;
+		ts.awaits_event += t1.awaits_event - t0.awaits_event;
+		ts.switches += t1.switches - t0.switches;
+		ts.event_polls += t1.event_polls - t0.event_polls;
+		ts.sweeps += t1.sweeps - t0.sweeps;
+		ts.sleeps += t1.sleeps - t0.sleeps;
+		ts.due_spins += t1.due_spins - t0.due_spins;
+		ts.prewakes += t1.prewakes - t0.prewakes;
 		r[I_SYNC].s[k] = tandem_one(&e, &w, W_SYNC, n);
 #if HAVE_RAW
 		if (db != NULL) {
@@ -585,7 +614,7 @@ static void run_load(const struct opts *o, const char *device, const struct load
 		        atomic_load(&w.bad));
 		exit(1);
 	}
-	report(o, device, l, r);
+	report(o, device, l, r, &ts);
 }
 
 int bench_pipeline(int argc, char **argv)
