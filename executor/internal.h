@@ -140,6 +140,19 @@ struct tdm__worker_counters {
 	                      atomic_load_explicit(&(w)->stats.field, memory_order_relaxed) + 1,   \
 	                      memory_order_relaxed)
 
+/*
+ * An await a worker keeps to itself while it has nothing else to do (tdm__task_hold): it looks
+ * at the await's completion in its spin instead of waiting for the await's waker to find it.
+ */
+struct tdm__held {
+	struct tdm__task *t; /* NULL: none */
+	/* Called by the holding worker only. 1: over, the result in *rc, and the await's own
+	 * bookkeeping done (its waker will never see it); 0: not yet. */
+	int (*poll)(struct tdm__task *t, int *rc);
+	/* Gives the await to its usual waker, as if it had never been held. */
+	void (*handoff)(struct tdm__task *t);
+};
+
 struct tdm__worker {
 	struct tdm__deque deque; /* cache-line aligned inside */
 
@@ -156,6 +169,8 @@ struct tdm__worker {
 	uint64_t rng;
 	struct tdm__link *free; /* task cache */
 	unsigned nfree;
+	unsigned depth;        /* tasks running on this thread: 2 and more inside a group wait */
+	struct tdm__held held; /* at most one await, held only by the worker loop's own task */
 	pthread_t thread;
 	struct tdm__worker_counters stats;
 };
@@ -273,6 +288,17 @@ void tdm__task_wake_batch(struct tdm__task **tasks, const int *results, unsigned
  * spins for its usual window, then parks again. True when it woke one.
  */
 bool tdm__expect_wake(struct tdm_executor *ex, unsigned home);
+/*
+ * For an awaitable whose completion is cheap to look at (a completion word: one memory read),
+ * called by t's await after tdm__task_suspend(t), instead of handing t to its waker: when t runs
+ * on a worker's own loop (not inside a group wait) and that worker holds no other await, the
+ * worker keeps the await and returns true. It then looks at it with poll while it spins for
+ * work, and runs t itself once poll says it is over: no other thread on the round trip. It
+ * hands the await off (handoff) before it runs any other task and before it parks. False: the
+ * caller hands t to its waker now.
+ */
+bool tdm__task_hold(struct tdm__task *t, int (*poll)(struct tdm__task *t, int *rc),
+                    void (*handoff)(struct tdm__task *t));
 struct tdm__task *tdm__task_cast(tdm_task *t); /* NULL unless t is a running resumable task */
 extern _Thread_local struct tdm__task *tdm__current;
 

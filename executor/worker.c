@@ -165,11 +165,13 @@ void tdm__run_task(struct tdm__worker *w, struct tdm__task *t)
 		/* Saved and restored: a group wait inside t runs other tasks on this thread. */
 		struct tdm__task *outer = tdm__current;
 		tdm__current = t;
+		w->depth++;
 		bool finished = true;
 		if (t->flags & TDM__TASK_RESUMABLE)
 			finished = resume(t);
 		else
 			t->fn(t->arg);
+		w->depth--;
 		tdm__current = outer;
 		tdm__count(w, tasks_run);
 		if (!finished)
@@ -197,29 +199,76 @@ int tdm__enqueue(struct tdm_executor *ex, struct tdm__task *t)
 
 #define TDM__SPIN_BEFORE_PARK_NS 100000
 
+static bool claim_woken(struct tdm__task *t, int result);
+
+bool tdm__task_hold(struct tdm__task *t, int (*poll)(struct tdm__task *t, int *rc),
+                    void (*handoff)(struct tdm__task *t))
+{
+	struct tdm__worker *w = tdm__self_of(tdm__task_executor(t));
+	/* Depth 1: t runs on the worker loop itself. Inside a group wait the loop that would look
+	 * at the await is the wait's, which does not: the waiter could wait for t forever. */
+	if (w == NULL || w->depth != 1 || w->held.t != NULL)
+		return false;
+	w->held = (struct tdm__held){t, poll, handoff};
+	return true;
+}
+
+/* The held await's task if the await is over (now this worker's to run), else NULL. */
+static struct tdm__task *held_take(struct tdm__worker *w)
+{
+	struct tdm__task *t = w->held.t;
+	int rc = 0;
+	if (t == NULL || w->held.poll(t, &rc) == 0)
+		return NULL;
+	w->held.t = NULL;
+	/* The loop looks only after tdm__run_task returned, so t is parked and this claim (the
+	 * one a waker makes) succeeds: no other thread knows of t. */
+	if (!claim_woken(t, rc))
+		return NULL; /* not reached: nobody else resumes a held task */
+	tdm__suspended_done(w->ex, 1);
+	return t;
+}
+
+/* Before the worker runs another task or parks: the held await goes to its waker. */
+static void held_release(struct tdm__worker *w)
+{
+	struct tdm__task *t = w->held.t;
+	if (t != NULL) {
+		w->held.t = NULL;
+		w->held.handoff(t);
+	}
+}
+
 void *tdm__worker_main(void *arg)
 {
 	struct tdm__worker *w = arg;
 	tdm__self = w;
 	for (;;) {
 		struct tdm__task *t = tdm__find_task(w, false);
+		if (t == NULL)
+			t = held_take(w);
 		if (t == NULL && tdm__transition_to_searching(w)) {
 			t = tdm__find_task(w, true);
 			/* Tasks await the GPU: one will be woken soon, likely into this worker's
-			 * inbox. Looking for a while costs less than a futex sleep and wake-up on
-			 * the await's round trip. */
+			 * inbox, or it is the await this worker holds. Looking for a while costs
+			 * less than a futex sleep and wake-up on the await's round trip. */
 			if (t == NULL &&
 			    atomic_load_explicit(&w->ex->suspended, memory_order_relaxed) > 0) {
 				uint64_t until = tdm_now_ns() + TDM__SPIN_BEFORE_PARK_NS;
-				/* The inbox is one load; a full search (every victim) only now
-				 * and then, so the wake-up is seen within a few cycles. */
+				/* The held await and the inbox are a load each; a full search
+				 * (every victim) only now and then, so the wake-up is seen within a
+				 * few cycles. */
 				for (unsigned i = 1; t == NULL && tdm_now_ns() < until; i++) {
 					tdm__cpu_relax();
-					t = (i % 64 == 0) ? tdm__find_task(w, true)
-					                  : take_inbox(w, w);
+					if ((t = held_take(w)) == NULL)
+						t = (i % 64 == 0) ? tdm__find_task(w, true)
+						                  : take_inbox(w, w);
 				}
 			}
 		}
+		/* Whatever comes next (another task, or a sleep), the held await must not wait
+		 * for this worker: its waker takes it. */
+		held_release(w);
 		if (t != NULL) {
 			if (w->searching)
 				tdm__transition_from_searching(w);

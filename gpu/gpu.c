@@ -302,6 +302,8 @@ int tdm_gpu_stats_get(const tdm_gpu *gpu, tdm_gpu_stats *out)
 	out->sleeps = atomic_load_explicit(&gpu->n_sleep, memory_order_relaxed);
 	out->due_spins = atomic_load_explicit(&gpu->n_due, memory_order_relaxed);
 	out->prewakes = atomic_load_explicit(&gpu->n_prewake, memory_order_relaxed);
+	out->direct = atomic_load_explicit(&gpu->n_direct, memory_order_relaxed);
+	out->awaits_word += out->direct;
 	return 0;
 }
 
@@ -739,6 +741,36 @@ static int fail_now(struct tdm__task *t, int rc)
 	return rc;
 }
 
+/*
+ * A word await held by its worker (tdm__task_hold): the same test the poller makes (the word at
+ * or past the await's number), then the poller's bookkeeping for a completion. An error the
+ * backend reports for that number is delivered here, and a dead device marked failed, as the
+ * poller would: asking word_status consumes the report.
+ */
+static int held_poll(struct tdm__task *t, int *rc)
+{
+	struct tdm_stream *s = TDM__AW_PTR(t);
+	struct tdm_gpu *gpu = s->dev->gpu;
+	/* Acquire: pairs with the device's write (the backend's store in sim); the work before
+	 * the write is complete. */
+	if (__atomic_load_n(s->word, __ATOMIC_ACQUIRE) < t->await_seq)
+		return 0;
+	const struct tdm__backend_ops *ops = gpu->ops;
+	*rc = ops->word_status != NULL ? ops->word_status(gpu->b, s->bs, t->await_seq) : 0;
+	if (*rc == -EIO && ops->stream_query(gpu->b, s->bs) == -EIO)
+		tdm__device_fail(s->dev); /* the poller fails the device's other awaits */
+	atomic_fetch_add_explicit(&gpu->n_direct, 1, memory_order_relaxed);
+	/* The last access to gpu. Release: pairs with the poller's seq_cst load of active before
+	 * it ends, after which tdm_gpu_destroy may free gpu. */
+	atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_release);
+	return 1;
+}
+
+static void held_handoff(struct tdm__task *t)
+{
+	tdm__poller_submit(((struct tdm_stream *)TDM__AW_PTR(t))->dev->gpu, t);
+}
+
 int tdm_await_stream(tdm_task *pub, tdm_stream *s)
 {
 	struct tdm__task *t = tdm__task_cast(pub);
@@ -797,7 +829,10 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *s)
 		return fail_now(t, enqueued(s, rc));
 	}
 	tdm__task_suspend(t);
-	tdm__poller_submit(gpu, t);
+	/* A word is one memory read: the worker may watch it itself while it has nothing else to
+	 * run, and resume the task with no other thread on the round trip. */
+	if (!word || !tdm__task_hold(t, held_poll, held_handoff))
+		tdm__poller_submit(gpu, t);
 	return TDM_SUSPENDED;
 }
 

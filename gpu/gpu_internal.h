@@ -124,7 +124,9 @@ struct tdm_gpu {
 	unsigned nheap, capheap;
 	_Atomic uint64_t n_word, n_event; /* stream awaits taken in, by mechanism (tdm_gpu_stats) */
 	_Atomic uint64_t n_switch, n_event_poll, n_sweep, n_sleep, n_due,
-	    n_prewake;           /* tdm_gpu_stats, too */
+	    n_prewake; /* tdm_gpu_stats, too */
+	/* Word awaits a worker saw complete itself (tdm__task_hold), counted by the workers. */
+	_Alignas(TDM__CACHELINE) _Atomic uint64_t n_direct;
 	struct tdm__task **wake; /* the batch a sweep completes */
 	int *wake_rc;
 	unsigned nwake, capwake;

@@ -29,6 +29,10 @@
  *   waking a worker (tdm__expect_wake), so that the futex wake-up happens during the lead and
  *   not after the completion: a spinning worker takes the task.
  * - Everything a sweep completes is woken in one batch (tdm__task_wake_batch).
+ * - Not every await reaches the poller: a word await made by a worker's own task while that
+ *   worker has nothing else to run is watched by the worker itself (tdm__task_hold, gpu.c
+ *   held_poll), and handed over here only when the worker finds other work or parks. The
+ *   poller's estimates (typical_ns, quick) see only the awaits it takes in.
  */
 #include <errno.h>
 #include <pthread.h>

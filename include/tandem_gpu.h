@@ -153,6 +153,9 @@ typedef struct tdm_gpu_stats {
 	uint64_t prewakes;    /* due spins that woke a parked worker ahead of the completion, so
 	                         that a spinning worker resumes the task (awaits that wait longer
 	                         than a worker spins before it parks, 100 us) */
+	uint64_t direct;      /* word awaits whose worker, with nothing else to run, saw the word
+	                         itself and resumed the task with no round trip through the
+	                         poller (counted in awaits_word too) */
 } tdm_gpu_stats;
 /* -EINVAL: gpu or out is NULL. */
 int tdm_gpu_stats_get(const tdm_gpu *gpu, tdm_gpu_stats *out);

@@ -2,6 +2,8 @@
  * The GPU await path, specified on every backend: each suite runs on the simulator, with
  * completion words and with events, and on CUDA where a device exists (skipped elsewhere).
  */
+#include "common.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <sched.h>
@@ -1106,6 +1108,136 @@ Test(gpu_poller, look_step_tightens_near_the_due_time)
 	cr_assert_eq(tdm__look_step(due - 4 * us, 0, typ, 0, late), 2 * us);
 	/* The times are absolute: the same answers for a wait that began later. */
 	cr_assert_eq(tdm__look_step(5 * ms + due - 400 * us, 5 * ms, typ, lead, late), 100 * us);
+}
+
+/* ---- word awaits that a worker watches itself (tdm__task_hold) ---- */
+
+/* Short kernels awaited one after another by the only task: its worker has nothing else to run
+ * and sees each word itself; the poller never takes those awaits in. */
+Test(gpu_sim_words, idle_worker_resumes_its_own_word_awaits, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 1));
+	struct adapt_state a = {.gpu = e.gpu, .nsteps = 16};
+	for (int k = 0; k < a.nsteps; k++)
+		a.ns[k] = 1000;
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &a.s), 0);
+	cr_assert_eq(run_one(&e, adapt_task, &a), 0);
+	cr_assert_eq(a.rc, 0);
+	cr_assert_eq(tdm_gpu_stats_get(e.gpu, &a.last), 0);
+	cr_assert_eq(a.last.awaits_word, 16, "every await counted once");
+	/* Most, not all: a simulator thread that runs late leaves an await to the poller after
+	 * the worker's 100 us spin. */
+	cr_assert_geq(a.last.direct, 8, "direct: %llu of 16", (unsigned long long)a.last.direct);
+	tdm_stream_release(a.s);
+	env_close(&e);
+}
+
+struct handoff_state {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	tdm_executor *ex;
+	atomic_int seen_by_poller; /* 1: the poller took the await in; -1: it never did */
+	int rc;
+};
+
+/* Waits (up to 5 s) for the poller to take in one word await that no worker completed. */
+static int wait_for_intake(tdm_task *t, void *arg)
+{
+	struct handoff_state *h = arg;
+	TDM_BEGIN(t);
+	for (int i = 0; i < 5000; i++) {
+		tdm_gpu_stats st;
+		cr_assert_eq(tdm_gpu_stats_get(h->gpu, &st), 0);
+		if (st.awaits_word - st.direct >= 1) {
+			atomic_store(&h->seen_by_poller, 1);
+			break;
+		}
+		tdm_test_sleep_us(1000);
+	}
+	if (atomic_load(&h->seen_by_poller) == 0)
+		atomic_store(&h->seen_by_poller, -1);
+	TDM_END(t);
+}
+
+/* Spawns the waiter onto its own worker's deque, then awaits a 100 ms kernel. */
+static int hold_then_spawn(tdm_task *t, void *arg)
+{
+	struct handoff_state *h = arg;
+	TDM_BEGIN(t);
+	cr_assert_eq(tdm_spawn(h->ex, wait_for_intake, h, NULL), 0);
+	cr_assert_eq(tdm_launch_spin(h->s, 100000000u), 0);
+	TDM_AWAIT(t, tdm_await_stream(t, h->s));
+	h->rc = tdm_task_result(t);
+	TDM_END(t);
+}
+
+/*
+ * One worker: a task spawns another and awaits long work. The worker finds the new task before
+ * it would watch the await, so it hands the await to the poller first: the other task sees the
+ * poller take it in. A worker that kept the await while it ran the other task would leave it
+ * with nobody watching (here, the waiter would time out).
+ */
+Test(gpu_sim_words, held_await_goes_to_the_poller_before_other_work, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 1));
+	struct handoff_state h = {.gpu = e.gpu, .ex = e.ex};
+	atomic_init(&h.seen_by_poller, 0);
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &h.s), 0);
+	cr_assert_eq(run_one(&e, hold_then_spawn, &h), 0);
+	cr_assert_eq(h.rc, 0);
+	cr_assert_eq(atomic_load(&h.seen_by_poller), 1);
+	tdm_stream_release(h.s);
+	env_close(&e);
+}
+
+struct nested_state {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	tdm_executor *ex;
+	int rc;
+};
+
+static int nested_child(tdm_task *t, void *arg)
+{
+	struct nested_state *n = arg;
+	TDM_BEGIN(t);
+	cr_assert_eq(tdm_launch_spin(n->s, 1000), 0);
+	TDM_AWAIT(t, tdm_await_stream(t, n->s));
+	n->rc = tdm_task_result(t);
+	TDM_END(t);
+}
+
+/* A plain task that waits for a group from inside the worker: the child's await runs in the
+ * wait's loop, which watches no held await. */
+static void nested_parent(void *arg)
+{
+	struct nested_state *n = arg;
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, n->ex), 0);
+	cr_assert_eq(tdm_spawn(n->ex, nested_child, n, &g), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+}
+
+/* The child's word await must go to the poller: held by the worker, whose loop is busy in the
+ * group wait, it would never complete. */
+Test(gpu_sim_words, await_inside_a_group_wait_is_not_held, .timeout = 30)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 1));
+	struct nested_state n = {.gpu = e.gpu, .ex = e.ex, .rc = -1};
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &n.s), 0);
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, e.ex), 0);
+	cr_assert_eq(tdm_group_spawn(&g, nested_parent, &n), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(n.rc, 0);
+	tdm_gpu_stats st;
+	cr_assert_eq(tdm_gpu_stats_get(e.gpu, &st), 0);
+	cr_assert_eq(st.direct, 0);
+	tdm_stream_release(n.s);
+	env_close(&e);
 }
 
 Test(gpu_sim_words, poller_spins_when_an_await_is_due, .timeout = 60)
