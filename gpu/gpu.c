@@ -173,6 +173,9 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	if (cfg.stall_us == 0)
 		cfg.stall_us = 50;
 	gpu->ex = ex;
+	/* A diagnostic switch, for measuring what the workers' own watching changes. */
+	const char *watch = getenv("TANDEM_WORKER_WATCH");
+	gpu->direct = watch == NULL || strcmp(watch, "0") != 0;
 	gpu->cfg = cfg;
 	gpu->ops = ops;
 	ck_ec32_init(&gpu->ec, 0);
@@ -831,7 +834,7 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *s)
 	tdm__task_suspend(t);
 	/* A word is one memory read: the worker may watch it itself while it has nothing else to
 	 * run, and resume the task with no other thread on the round trip. */
-	if (!word || !tdm__task_hold(t, held_poll, held_handoff))
+	if (!word || !gpu->direct || !tdm__task_hold(t, held_poll, held_handoff))
 		tdm__poller_submit(gpu, t);
 	return TDM_SUSPENDED;
 }

@@ -91,6 +91,7 @@ struct tdm__pinned; /* pinned.c */
 
 struct tdm_gpu {
 	tdm_executor *ex;
+	bool direct; /* workers may watch their own word awaits (TANDEM_WORKER_WATCH=0: never) */
 	struct tdm__pinned *pinned; /* the pinned host pool */
 	struct tdm__topology *topo; /* facts and decisions per device (topology.h); immutable */
 	tdm_gpu_config cfg;

@@ -843,6 +843,7 @@ struct tp_result {
 	uint64_t in_flight;
 	uint64_t awaits_word, awaits_event; /* tandem: the timed runs' awaits, by mechanism */
 	uint64_t switches, event_polls, sweeps, sleeps; /* tandem: the poller, timed runs */
+	uint64_t direct; /* tandem: word awaits its worker saw complete itself, timed runs */
 };
 
 /* ms[] of reps runs (sorted here) into the result. */
@@ -886,6 +887,7 @@ static void tandem_throughput(const struct bench_gpu_opts *o, unsigned workers, 
 	res->event_polls = st1.event_polls - st0.event_polls;
 	res->sweeps = st1.sweeps - st0.sweeps;
 	res->sleeps = st1.sleeps - st0.sleeps;
+	res->direct = st1.direct - st0.direct;
 	res->streams = distinct_streams(tasks, o->n);
 	res->in_flight = o->n;
 	watchdog_stop(&wd);
@@ -974,11 +976,12 @@ static void tp_json(const struct bench_gpu_opts *o, const struct gpu_info *info,
 	if (impl == TP_TANDEM)
 		printf(",\"completion\":\"%s\",\"stream_set\":%u,\"launch_limit\":%u,"
 		       "\"awaits_word\":%llu,\"awaits_event\":%llu,\"switches\":%llu,"
-		       "\"event_polls\":%llu,\"sweeps\":%llu,\"sleeps\":%llu",
+		       "\"event_polls\":%llu,\"sweeps\":%llu,\"sleeps\":%llu,\"direct\":%llu",
 		       info->completion, info->streams, info->launch_limit,
 		       (unsigned long long)r->awaits_word, (unsigned long long)r->awaits_event,
 		       (unsigned long long)r->switches, (unsigned long long)r->event_polls,
-		       (unsigned long long)r->sweeps, (unsigned long long)r->sleeps);
+		       (unsigned long long)r->sweeps, (unsigned long long)r->sleeps,
+		       (unsigned long long)r->direct);
 	printf(",\"workers\":%u,\"kernel_us\":%llu,\"n\":%llu,\"reps\":%d,"
 	       "\"tasks_per_s\":%.1f,\"best_tasks_per_s\":%.1f,\"median_ms\":%.3f,\"min_ms\":%.3f,"
 	       "\"streams\":%u,\"in_flight\":%llu,\"cpus\":%u}\n",
