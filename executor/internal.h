@@ -291,11 +291,11 @@ bool tdm__expect_wake(struct tdm_executor *ex, unsigned home);
 /*
  * For an awaitable whose completion is cheap to look at (a completion word: one memory read),
  * called by t's await after tdm__task_suspend(t), instead of handing t to its waker: when t runs
- * on a worker's own loop (not inside a group wait) and that worker holds no other await, the
- * worker keeps the await and returns true. It then looks at it with poll while it spins for
- * work, and runs t itself once poll says it is over: no other thread on the round trip. It
- * hands the await off (handoff) before it runs any other task and before it parks. False: the
- * caller hands t to its waker now.
+ * on a worker's own loop (not inside a group wait), and that worker holds no other await and
+ * has no task of its own queued, the worker keeps the await and returns true. It then looks at it
+ * with poll while it spins for work, and runs t itself once poll says it is over: no other thread
+ * on the round trip. It hands the await off (handoff) before it runs any other task and before it
+ * parks. False: the caller hands t to its waker now.
  */
 bool tdm__task_hold(struct tdm__task *t, int (*poll)(struct tdm__task *t, int *rc),
                     void (*handoff)(struct tdm__task *t));

@@ -206,8 +206,10 @@ bool tdm__task_hold(struct tdm__task *t, int (*poll)(struct tdm__task *t, int *r
 {
 	struct tdm__worker *w = tdm__self_of(tdm__task_executor(t));
 	/* Depth 1: t runs on the worker loop itself. Inside a group wait the loop that would look
-	 * at the await is the wait's, which does not: the waiter could wait for t forever. */
-	if (w == NULL || w->depth != 1 || w->held.t != NULL)
+	 * at the await is the wait's, which does not: the waiter could wait for t forever. With
+	 * work of its own queued the worker would only hand the await off at once: not held. */
+	if (w == NULL || w->depth != 1 || w->held.t != NULL || tdm__deque_size(&w->deque) > 0 ||
+	    !tdm__stack_empty(&w->inbox))
 		return false;
 	w->held = (struct tdm__held){t, poll, handoff};
 	return true;

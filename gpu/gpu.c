@@ -771,7 +771,18 @@ static int held_poll(struct tdm__task *t, int *rc)
 
 static void held_handoff(struct tdm__task *t)
 {
-	tdm__poller_submit(((struct tdm_stream *)TDM__AW_PTR(t))->dev->gpu, t);
+	struct tdm_gpu *gpu = ((struct tdm_stream *)TDM__AW_PTR(t))->dev->gpu;
+	/*
+	 * Once pushed, t is the poller's and parked: its await can complete, t run elsewhere and
+	 * the layer be destroyed before tdm__poller_submit's bump of the event count returns (at
+	 * tdm_await_stream's own submit t is still running here, which holds all that back). One
+	 * more count in active keeps the poller, and so the layer, alive until then; the held
+	 * await's own count is still there, so the poller cannot have ended. Release: pairs with
+	 * the poller's seq_cst load of active before it ends.
+	 */
+	atomic_fetch_add_explicit(&gpu->active, 1, memory_order_relaxed);
+	tdm__poller_submit(gpu, t);
+	atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_release);
 }
 
 int tdm_await_stream(tdm_task *pub, tdm_stream *s)

@@ -1133,63 +1133,124 @@ Test(gpu_sim_words, idle_worker_resumes_its_own_word_awaits, .timeout = 60)
 	env_close(&e);
 }
 
-struct handoff_state {
-	tdm_gpu *gpu;
-	tdm_stream *s;
+/*
+ * The executor's side of holding, with a stand-in awaitable: the first look at the held await
+ * queues other work on the worker (a plain task), and the await is over only once it was
+ * handed off. The worker must hand it off before it runs that task: a worker that kept the
+ * await while it ran other work would leave it with nobody watching.
+ */
+struct hold_state {
 	tdm_executor *ex;
-	atomic_int seen_by_poller; /* 1: the poller took the await in; -1: it never did */
-	int rc;
+	atomic_int looks, handed_off, other_saw_handoff;
+	int result;
 };
 
-/* Waits (up to 5 s) for the poller to take in one word await that no worker completed. */
-static int wait_for_intake(tdm_task *t, void *arg)
+static struct hold_state *hold_st; /* the stand-in's callbacks get only the task */
+
+static void hold_other(void *arg)
 {
-	struct handoff_state *h = arg;
+	struct hold_state *h = arg;
+	atomic_store(&h->other_saw_handoff, atomic_load(&h->handed_off) + 1);
+}
+
+static int hold_poll(struct tdm__task *t, int *rc)
+{
+	(void)t;
+	(void)rc;
+	/* From the worker's spin: tdm_submit from a worker queues on its own deque. */
+	if (atomic_fetch_add(&hold_st->looks, 1) == 0)
+		cr_assert_eq(tdm_submit(hold_st->ex, hold_other, hold_st), 0);
+	return 0; /* over only through the handoff */
+}
+
+static void hold_handoff(struct tdm__task *t)
+{
+	atomic_store(&hold_st->handed_off, 1);
+	tdm__task_wake(t, 7);
+}
+
+static int hold_await(tdm_task *pub)
+{
+	struct tdm__task *t = tdm__task_cast(pub);
+	cr_assert_not_null(t);
+	tdm__task_suspend(t);
+	cr_assert(tdm__task_hold(t, hold_poll, hold_handoff), "nothing else queued: held");
+	return TDM_SUSPENDED;
+}
+
+static int hold_task(tdm_task *t, void *arg)
+{
+	struct hold_state *h = arg;
 	TDM_BEGIN(t);
-	for (int i = 0; i < 5000; i++) {
-		tdm_gpu_stats st;
-		cr_assert_eq(tdm_gpu_stats_get(h->gpu, &st), 0);
-		if (st.awaits_word - st.direct >= 1) {
-			atomic_store(&h->seen_by_poller, 1);
-			break;
-		}
-		tdm_test_sleep_us(1000);
-	}
-	if (atomic_load(&h->seen_by_poller) == 0)
-		atomic_store(&h->seen_by_poller, -1);
+	TDM_AWAIT(t, hold_await(t));
+	h->result = tdm_task_result(t);
 	TDM_END(t);
 }
 
-/* Spawns the waiter onto its own worker's deque, then awaits a 100 ms kernel. */
-static int hold_then_spawn(tdm_task *t, void *arg)
+Test(executor_hold, held_await_is_handed_off_before_other_work, .timeout = 30)
 {
-	struct handoff_state *h = arg;
+	struct hold_state h = {.result = -1};
+	atomic_init(&h.looks, 0);
+	atomic_init(&h.handed_off, 0);
+	atomic_init(&h.other_saw_handoff, 0);
+	tdm_config c;
+	tdm_config_init(&c);
+	c.workers = 1;
+	cr_assert_eq(tdm_executor_create(&h.ex, &c), 0);
+	hold_st = &h;
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, h.ex), 0);
+	cr_assert_eq(tdm_spawn(h.ex, hold_task, &h, &g), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(tdm_executor_destroy(h.ex), 0);
+	cr_assert_eq(h.result, 7, "resumed through the handoff's wake");
+	cr_assert_geq(atomic_load(&h.looks), 1);
+	cr_assert_eq(atomic_load(&h.other_saw_handoff), 2, "the other task ran after the handoff");
+}
+
+static void noop(void *arg)
+{
+	(void)arg;
+}
+
+/* With its own work queued the worker would only hand the await off at once: not held. */
+static int refused_await(tdm_task *pub, struct hold_state *h)
+{
+	struct tdm__task *t = tdm__task_cast(pub);
+	cr_assert_not_null(t);
+	cr_assert_eq(tdm_submit(h->ex, noop, NULL), 0); /* onto this worker's deque */
+	tdm__task_suspend(t);
+	h->result = tdm__task_hold(t, hold_poll, hold_handoff) ? 1 : 0;
+	if (h->result == 0)
+		tdm__task_wake(t, 0); /* not held: its own waker, at once */
+	return TDM_SUSPENDED;
+}
+
+static int hold_refused_task(tdm_task *t, void *arg)
+{
+	struct hold_state *h = arg;
 	TDM_BEGIN(t);
-	cr_assert_eq(tdm_spawn(h->ex, wait_for_intake, h, NULL), 0);
-	cr_assert_eq(tdm_launch_spin(h->s, 100000000u), 0);
-	TDM_AWAIT(t, tdm_await_stream(t, h->s));
-	h->rc = tdm_task_result(t);
+	TDM_AWAIT(t, refused_await(t, h));
 	TDM_END(t);
 }
 
-/*
- * One worker: a task spawns another and awaits long work. The worker finds the new task before
- * it would watch the await, so it hands the await to the poller first: the other task sees the
- * poller take it in. A worker that kept the await while it ran the other task would leave it
- * with nobody watching (here, the waiter would time out).
- */
-Test(gpu_sim_words, held_await_goes_to_the_poller_before_other_work, .timeout = 60)
+Test(executor_hold, not_held_with_work_queued, .timeout = 30)
 {
-	struct env e;
-	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 1));
-	struct handoff_state h = {.gpu = e.gpu, .ex = e.ex};
-	atomic_init(&h.seen_by_poller, 0);
-	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &h.s), 0);
-	cr_assert_eq(run_one(&e, hold_then_spawn, &h), 0);
-	cr_assert_eq(h.rc, 0);
-	cr_assert_eq(atomic_load(&h.seen_by_poller), 1);
-	tdm_stream_release(h.s);
-	env_close(&e);
+	struct hold_state h = {.result = -1};
+	atomic_init(&h.looks, 0);
+	atomic_init(&h.handed_off, 0);
+	atomic_init(&h.other_saw_handoff, 0);
+	tdm_config c;
+	tdm_config_init(&c);
+	c.workers = 1;
+	cr_assert_eq(tdm_executor_create(&h.ex, &c), 0);
+	hold_st = &h;
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, h.ex), 0);
+	cr_assert_eq(tdm_spawn(h.ex, hold_refused_task, &h, &g), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(tdm_executor_destroy(h.ex), 0);
+	cr_assert_eq(h.result, 0, "held although work was queued");
 }
 
 struct nested_state {
