@@ -463,14 +463,13 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 			pp = &s->busy_next;
 		}
 	}
-	/* User events: few, each queried. */
+	/* User events: few, each queried. On a failed device too: the backend says -EIO, or
+	 * -EAGAIN while an operation that began before the failure still writes memory. */
 	struct tdm__task **tp = &gpu->ev_head;
 	while (*tp != NULL) {
 		struct tdm__task *t = *tp;
 		struct tdm_event *e = TDM__AW_PTR(t);
-		int rc = atomic_load_explicit(&e->dev->failed, memory_order_relaxed)
-		             ? -EIO
-		             : gpu->ops->event_query(gpu->b, e->be);
+		int rc = gpu->ops->event_query(gpu->b, e->be);
 		if (rc == -EAGAIN) {
 			tp = (struct tdm__task **)&t->link.next;
 			continue;

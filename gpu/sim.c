@@ -55,9 +55,13 @@ struct sim_link {
 };
 
 struct sim_dev {
-	/* Sticky. Relaxed everywhere: it publishes no data, and an operation that races with the
-	 * failure may run or be skipped, as on a GPU. */
+	/* Sticky. Seq_cst (dev_dead): it pairs with `writers`. */
 	atomic_bool failed;
+	/* Operations that write host or device memory (copies, scales) running on the device's
+	 * streams. Once the device is dead, its streams and events report failure only when none
+	 * runs: no task resumes with -EIO, whichever way it awaited, while its buffers are still
+	 * being written. */
+	atomic_uint writers;
 	/* Bytes of device memory allocated and not yet freed, at most SIM_DEV_TOTAL. Relaxed: a
 	 * count that publishes nothing; the memory itself is handed over by the caller. */
 	_Atomic uint64_t held;
@@ -146,10 +150,6 @@ struct sim_stream {
 	int armed;                    /* lock: fault for the next work operation */
 	_Atomic uint64_t outstanding; /* operations enqueued and not finished */
 	bool pending_err; /* stream thread only: a failed op awaits its completion point */
-	/* An operation that writes host or device memory (a copy, a scale) is running: once the
-	 * device is dead, the stream is reported failed only after it ends, so that no task
-	 * resumes with -EIO while its buffers are still being written. */
-	_Atomic bool writing;
 
 	pthread_mutex_t err_lock;
 	uint64_t *erred; /* err_lock: word values whose write followed failed work */
@@ -191,12 +191,20 @@ static bool dev_ok(const struct tdm__backend *b, int dev)
 	return dev >= 0 && dev < b->ndev;
 }
 
-/* Seq_cst, both: with a stream's `writing` flag they form a Dekker pair (execute, and
- * sim_stream_query): an operation that saw the device alive is seen writing by a query that saw
- * it dead. */
+/* Seq_cst, both: with the device's `writers` count they form a Dekker pair (execute, and
+ * dead_status): an operation that saw the device alive is seen writing by a query that saw it
+ * dead. */
 static bool dev_dead(const struct sim_dev *d)
 {
 	return atomic_load_explicit(&d->failed, memory_order_seq_cst);
+}
+
+/* What a query on a dead device answers: -EIO, or -EAGAIN while an operation that began before
+ * the death still writes memory. Seq_cst: pairs with the increment in execute (dev_dead's
+ * note); a zero seen here also follows that operation's release decrement, and so its writes. */
+static int dead_status(struct sim_dev *d)
+{
+	return atomic_load_explicit(&d->writers, memory_order_seq_cst) != 0 ? -EAGAIN : -EIO;
 }
 
 static void dev_fail(struct sim_dev *d)
@@ -382,14 +390,13 @@ static void execute_op(struct sim_stream *s, struct sim_op *o)
 static void execute(struct sim_stream *s, struct sim_op *o)
 {
 	bool writes = o->kind == SIM_COPY || o->kind == SIM_SCALE;
-	/* Seq_cst, before the look at the device: pairs with sim_stream_query (dev_dead's note). */
+	/* Seq_cst, before the look at the device: pairs with dead_status (dev_dead's note). */
 	if (writes)
-		atomic_store_explicit(&s->writing, true, memory_order_seq_cst);
+		atomic_fetch_add_explicit(&s->dev->writers, 1, memory_order_seq_cst);
 	execute_op(s, o);
 	if (writes)
-		/* Release: pairs with the seq_cst load in sim_stream_query, so a query that sees
-		 * the flag down after the device died also sees the op's writes done. */
-		atomic_store_explicit(&s->writing, false, memory_order_release);
+		/* Release: pairs with the seq_cst load in dead_status. */
+		atomic_fetch_sub_explicit(&s->dev->writers, 1, memory_order_release);
 }
 
 static void *stream_main(void *arg)
@@ -767,9 +774,7 @@ static int sim_stream_query(struct tdm__backend *b, void *stream)
 	if (b == NULL || s == NULL)
 		return -EINVAL;
 	if (dev_dead(s->dev))
-		/* Seq_cst: pairs with the store in execute (dev_dead's note); a copy that began
-		 * before the device died finishes before the stream is reported failed. */
-		return atomic_load_explicit(&s->writing, memory_order_seq_cst) ? -EAGAIN : -EIO;
+		return dead_status(s->dev);
 	/* Acquire: pairs with the release decrement in stream_main after each operation. */
 	return atomic_load_explicit(&s->outstanding, memory_order_acquire) == 0 ? 0 : -EAGAIN;
 }
@@ -832,7 +837,7 @@ static int sim_event_query(struct tdm__backend *b, void *ev)
 	if (b == NULL || e == NULL)
 		return -EINVAL;
 	if (dev_dead(e->dev))
-		return -EIO;
+		return dead_status(e->dev);
 	/* Relaxed: see submit(); a record made by this thread, or handed to it, is seen. */
 	uint64_t rec = atomic_load_explicit(&e->recorded, memory_order_relaxed);
 	if (rec == 0)
@@ -854,7 +859,8 @@ static int sim_write_value(struct tdm__backend *b, void *stream, uint64_t *word,
 	return submit(stream, (struct sim_op){.kind = SIM_WRITE, .u.write = {word, value}});
 }
 
-/* Reports each erred value once: the poller asks once per await, which keeps the set small. */
+/* Reports each erred value once: whoever completes the await (the poller, or the worker that
+ * watched it, gpu.c held_poll) asks once, under err_lock, which keeps the set small. */
 static int sim_word_status(struct tdm__backend *b, void *stream, uint64_t value)
 {
 	struct sim_stream *s = stream;

@@ -724,16 +724,23 @@ Test(topology, device_info_without_devices_is_enodev)
 	close_gpu(gpu, ex);
 }
 
-Test(topology, streams_per_device_from_the_config_reaches_device_info)
+/* A sim GPU layer on ex (streams_per_device as given, 0: decided) and device 0's info. */
+static tdm_gpu *open_sim_info(tdm_executor *ex, unsigned streams_per_device, tdm_device_info *info)
 {
-	tdm_executor *ex = tdm_test_create(1);
 	tdm_gpu_config cfg;
 	tdm_gpu_config_init(&cfg);
 	cfg.backend = TDM_BACKEND_SIM;
-	cfg.streams_per_device = 5;
+	cfg.streams_per_device = streams_per_device;
 	tdm_gpu *gpu = open_gpu(ex, &cfg);
+	cr_assert_eq(tdm_gpu_device_info(gpu, 0, info), 0);
+	return gpu;
+}
+
+Test(topology, streams_per_device_from_the_config_reaches_device_info)
+{
+	tdm_executor *ex = tdm_test_create(1);
 	tdm_device_info info;
-	cr_assert_eq(tdm_gpu_device_info(gpu, 0, &info), 0);
+	tdm_gpu *gpu = open_sim_info(ex, 5, &info);
 	cr_assert_eq(info.streams, 5);
 	cr_assert_not_null(strstr(info.why_streams, "streams_per_device"), "%s", info.why_streams);
 	close_gpu(gpu, ex);
@@ -744,12 +751,8 @@ Test(topology, streams_per_device_from_the_config_reaches_device_info)
 Test(topology, the_executors_workers_size_the_stream_set)
 {
 	tdm_executor *ex = tdm_test_create(12);
-	tdm_gpu_config cfg;
-	tdm_gpu_config_init(&cfg);
-	cfg.backend = TDM_BACKEND_SIM;
-	tdm_gpu *gpu = open_gpu(ex, &cfg);
 	tdm_device_info info;
-	cr_assert_eq(tdm_gpu_device_info(gpu, 0, &info), 0);
+	tdm_gpu *gpu = open_sim_info(ex, 0, &info);
 	cr_assert_eq(info.streams, 12, "%u: %s", info.streams, info.why_streams);
 	cr_assert_not_null(strstr(info.why_streams, "one per worker"), "%s", info.why_streams);
 	close_gpu(gpu, ex);
