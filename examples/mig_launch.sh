@@ -4,7 +4,7 @@
 # Why: a CUDA process enumerates at most one MIG instance (CUDA 12 and 13), so one tandem process
 # cannot drive several instances. Each process sees its instance as device 0, and tandem sizes
 # that process's streams, launch limit and memory pool to the instance (a 1g instance gets 2
-# streams and 3 launchers where a whole H200 gets 8 streams, or one per worker past 8 up to 32,
+# streams and 2-3 launchers where a whole H200 gets 8 streams, or one per worker past 8 up to 32,
 # and 16 launchers: examples/topology shows the plan).
 #
 #   examples/mig_launch.sh PROGRAM [ARGS...]

@@ -1,13 +1,15 @@
 /*
  * A worker's life: find a task (own deque, then inbox and injection queue, then other workers),
  * run it, and park when there is none. Also where tasks enter the executor (tdm__enqueue) and
- * where the GPU layer's suspended tasks come back (tdm__task_wake).
+ * where suspended tasks come back: from their waker (tdm__task_wake), or, for an await the
+ * worker held itself (tdm__task_hold), straight from the worker's own loop (held_take).
  *
  * Fairness: every TDM__GLOBAL_TICK tasks a worker looks at its inbox and at the injection queue
  * before its own deque, so a worker busy with a long chain of local spawns still takes in
  * woken and submitted tasks.
  */
 #include <sched.h>
+#include <stdlib.h>
 
 #include "internal.h"
 
@@ -207,9 +209,10 @@ bool tdm__task_hold(struct tdm__task *t, int (*poll)(struct tdm__task *t, int *r
 	struct tdm__worker *w = tdm__self_of(tdm__task_executor(t));
 	/* Depth 1: t runs on the worker loop itself. Inside a group wait the loop that would look
 	 * at the await is the wait's, which does not: the waiter could wait for t forever. With
-	 * work of its own queued the worker would only hand the await off at once: not held. */
+	 * work queued that its loop takes first (its deque, its inbox, the injection queue) the
+	 * worker would only hand the await off at once: not held. */
 	if (w == NULL || w->depth != 1 || w->held.t != NULL || tdm__deque_size(&w->deque) > 0 ||
-	    !tdm__stack_empty(&w->inbox))
+	    !tdm__stack_empty(&w->inbox) || !tdm__stack_empty(&w->ex->inject))
 		return false;
 	w->held = (struct tdm__held){t, poll, handoff};
 	return true;
@@ -224,9 +227,10 @@ static struct tdm__task *held_take(struct tdm__worker *w)
 		return NULL;
 	w->held.t = NULL;
 	/* The loop looks only after tdm__run_task returned, so t is parked and this claim (the
-	 * one a waker makes) succeeds: no other thread knows of t. */
+	 * one a waker makes) succeeds: no other thread knows of t. A failed claim would mean a
+	 * second owner, and a task resumed twice: stop rather than go on. */
 	if (!claim_woken(t, rc))
-		return NULL; /* not reached: nobody else resumes a held task */
+		abort();
 	tdm__suspended_done(w->ex, 1);
 	return t;
 }

@@ -296,7 +296,8 @@ int tdm_gpu_stats_get(const tdm_gpu *gpu, tdm_gpu_stats *out)
 {
 	if (gpu == NULL || out == NULL)
 		return -EINVAL;
-	/* Relaxed: counters the poller alone writes; a snapshot is all that is promised. */
+	/* Relaxed: counters, each with one writer (the poller) but n_direct (atomic adds by the
+	 * workers); a snapshot is all that is promised. */
 	out->awaits_word = atomic_load_explicit(&gpu->n_word, memory_order_relaxed);
 	out->awaits_event = atomic_load_explicit(&gpu->n_event, memory_order_relaxed);
 	out->switches = atomic_load_explicit(&gpu->n_switch, memory_order_relaxed);
@@ -534,12 +535,17 @@ void tdm_launch_end(tdm_stream *s)
 
 /* ---- work helpers ---- */
 
-/* An enqueue that failed with -EIO may have met a dead device: if so, mark it failed now, so
- * that leases and awaits on it fail at once from here on. */
+bool tdm__fail_if_dead(struct tdm_stream *s, int rc)
+{
+	if (rc != -EIO || s->dev->gpu->ops->stream_query(s->dev->gpu->b, s->bs) != -EIO)
+		return false;
+	tdm__device_fail(s->dev);
+	return true;
+}
+
 static int enqueued(struct tdm_stream *s, int rc)
 {
-	if (rc == -EIO && s->dev->gpu->ops->stream_query(s->dev->gpu->b, s->bs) == -EIO)
-		tdm__device_fail(s->dev);
+	tdm__fail_if_dead(s, rc);
 	return rc;
 }
 
@@ -760,8 +766,7 @@ static int held_poll(struct tdm__task *t, int *rc)
 		return 0;
 	const struct tdm__backend_ops *ops = gpu->ops;
 	*rc = ops->word_status != NULL ? ops->word_status(gpu->b, s->bs, t->await_seq) : 0;
-	if (*rc == -EIO && ops->stream_query(gpu->b, s->bs) == -EIO)
-		tdm__device_fail(s->dev); /* the poller fails the device's other awaits */
+	tdm__fail_if_dead(s, *rc); /* then the poller fails the device's other awaits */
 	atomic_fetch_add_explicit(&gpu->n_direct, 1, memory_order_relaxed);
 	/* The last access to gpu. Release: pairs with the poller's seq_cst load of active before
 	 * it ends, after which tdm_gpu_destroy may free gpu. */

@@ -125,12 +125,14 @@ struct tdm_gpu {
 	unsigned nheap, capheap;
 	_Atomic uint64_t n_word, n_event; /* stream awaits taken in, by mechanism (tdm_gpu_stats) */
 	_Atomic uint64_t n_switch, n_event_poll, n_sweep, n_sleep, n_due,
-	    n_prewake; /* tdm_gpu_stats, too */
-	/* Word awaits a worker saw complete itself (tdm__task_hold), counted by the workers. */
-	_Alignas(TDM__CACHELINE) _Atomic uint64_t n_direct;
+	    n_prewake;           /* tdm_gpu_stats, too */
 	struct tdm__task **wake; /* the batch a sweep completes */
 	int *wake_rc;
 	unsigned nwake, capwake;
+
+	/* Word awaits a worker saw complete itself (tdm__task_hold), counted by the workers: a
+	 * line of its own, last, so that their adds never touch what the poller writes. */
+	_Alignas(TDM__CACHELINE) _Atomic uint64_t n_direct;
 };
 
 /* What a task awaits, in the low bits of its await_obj (objects are 64-byte aligned). */
@@ -156,6 +158,9 @@ static inline void tdm__sleep_ns(uint64_t ns)
 void *tdm__poller_main(void *arg);
 /* Hands a suspended task's await to the poller. */
 void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t);
+/* gpu.c: an operation's -EIO (rc) may come from a dead device; if the stream says -EIO too, the
+ * device is marked failed (leases and awaits on it fail at once from here on). True then. */
+bool tdm__fail_if_dead(struct tdm_stream *s, int rc);
 /*
  * poller.c: how long after `now` the poller looks again at a stream whose oldest await, on an
  * event, has waited since moved_ns (past stall_us). typical_ns: how long the stream's awaits
@@ -176,7 +181,8 @@ int tdm__is_pinned(struct tdm_gpu *gpu, const void *p);
 int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind);
 
 /* topology.c: the devices' facts and decisions, from the backend (cuda: live discovery; sim:
- * its device_info; none: empty), planned with gpu->cfg's overrides. Call once the backend is
+ * its device_info; none: empty), planned with gpu->cfg's overrides and the executor's worker
+ * count (the stream set). Call once the backend is
  * open and gpu->ndev set, before the config's defaults are filled in (a nonzero launch_limit or
  * streams_per_device counts as the user's choice). -ENOMEM. */
 struct tdm__topology;

@@ -1,7 +1,8 @@
 /*
  * The cuda backend's kernels (empty, spin, busy, scale, fault) and their extern "C" launch
- * wrappers, declared in kernels.h for cuda.c. Nothing here chooses a device or checks arguments:
- * cuda.c does both before it calls in.
+ * wrappers, declared in kernels.h for cuda.c. The launch wrappers choose no device and check no
+ * arguments: cuda.c does both before it calls in. Only tdm__kernels_load, run once per device
+ * when the backend opens, makes that device current and restores the caller's.
  */
 #include "kernels.h"
 

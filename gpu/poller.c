@@ -32,7 +32,9 @@
  * - Not every await reaches the poller: a word await made by a worker's own task while that
  *   worker has nothing else to run is watched by the worker itself (tdm__task_hold, gpu.c
  *   held_poll), and handed over here only when the worker finds other work or parks. The
- *   poller's estimates (typical_ns, quick) see only the awaits it takes in.
+ *   poller's estimates (typical_ns, quick) see only the awaits it takes in, and a handed-off
+ *   await's wait counts from the handoff (up to a worker's 100 us spin late: such a stream
+ *   reaches stall_us that much later).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -319,8 +321,7 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 		s->head = (struct tdm__task *)(void *)t->link.next;
 		add_wake(gpu, t, rc);
 		progress = true;
-		if (rc == -EIO && ops->stream_query(gpu->b, s->bs) == -EIO) {
-			tdm__device_fail(d);
+		if (tdm__fail_if_dead(s, rc)) {
 			fail_stream_awaits(gpu, s, -EIO);
 			return true;
 		}

@@ -98,7 +98,7 @@ struct tdm__device_plan {
 /* The rules, for tests and callers that want to state them. */
 #define TDM__TOPO_DEFAULT_QUEUES 8 /* CUDA's default hardware work queues per context */
 #define TDM__TOPO_MIN_MIG_STREAMS 2
-#define TDM__TOPO_FULL_LAUNCH 16 /* tasks ran fastest with 16 launchers on an H200 (topology.c) */
+#define TDM__TOPO_FULL_LAUNCH 16 /* a whole device's launch limit; why: topology.c's header */
 #define TDM__TOPO_MIG_SLICES 7   /* compute slices of a whole A100/H100/H200 in MIG mode */
 #define TDM__TOPO_REF_SMS 132 /* an H100/H200: the whole GPU assumed when nothing else is known */
 

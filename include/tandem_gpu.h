@@ -66,9 +66,9 @@ typedef struct tdm_gpu_config {
 	 * (CUDA_DEVICE_MAX_CONNECTIONS, default 8 hardware work queues), or one per worker when
 	 * the executor has more workers than that (at most 32; a MIG instance keeps its share). */
 	unsigned streams_per_device;
-	/* Threads that may launch on one device at the same moment. 0: 16 on a whole device (16
-	 * workers running short tasks on an H200 measured fastest with 16 launchers, slower with 8
-	 * or 4), fewer on a MIG instance (tdm_device_info.launch_limit says how many). */
+	/* Threads that may launch on one device at the same moment. 0: 16 on a whole device (the
+	 * fastest measured, perf/README.md), fewer on a MIG instance (tdm_device_info.launch_limit
+	 * says how many, and why). */
 	unsigned launch_limit;
 	/* The poller spins this long after the last completion before it backs off to short
 	 * sleeps, while awaits are outstanding. 0: 200 us. (It also spins through a completion it
@@ -142,8 +142,8 @@ int tdm_gpu_completion(const tdm_gpu *gpu, int device);
 typedef struct tdm_gpu_stats {
 	uint64_t awaits_word;  /* stream awaits that enqueued a completion-word write */
 	uint64_t awaits_event; /* stream awaits that recorded a pooled event */
-	/* What the poller did, for tuning and for reading benchmarks (all counted by the poller):
-	 */
+	/* What the poller did, for tuning and for reading benchmarks (counted by the poller, but
+	 * `direct`, which the workers count): */
 	uint64_t switches;    /* adaptive: times a stream changed mechanism (0 otherwise) */
 	uint64_t event_polls; /* event queries of stream awaits (driver calls on cuda) */
 	uint64_t sweeps;      /* passes over the busy streams */

@@ -62,6 +62,11 @@ int bench_gpu_throughput(const struct bench_gpu_opts *o);
  * bench_pinned.c, bench_gpu_scaling.c, bench_gpu_idle.c, bench_topology.c.
  */
 int bench_pipeline(int argc, char **argv);
+
+/* bench_gpu_open.c: adds b - a, counter by counter, to *sum (the poller's counts over a run). */
+struct tdm_gpu_stats;
+void bench_stats_add_delta(struct tdm_gpu_stats *sum, const struct tdm_gpu_stats *a,
+                           const struct tdm_gpu_stats *b);
 int bench_pinned(int argc, char **argv);
 int bench_gpu_scaling(int argc, char **argv);
 int bench_gpu_idle(int argc, char **argv);

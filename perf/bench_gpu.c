@@ -513,11 +513,17 @@ static void tandem_latency(const struct bench_gpu_opts *o, unsigned workers, uin
 			sleep_us(200);
 		if (atomic_load(&bg.failed) > 0)
 			die("background await", -EIO);
+		/* Suspended is not yet counted: a worker may still watch its last await itself
+		 * (tdm_gpu_stats.direct) and hand it to the poller only after its spin. */
+		for (;;) {
+			gmust(tdm_gpu_stats_get(e.gpu, &st1), "tdm_gpu_stats_get");
+			res->bg_words = st1.awaits_word - st0.awaits_word;
+			res->bg_events = st1.awaits_event - st0.awaits_event;
+			if (res->bg_words + res->bg_events >= outstanding)
+				break;
+			sleep_us(50);
+		}
 		res->bg_setup_ms = (double)(tdm_now_ns() - t_bg) / 1e6;
-		/* Every background await is with the poller, so counted. */
-		gmust(tdm_gpu_stats_get(e.gpu, &st1), "tdm_gpu_stats_get");
-		res->bg_words = st1.awaits_word - st0.awaits_word;
-		res->bg_events = st1.awaits_event - st0.awaits_event;
 	}
 
 	gmust(tdm_notify_fire(&m.go), "tdm_notify_fire");
@@ -594,7 +600,8 @@ static void lat_report(const struct lat_ctx *c, const char *impl, unsigned worke
 	json_str(c->info->device);
 	putchar('"');
 	if (strcmp(impl, "tandem") == 0)
-		printf(",\"completion\":\"%s\"", c->info->completion);
+		printf(",\"completion\":\"%s\",\"stream_set\":%u,\"launch_limit\":%u",
+		       c->info->completion, c->info->streams, c->info->launch_limit);
 	printf(",\"rounds\":%d", o->reps);
 	printf(",\"workers\":%u,\"outstanding\":%llu,\"bg_streams\":%u,"
 	       "\"kernel_us\":0,\"n\":%llu,\"warmup\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,"
@@ -841,9 +848,7 @@ struct tp_result {
 	double tps, tps_best, median_ms, min_ms;
 	unsigned streams;
 	uint64_t in_flight;
-	uint64_t awaits_word, awaits_event; /* tandem: the timed runs' awaits, by mechanism */
-	uint64_t switches, event_polls, sweeps, sleeps; /* tandem: the poller, timed runs */
-	uint64_t direct; /* tandem: word awaits its worker saw complete itself, timed runs */
+	tdm_gpu_stats st; /* tandem: the poller's counts over the timed runs */
 };
 
 /* ms[] of reps runs (sorted here) into the result. */
@@ -881,13 +886,8 @@ static void tandem_throughput(const struct bench_gpu_opts *o, unsigned workers, 
 	for (int i = 0; i < o->reps; i++)
 		ms[i] = (double)tandem_tp_once(&e, &r, tasks, o->n) / 1e6;
 	gmust(tdm_gpu_stats_get(e.gpu, &st1), "tdm_gpu_stats_get");
-	res->awaits_word = st1.awaits_word - st0.awaits_word;
-	res->awaits_event = st1.awaits_event - st0.awaits_event;
-	res->switches = st1.switches - st0.switches;
-	res->event_polls = st1.event_polls - st0.event_polls;
-	res->sweeps = st1.sweeps - st0.sweeps;
-	res->sleeps = st1.sleeps - st0.sleeps;
-	res->direct = st1.direct - st0.direct;
+	memset(&res->st, 0, sizeof(res->st));
+	bench_stats_add_delta(&res->st, &st0, &st1);
 	res->streams = distinct_streams(tasks, o->n);
 	res->in_flight = o->n;
 	watchdog_stop(&wd);
@@ -978,10 +978,10 @@ static void tp_json(const struct bench_gpu_opts *o, const struct gpu_info *info,
 		       "\"awaits_word\":%llu,\"awaits_event\":%llu,\"switches\":%llu,"
 		       "\"event_polls\":%llu,\"sweeps\":%llu,\"sleeps\":%llu,\"direct\":%llu",
 		       info->completion, info->streams, info->launch_limit,
-		       (unsigned long long)r->awaits_word, (unsigned long long)r->awaits_event,
-		       (unsigned long long)r->switches, (unsigned long long)r->event_polls,
-		       (unsigned long long)r->sweeps, (unsigned long long)r->sleeps,
-		       (unsigned long long)r->direct);
+		       (unsigned long long)r->st.awaits_word,
+		       (unsigned long long)r->st.awaits_event, (unsigned long long)r->st.switches,
+		       (unsigned long long)r->st.event_polls, (unsigned long long)r->st.sweeps,
+		       (unsigned long long)r->st.sleeps, (unsigned long long)r->st.direct);
 	printf(",\"workers\":%u,\"kernel_us\":%llu,\"n\":%llu,\"reps\":%d,"
 	       "\"tasks_per_s\":%.1f,\"best_tasks_per_s\":%.1f,\"median_ms\":%.3f,\"min_ms\":%.3f,"
 	       "\"streams\":%u,\"in_flight\":%llu,\"cpus\":%u}\n",

@@ -11,6 +11,19 @@
 #include "tandem.h"
 #include "tandem_gpu.h"
 
+void bench_stats_add_delta(tdm_gpu_stats *sum, const tdm_gpu_stats *a, const tdm_gpu_stats *b)
+{
+	sum->awaits_word += b->awaits_word - a->awaits_word;
+	sum->awaits_event += b->awaits_event - a->awaits_event;
+	sum->switches += b->switches - a->switches;
+	sum->event_polls += b->event_polls - a->event_polls;
+	sum->sweeps += b->sweeps - a->sweeps;
+	sum->sleeps += b->sleeps - a->sleeps;
+	sum->due_spins += b->due_spins - a->due_spins;
+	sum->prewakes += b->prewakes - a->prewakes;
+	sum->direct += b->direct - a->direct;
+}
+
 int bench_gpu_create(tdm_executor *ex, tdm_gpu_config *g, int sim, const char *cmd, tdm_gpu **out)
 {
 	/* Never AUTO: TANDEM_GPU in the environment must not change what is measured. */
@@ -18,6 +31,7 @@ int bench_gpu_create(tdm_executor *ex, tdm_gpu_config *g, int sim, const char *c
 	int rc = tdm_gpu_create(out, ex, g);
 	if (rc == 0 && tdm_gpu_device_count(*out) < 1) {
 		tdm_gpu_destroy(*out);
+		*out = NULL;
 		rc = -ENODEV;
 	}
 	if (rc == -ENODEV)

@@ -577,14 +577,7 @@ static void run_load(const struct opts *o, const char *device, const struct load
 		pmust(tdm_gpu_stats_get(e.gpu, &t0), "tdm_gpu_stats_get");
 		r[I_TANDEM].s[k] = tandem_pipeline(&e, &w, o, n);
 		pmust(tdm_gpu_stats_get(e.gpu, &t1), "tdm_gpu_stats_get");
-		ts.awaits_word += t1.awaits_word - t0.awaits_word;
-		ts.awaits_event += t1.awaits_event - t0.awaits_event;
-		ts.switches += t1.switches - t0.switches;
-		ts.event_polls += t1.event_polls - t0.event_polls;
-		ts.sweeps += t1.sweeps - t0.sweeps;
-		ts.sleeps += t1.sleeps - t0.sleeps;
-		ts.due_spins += t1.due_spins - t0.due_spins;
-		ts.prewakes += t1.prewakes - t0.prewakes;
+		bench_stats_add_delta(&ts, &t0, &t1);
 		r[I_SYNC].s[k] = tandem_one(&e, &w, W_SYNC, n);
 #if HAVE_RAW
 		if (db != NULL) {

@@ -145,7 +145,7 @@ Test(topology, h200_facts)
 	tdm__topology_free(t);
 }
 
-Test(topology, h200_gets_8_streams_and_4_launchers)
+Test(topology, h200_gets_8_streams_and_the_full_launch_limit)
 {
 	struct tdm__topology *t = load("h200.topo");
 	plan(t);
@@ -259,7 +259,7 @@ Test(topology, h100_split_7_ways_shows_all_and_cuda_sees_one)
 	tdm__topology_free(t);
 }
 
-Test(topology, a_1g_instance_of_7_gets_2_streams_and_3_launchers)
+Test(topology, a_1g_instance_of_132_sms_gets_2_streams_and_2_launchers)
 {
 	struct tdm__topology *t = load("h100-mig-7x1g.topo");
 	plan(t);
