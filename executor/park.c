@@ -75,48 +75,28 @@ static bool should_wake(struct tdm_executor *ex, uint32_t s)
 	return tdm__idle_searching(s) == 0 && tdm__idle_unparked(s) < ex->nworkers;
 }
 
-void tdm__notify_parked(struct tdm_executor *ex)
+/*
+ * Wakes one parked worker if should_wake still holds under the lock: `prefer` if it is parked,
+ * else the last to park. True when it woke one. The caller has checked should_wake already
+ * (without the lock, as a fast path).
+ */
+static bool wake_one(struct tdm_executor *ex, unsigned prefer)
 {
-	/* Seq_cst fence: the caller's publication of work (a queue push) is ordered before the
-	 * load of idle_state. Pairs with the fence in tdm__park after its idle_state RMW. */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (!should_wake(ex, atomic_load_explicit(&ex->idle_state, memory_order_seq_cst)))
-		return;
-	pthread_mutex_lock(&ex->idle_lock);
-	struct tdm__worker *w = NULL;
-	if (ex->nsleepers > 0 &&
-	    should_wake(ex, atomic_load_explicit(&ex->idle_state, memory_order_relaxed))) {
-		/* The woken worker starts as a searcher; count it now so that concurrent
-		 * publishers do not wake a second one for the same work. */
-		atomic_fetch_add_explicit(&ex->idle_state, TDM__IDLE_UNPARKED | TDM__IDLE_SEARCHING,
-		                          memory_order_seq_cst);
-		w = &ex->workers[ex->sleepers[--ex->nsleepers]];
-	}
-	pthread_mutex_unlock(&ex->idle_lock);
-	if (w != NULL)
-		tdm__unpark(w);
-}
-
-bool tdm__expect_wake(struct tdm_executor *ex, unsigned home)
-{
-	/* Relaxed: a hint. A worker that parks just after this load misses only the hint; the
-	 * task's own wake-up (tdm__notify_parked, with its fence) still reaches it. */
-	if (!should_wake(ex, atomic_load_explicit(&ex->idle_state, memory_order_relaxed)))
-		return false;
 	pthread_mutex_lock(&ex->idle_lock);
 	struct tdm__worker *w = NULL;
 	if (ex->nsleepers > 0 &&
 	    should_wake(ex, atomic_load_explicit(&ex->idle_state, memory_order_relaxed))) {
 		unsigned k = ex->nsleepers - 1;
-		for (unsigned i = 0; i < ex->nsleepers; i++)
-			if (ex->sleepers[i] == home) {
+		for (unsigned i = 0; prefer != UINT_MAX && i < ex->nsleepers; i++)
+			if (ex->sleepers[i] == prefer) {
 				k = i;
 				break;
 			}
 		w = &ex->workers[ex->sleepers[k]];
 		ex->sleepers[k] = ex->sleepers[--ex->nsleepers];
-		/* Counted as unparked and searching before it runs, as tdm__notify_parked does:
-		 * tdm__park undoes both when it sleeps again. */
+		/* The woken worker starts as a searcher; count it now so that concurrent
+		 * publishers do not wake a second one for the same work (tdm__park undoes both
+		 * when it sleeps again). */
 		atomic_fetch_add_explicit(&ex->idle_state, TDM__IDLE_UNPARKED | TDM__IDLE_SEARCHING,
 		                          memory_order_seq_cst);
 	}
@@ -124,6 +104,23 @@ bool tdm__expect_wake(struct tdm_executor *ex, unsigned home)
 	if (w != NULL)
 		tdm__unpark(w);
 	return w != NULL;
+}
+
+void tdm__notify_parked(struct tdm_executor *ex)
+{
+	/* Seq_cst fence: the caller's publication of work (a queue push) is ordered before the
+	 * load of idle_state. Pairs with the fence in tdm__park after its idle_state RMW. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (should_wake(ex, atomic_load_explicit(&ex->idle_state, memory_order_seq_cst)))
+		wake_one(ex, UINT_MAX);
+}
+
+bool tdm__expect_wake(struct tdm_executor *ex, unsigned home)
+{
+	/* Relaxed: a hint. A worker that parks just after this load misses only the hint; the
+	 * task's own wake-up (tdm__notify_parked, with its fence) still reaches it. */
+	return should_wake(ex, atomic_load_explicit(&ex->idle_state, memory_order_relaxed)) &&
+	       wake_one(ex, home);
 }
 
 bool tdm__work_pending(struct tdm_executor *ex)

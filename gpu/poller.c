@@ -384,13 +384,17 @@ static uint64_t due_lead(const struct tdm_gpu *gpu)
 	return lead < TDM__DUE_MAX_NS ? lead : TDM__DUE_MAX_NS;
 }
 
+/* The due window: from lead before the due time to late after it. */
+static bool in_due_window(uint64_t now, uint64_t due, uint64_t lead, uint64_t late)
+{
+	return now + lead >= due && now <= due + late;
+}
+
 /* Whether stream s's await is due now (the window due_soon spins through, for this stream). */
 static bool stream_due(const struct tdm_gpu *gpu, const struct tdm_stream *s, uint64_t now)
 {
-	if (s->typical_ns == 0)
-		return false;
-	uint64_t due = s->moved_ns + s->typical_ns;
-	return now + due_lead(gpu) >= due && now <= due + due_late(s);
+	return s->typical_ns != 0 &&
+	       in_due_window(now, s->moved_ns + s->typical_ns, due_lead(gpu), due_late(s));
 }
 
 uint64_t tdm__look_step(uint64_t now, uint64_t moved_ns, uint64_t typical_ns, uint64_t lead,
@@ -401,7 +405,7 @@ uint64_t tdm__look_step(uint64_t now, uint64_t moved_ns, uint64_t typical_ns, ui
 	if (typical_ns == 0)
 		return step;
 	uint64_t due = moved_ns + typical_ns;
-	if (now + lead >= due && now <= due + late)
+	if (in_due_window(now, due, lead, late))
 		return 0; /* due: on every sweep (the due spin) */
 	uint64_t dist = due > now ? due - now : now - due, near = dist / 4;
 	if (near < TDM__LOOK_MIN_NS)
@@ -417,8 +421,8 @@ uint64_t tdm__look_step(uint64_t now, uint64_t moved_ns, uint64_t typical_ns, ui
 /* A completion is due within due_lead, or was within its due_late. */
 static bool due_soon(const struct tdm_gpu *gpu, uint64_t now)
 {
-	return gpu->due_ns != UINT64_MAX && now + due_lead(gpu) >= gpu->due_ns &&
-	       now <= gpu->due_ns + gpu->due_late_ns;
+	return gpu->due_ns != UINT64_MAX &&
+	       in_due_window(now, gpu->due_ns, due_lead(gpu), gpu->due_late_ns);
 }
 
 static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)

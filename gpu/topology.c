@@ -296,7 +296,8 @@ void tdm__topo_set_max_connections(struct tdm__topology *t, const char *raw)
 	tdm__topo_copy(t->max_connections_raw, sizeof(t->max_connections_raw), raw);
 	char *end;
 	long v = strtol(raw, &end, 10);
-	t->max_connections = (end != raw && *end == '\0' && v >= 1 && v <= 32) ? (int)v : -1;
+	t->max_connections =
+	    (end != raw && *end == '\0' && v >= 1 && v <= TDM__TOPO_MAX_QUEUES) ? (int)v : -1;
 }
 
 void tdm__topo_set_visible_devices(struct tdm__topology *t, const char *raw)
@@ -416,7 +417,7 @@ void tdm__topology_decide(const struct tdm__topo_dev *d, const struct tdm__decid
 	memset(out, 0, sizeof(*out));
 	if (env == NULL)
 		env = &none;
-	if (env->max_connections >= 1 && env->max_connections <= 32) {
+	if (env->max_connections >= 1 && env->max_connections <= TDM__TOPO_MAX_QUEUES) {
 		base = (unsigned)env->max_connections;
 		tdm__topo_say(base_why, sizeof(base_why),
 		              "CUDA_DEVICE_MAX_CONNECTIONS=%u work queues", base);
@@ -461,7 +462,8 @@ void tdm__topology_decide(const struct tdm__topo_dev *d, const struct tdm__decid
 		tdm__topo_say(out->why_streams, sizeof(out->why_streams),
 		              "%u streams: tdm_gpu_config.streams_per_device", out->streams);
 	} else if (!d->mig && env->workers > base) {
-		out->streams = env->workers < 32 ? env->workers : 32;
+		out->streams =
+		    env->workers < TDM__TOPO_MAX_QUEUES ? env->workers : TDM__TOPO_MAX_QUEUES;
 		tdm__topo_say(out->why_streams, sizeof(out->why_streams),
 		              "%u streams: one per worker (at most 32) over %s", out->streams,
 		              base_why);

@@ -97,6 +97,7 @@ struct tdm__device_plan {
 
 /* The rules, for tests and callers that want to state them. */
 #define TDM__TOPO_DEFAULT_QUEUES 8 /* CUDA's default hardware work queues per context */
+#define TDM__TOPO_MAX_QUEUES 32    /* the most CUDA makes (CUDA_DEVICE_MAX_CONNECTIONS 1..32) */
 #define TDM__TOPO_MIN_MIG_STREAMS 2
 #define TDM__TOPO_FULL_LAUNCH 16 /* a whole device's launch limit; why: topology.c's header */
 #define TDM__TOPO_MIG_SLICES 7   /* compute slices of a whole A100/H100/H200 in MIG mode */

@@ -465,8 +465,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		                                                           : o->backend_given
 		                                                               ? "backend"
 		                                                               : "launch-limit");
-	if (o->bench == BENCH_GPU_LATENCY && o->reps_given && o->reps > 64)
-		bad("--reps: gpu-latency takes at most 64 rounds");
+	if (o->bench == BENCH_GPU_LATENCY && o->reps_given && o->reps > BENCH_LAT_MAX_ROUNDS)
+		bad("--reps: gpu-latency takes at most %d rounds", BENCH_LAT_MAX_ROUNDS);
 	if (o->bench != BENCH_GPU_LATENCY && o->noutstanding)
 		bad("--outstanding applies to gpu-latency only");
 	if (o->bench != BENCH_GPU_THROUGHPUT && o->nkernel)

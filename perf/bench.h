@@ -53,6 +53,8 @@ struct bench_gpu_opts {
  * Each runs its benchmark and returns the process's exit status; no device for the backend exits
  * with 3 at once, and a configuration that stops making progress ends the process with 4.
  */
+/* gpu-latency's most interleaved rounds (--reps). */
+#define BENCH_LAT_MAX_ROUNDS 64
 int bench_gpu_latency(const struct bench_gpu_opts *o);
 int bench_gpu_throughput(const struct bench_gpu_opts *o);
 

@@ -635,8 +635,8 @@ static double median_of(double *v, int n)
 static void lat_rounds(const struct lat_result *first, int stride, int rounds,
                        struct lat_result *out)
 {
-	double p50[64], p99[64];
-	int n = rounds < 64 ? rounds : 64;
+	double p50[BENCH_LAT_MAX_ROUNDS], p99[BENCH_LAT_MAX_ROUNDS];
+	int n = rounds < BENCH_LAT_MAX_ROUNDS ? rounds : BENCH_LAT_MAX_ROUNDS;
 
 	*out = first[0];
 	out->st.mean = 0;

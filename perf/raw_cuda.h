@@ -39,14 +39,14 @@ int raw_cuda_device_name(char *buf, size_t len);
  * the call: launch, then learn of its completion `how`. ns[i] gets the host time from just before
  * the launch to just after the completion was seen (CLOCK_MONOTONIC), for the n round trips that
  * follow `warmup` untimed ones. With bg_streams > 0, that many other streams each run a 1x1
- * kernel that spins until the call ends, followed by bg_writes completion writes
+ * kernel that spins until the call ends, followed by bg_pending completion writes
  * (cuStreamWriteValue64) and then bg_events event records queued behind it, so the GPU carries
  * the same background work as tandem's gpu-latency with awaits outstanding, each of which holds
  * one write or one event record, whichever its await used (but no host-side awaits);
  * -ETIMEDOUT if the kernels ended before the last sample. Streams, events and kernels are
  * created and torn down inside the call.
  */
-int raw_cuda_latency(enum raw_cuda_floor how, unsigned bg_streams, unsigned bg_writes,
+int raw_cuda_latency(enum raw_cuda_floor how, unsigned bg_streams, unsigned bg_pending,
                      unsigned bg_events, uint64_t warmup, uint64_t n, uint64_t *ns);
 
 /* The throughput baselines. */
