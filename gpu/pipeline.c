@@ -493,8 +493,11 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 	}
 	if (rc == 0) {
 		p->st.cancelled = cancelled;
-		if (p->t_first != 0 && p->t_last > p->t_first)
+		if (p->t_first != 0 && p->t_last > p->t_first) {
 			p->st.seconds = (double)(p->t_last - p->t_first) / 1e9;
+			p->st.start_ns = p->t_first;
+			p->st.end_ns = p->t_last;
+		}
 		if (stats != NULL)
 			*stats = p->st;
 		if (wait_rc == -ECANCELED || cancelled > 0)

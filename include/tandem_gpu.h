@@ -369,6 +369,9 @@ typedef struct tdm_pipeline_stats {
 	int first_error;    /* of the failed batch with the lowest index, 0 if none */
 	uint64_t bytes_in, bytes_out; /* in_len and out_len of the consumed batches */
 	double seconds;               /* from the first prepare to the end of the last batch */
+	/* The same two moments on tdm_now_ns's clock, to line a run up with other timelines; both
+	 * 0 when no batch was prepared. */
+	uint64_t start_ns, end_ns;
 } tdm_pipeline_stats;
 
 /*

@@ -77,10 +77,12 @@ static void check(const void *host_out, uint64_t index, void *user)
 }
 
 /* The GPU stage on tandem's side: the same kernels as pipeline_cuda.cu's. */
-static int work_compute(const struct work *w, tdm_stream *s, void *dev_out, const void *dev_in)
+static int work_compute(const struct work *w, tdm_stream *s, void *dev_out, const void *dev_in,
+                        uint64_t index)
 {
 	int rc;
 
+	(void)index; /* the trace's key; only the native busy kernel is traced */
 	if (w->l->busy_ns == 0)
 		return tdm_launch_scale(s, dev_out, dev_in, 2.0f,
 		                        PIPE_CUDA_TRIVIAL_BYTES / sizeof(float));
@@ -89,7 +91,7 @@ static int work_compute(const struct work *w, tdm_stream *s, void *dev_out, cons
 		/* Our own launch on tandem's stream: bounded like tandem's own launches. */
 		tdm_launch_begin(s);
 		rc = pipe_cuda_busy(tdm_stream_native(s), w->l->busy_ns,
-		                    w->stamp_kernel ? dev_out : NULL, dev_in);
+		                    w->stamp_kernel ? dev_out : NULL, dev_in, (int64_t)index);
 		tdm_launch_end(s);
 		if (w->stamp_kernel)
 			return rc;
@@ -117,6 +119,7 @@ static void pmust(int err, const char *what)
 
 struct opts {
 	int sim, json;
+	int trace;        /* --trace: the compute-bound kernels' device-clock timeline, per run */
 	int stamp_kernel; /* --stamp kernel: the busy kernel copies the stamp (no device copy) */
 	uint64_t batches;
 	unsigned in_flight, reps, cpus;
@@ -195,7 +198,7 @@ static int pipe_prepare(tdm_batch *b, void *user)
 
 static int pipe_compute(tdm_batch *b, void *user)
 {
-	return work_compute(user, b->stream, b->dev_out, b->dev_in);
+	return work_compute(user, b->stream, b->dev_out, b->dev_in, b->index);
 }
 
 static int pipe_consume(tdm_batch *b, void *user)
@@ -204,7 +207,10 @@ static int pipe_consume(tdm_batch *b, void *user)
 	return 0;
 }
 
-static double tandem_pipeline(struct env *e, struct work *w, const struct opts *o, uint64_t n)
+/* Each of these returns the run's seconds and, in at[0] and at[1], its start and end on
+ * tdm_now_ns's clock (for --trace). */
+static double tandem_pipeline(struct env *e, struct work *w, const struct opts *o, uint64_t n,
+                              uint64_t at[2])
 {
 	tdm_pipeline_config c = {
 	    .device = 0,
@@ -223,6 +229,8 @@ static double tandem_pipeline(struct env *e, struct work *w, const struct opts *
 	pmust(tdm_pipeline_run(e->gpu, &c, &st), "tdm_pipeline_run");
 	if (st.batches != n)
 		die("tdm_pipeline_run: batches missing", -EIO);
+	at[0] = st.start_ns;
+	at[1] = st.end_ns;
 	return st.seconds;
 }
 
@@ -266,7 +274,7 @@ static int one_task(tdm_task *t, void *arg)
 			stamp(e->hin, k->i, k->w);
 			rc = tdm_memcpy_async(k->s, e->din, e->hin, bytes, TDM_COPY_H2D);
 			if (rc == 0)
-				rc = work_compute(k->w, k->s, e->dout, e->din);
+				rc = work_compute(k->w, k->s, e->dout, e->din, k->i);
 			if (rc == 0)
 				rc = tdm_memcpy_async(k->s, e->hout, e->dout, bytes, TDM_COPY_D2H);
 			if (rc != 0)
@@ -283,7 +291,7 @@ static int one_task(tdm_task *t, void *arg)
 		if (k->which == W_H2D || k->which == W_BIDIR)
 			rc = tdm_memcpy_async(k->s, e->din, e->hin, bytes, TDM_COPY_H2D);
 		if (rc == 0 && k->which == W_COMPUTE)
-			rc = work_compute(k->w, k->s, e->dout, e->din);
+			rc = work_compute(k->w, k->s, e->dout, e->din, i);
 		if (rc == 0 && k->which == W_D2H)
 			rc = tdm_memcpy_async(k->s, e->hout, e->dout, bytes, TDM_COPY_D2H);
 		if (rc == 0 && k->which == W_BIDIR)
@@ -303,7 +311,8 @@ static int one_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-static double tandem_one(struct env *e, struct work *w, enum which which, uint64_t n)
+static double tandem_one(struct env *e, struct work *w, enum which which, uint64_t n,
+                         uint64_t at[2])
 {
 	struct one k = {.e = e, .w = w, .which = which, .n = n};
 
@@ -317,6 +326,8 @@ static double tandem_one(struct env *e, struct work *w, enum which which, uint64
 		tdm_stream_release(k.s2);
 	if (k.err != 0)
 		die("sync or stage task", k.err);
+	at[0] = k.t0;
+	at[1] = k.t1;
 	return (double)(k.t1 - k.t0) / 1e9;
 }
 
@@ -455,6 +466,8 @@ static void usage(FILE *f)
 	      "  --reps R        timed runs of each implementation, 1..64 (default 5)\n"
 	      "  --stamp S       compute-bound: copy (a 64-byte device copy after the kernel) or\n"
 	      "                  kernel (the kernel copies it; default); sim always copies\n"
+	      "  --trace         compute-bound, cuda only: also where each run's time went, from\n"
+	      "                  the kernels' own device-clock spans (one line per run)\n"
 	      "  --json          one JSON object per line instead of a table\n",
 	      f);
 }
@@ -496,6 +509,10 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->json = 1;
 			continue;
 		}
+		if (strcmp(a, "--trace") == 0) {
+			o->trace = 1;
+			continue;
+		}
 		if (strcmp(a, "pipeline") == 0)
 			continue; /* the subcommand: bench.c hands over the whole command line */
 		if (len >= sizeof(name))
@@ -532,7 +549,66 @@ static void parse(int argc, char **argv, struct opts *o)
 	}
 	if (!batches_given)
 		o->batches = o->sim ? 20 : 200;
+	if (o->trace && (o->sim || !HAVE_RAW))
+		bad("--trace: needs --backend cuda in a CUDA build; backend",
+		    o->sim ? "sim" : "cuda");
 	o->cpus = bench_cpus();
+}
+
+/* --trace: is this run traced? The busy kernel is the only one that records. */
+static int traced(const struct opts *o, const struct work *w)
+{
+	return o->trace && w->native && w->l->busy_ns != 0;
+}
+
+static void trace_begin(const struct opts *o, const struct work *w, uint64_t n)
+{
+#if HAVE_RAW
+	if (traced(o, w) && pipe_cuda_trace_begin(n) != 0)
+		die(pipe_cuda_error(), -EIO);
+#else
+	(void)o, (void)w, (void)n;
+#endif
+}
+
+/* One line per traced run: its host-clock time split into the kernels' device-clock span and
+ * the rest (host start-up, the first copy in, the last copy out, finding the end). */
+static void trace_end(const struct opts *o, const struct work *w, enum impl i, unsigned rep,
+                      uint64_t n, const uint64_t at[2])
+{
+#if HAVE_RAW
+	struct pipe_cuda_trace t;
+
+	if (!traced(o, w))
+		return;
+	if (pipe_cuda_trace_read(n, at[0], at[1], &t) != 0)
+		die(pipe_cuda_error(), -EIO);
+	double seconds = (double)(at[1] - at[0]) / 1e9, span = (double)t.span_ns / 1e9;
+	if (o->json)
+		printf("{\"bench\":\"pipeline-trace\",\"config\":\"%s\",\"impl\":\"%s\","
+		       "\"rep\":%u,\"in_flight\":%u,\"seconds\":%.6f,\"span_s\":%.6f,"
+		       "\"outside_span_us\":%.1f,\"kernels_s\":%.6f,\"gap_sum_us\":%.1f,"
+		       "\"gap_max_us\":%.1f,\"gaps_over_2us\":%llu,\"out_of_order\":%llu,"
+		       "\"lead_us\":%.1f,\"tail_us\":%.1f,\"clock_window_us\":%.1f}\n",
+		       w->l->name, impl_names[i], rep, o->in_flight, seconds, span,
+		       (seconds - span) * 1e6, (double)t.kernels_ns / 1e9,
+		       (double)t.gap_sum_ns / 1e3, (double)t.gap_max_ns / 1e3,
+		       (unsigned long long)t.gaps_over_2us, (unsigned long long)t.out_of_order,
+		       (double)t.lead_ns / 1e3, (double)t.tail_ns / 1e3,
+		       (double)t.clock_window_ns / 1e3);
+	else
+		printf("  trace %-19s run %u: %.6f s = kernels' span %.6f s + %.1f us outside it "
+		       "(%.1f before the first kernel, %.1f after the last, +-%.1f); gaps between "
+		       "kernels %+.1f us in all, longest %.1f us, %llu over 2 us; %llu started out "
+		       "of order\n",
+		       impl_names[i], rep, seconds, span, (seconds - span) * 1e6,
+		       (double)t.lead_ns / 1e3, (double)t.tail_ns / 1e3,
+		       (double)t.clock_window_ns / 1e3, (double)t.gap_sum_ns / 1e3,
+		       (double)t.gap_max_ns / 1e3, (unsigned long long)t.gaps_over_2us,
+		       (unsigned long long)t.out_of_order);
+#else
+	(void)o, (void)w, (void)i, (void)rep, (void)n, (void)at;
+#endif
 }
 
 static void run_load(const struct opts *o, const char *device, const struct load *l)
@@ -562,36 +638,43 @@ static void run_load(const struct opts *o, const char *device, const struct load
 	}
 #endif
 	/* Warm-up, untimed: streams, events, the pinned pool's chunks, first touch. */
-	tandem_pipeline(&e, &w, o, warm);
-	tandem_one(&e, &w, W_SYNC, warm);
-	tandem_one(&e, &w, W_BIDIR, warm);
+	uint64_t at[2];
+	tandem_pipeline(&e, &w, o, warm, at);
+	tandem_one(&e, &w, W_SYNC, warm, at);
+	tandem_one(&e, &w, W_BIDIR, warm, at);
 #if HAVE_RAW
-	uint64_t warm_ns;
-	if (db != NULL && pipe_cuda_db_run(db, warm, &warm_ns) != 0)
+	if (db != NULL && pipe_cuda_db_run(db, warm, &at[0], &at[1]) != 0)
 		die(pipe_cuda_error(), -EIO);
 #endif
 	/* Reps interleaved, so that a drift of the machine over the run hits every row alike. */
 	tdm_gpu_stats ts, t0, t1;
 	memset(&ts, 0, sizeof(ts));
 	for (unsigned k = 0; k < o->reps; k++) {
+		trace_begin(o, &w, n);
 		pmust(tdm_gpu_stats_get(e.gpu, &t0), "tdm_gpu_stats_get");
-		r[I_TANDEM].s[k] = tandem_pipeline(&e, &w, o, n);
+		r[I_TANDEM].s[k] = tandem_pipeline(&e, &w, o, n, at);
 		pmust(tdm_gpu_stats_get(e.gpu, &t1), "tdm_gpu_stats_get");
 		bench_stats_add_delta(&ts, &t0, &t1);
-		r[I_SYNC].s[k] = tandem_one(&e, &w, W_SYNC, n);
+		trace_end(o, &w, I_TANDEM, k, n, at);
+		trace_begin(o, &w, n);
+		r[I_SYNC].s[k] = tandem_one(&e, &w, W_SYNC, n, at);
+		trace_end(o, &w, I_SYNC, k, n, at);
 #if HAVE_RAW
 		if (db != NULL) {
-			uint64_t ns;
-			int rc = pipe_cuda_db_run(db, n, &ns);
+			trace_begin(o, &w, n);
+			int rc = pipe_cuda_db_run(db, n, &at[0], &at[1]);
 			if (rc != 0)
 				die(pipe_cuda_error(), rc);
-			r[I_DB].s[k] = (double)ns / 1e9;
+			r[I_DB].s[k] = (double)(at[1] - at[0]) / 1e9;
+			trace_end(o, &w, I_DB, k, n, at);
 		}
 #endif
-		r[I_H2D].s[k] = tandem_one(&e, &w, W_H2D, n);
-		r[I_COMPUTE].s[k] = tandem_one(&e, &w, W_COMPUTE, n);
-		r[I_D2H].s[k] = tandem_one(&e, &w, W_D2H, n);
-		r[I_BIDIR].s[k] = tandem_one(&e, &w, W_BIDIR, n);
+		r[I_H2D].s[k] = tandem_one(&e, &w, W_H2D, n, at);
+		trace_begin(o, &w, n);
+		r[I_COMPUTE].s[k] = tandem_one(&e, &w, W_COMPUTE, n, at);
+		trace_end(o, &w, I_COMPUTE, k, n, at);
+		r[I_D2H].s[k] = tandem_one(&e, &w, W_D2H, n, at);
+		r[I_BIDIR].s[k] = tandem_one(&e, &w, W_BIDIR, n, at);
 	}
 	for (int i = 0; i < I_COUNT; i++)
 		if (i != I_DB)

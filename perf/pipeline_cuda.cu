@@ -7,9 +7,11 @@
  */
 #include "pipeline_cuda.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <new>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -24,15 +26,21 @@ constexpr unsigned BUSY_BLOCK = 1024;
 constexpr unsigned SCALE_BLOCK = 256; // TDM__SCALE_BLOCK
 
 // Every thread spins: a block keeps its SM's thread slots until its last thread ends. With out
-// set, block 0 then copies the batch's stamp (PIPE_CUDA_STAMP_BYTES) from in to out.
-__global__ void busy_kernel(uint32_t ns, float *out, const float *in)
+// set, block 0 then copies the batch's stamp (PIPE_CUDA_STAMP_BYTES) from in to out. With tr set
+// (--trace), each block's thread 0 folds its start into tr[0] (min) and its end into tr[1] (max):
+// the kernel's span on the device's clock.
+__global__ void busy_kernel(uint32_t ns, float *out, const float *in, unsigned long long *tr)
 {
 	const uint64_t t0 = globaltimer();
+	if (tr != nullptr && threadIdx.x == 0)
+		atomicMin(&tr[0], (unsigned long long)t0);
 	while (globaltimer() - t0 < ns) {
 	}
 	if (out != nullptr && blockIdx.x == 0 &&
 	    threadIdx.x < PIPE_CUDA_STAMP_BYTES / sizeof(float))
 		out[threadIdx.x] = in[threadIdx.x];
+	if (tr != nullptr && threadIdx.x == 0)
+		atomicMax(&tr[1], (unsigned long long)globaltimer());
 }
 
 __global__ void scale_kernel(float *y, const float *x, float a, size_t n)
@@ -40,6 +48,13 @@ __global__ void scale_kernel(float *y, const float *x, float a, size_t n)
 	const size_t stride = (size_t)gridDim.x * blockDim.x;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
 		y[i] = a * x[i];
+}
+
+// One thread reads the device's clock into host-mapped memory, for lining it up with the host's.
+__global__ void clock_kernel(volatile unsigned long long *w)
+{
+	*w = globaltimer();
+	__threadfence_system();
 }
 
 cudaLaunchConfig_t config(cudaStream_t s, unsigned blocks, unsigned threads)
@@ -80,12 +95,25 @@ int device_shape(shape *out)
 	return cached.rc;
 }
 
-cudaError_t launch_busy(cudaStream_t s, const shape &sh, uint32_t ns, void *out, const void *in)
+/* --trace: two words (start, end) per batch index, on device 0; null when off. Set and read by
+ * pipe_cuda_trace_begin / _read between runs, read by launches during them. */
+unsigned long long *trace_words = nullptr;
+uint64_t trace_n = 0;
+
+unsigned long long *trace_slot(int64_t index)
+{
+	if (trace_words == nullptr || index < 0 || (uint64_t)index >= trace_n)
+		return nullptr;
+	return trace_words + 2 * (uint64_t)index;
+}
+
+cudaError_t launch_busy(cudaStream_t s, const shape &sh, uint32_t ns, void *out, const void *in,
+                        int64_t index)
 {
 	const unsigned per_sm = sh.busy_per_sm > 0 ? (unsigned)sh.busy_per_sm : 1;
 	const cudaLaunchConfig_t c = config(s, (unsigned)sh.sms * per_sm, BUSY_BLOCK);
 	return cudaLaunchKernelEx(&c, busy_kernel, ns, static_cast<float *>(out),
-	                          static_cast<const float *>(in));
+	                          static_cast<const float *>(in), trace_slot(index));
 }
 
 cudaError_t launch_scale(cudaStream_t s, const shape &sh, float *y, const float *x, size_t n)
@@ -103,14 +131,125 @@ extern "C" const char *pipe_cuda_error(void)
 	return last_error;
 }
 
-extern "C" int pipe_cuda_busy(void *stream, uint32_t ns, void *out, const void *in)
+extern "C" int pipe_cuda_busy(void *stream, uint32_t ns, void *out, const void *in, int64_t index)
 {
 	shape sh;
 	int rc = device_shape(&sh);
 
 	if (rc != 0)
 		return rc;
-	CUDA_TRY(launch_busy(static_cast<cudaStream_t>(stream), sh, ns, out, in));
+	CUDA_TRY(launch_busy(static_cast<cudaStream_t>(stream), sh, ns, out, in, index));
+	return 0;
+}
+
+extern "C" int pipe_cuda_trace_begin(uint64_t batches)
+{
+	if (batches == 0)
+		return fail_msg(-EINVAL, "pipe_cuda_trace_begin: no batches");
+	if (batches > trace_n) {
+		if (trace_words != nullptr)
+			CUDA_TRY(cudaFree(trace_words));
+		trace_words = nullptr;
+		trace_n = 0;
+		CUDA_TRY(cudaMalloc(&trace_words, batches * 2 * sizeof(unsigned long long)));
+		trace_n = batches;
+	}
+	// Starts all ones (atomicMin's identity), ends zero (atomicMax's); the words interleave,
+	// so two strided sets. Synchronous: done before the run enqueues anything.
+	CUDA_TRY(cudaMemset2D(trace_words, 2 * sizeof(unsigned long long), 0xff,
+	                      sizeof(unsigned long long), trace_n));
+	CUDA_TRY(cudaMemset2D(trace_words + 1, 2 * sizeof(unsigned long long), 0,
+	                      sizeof(unsigned long long), trace_n));
+	CUDA_TRY(cudaDeviceSynchronize());
+	return 0;
+}
+
+namespace
+{
+
+/*
+ * The device clock minus CLOCK_MONOTONIC: a one-thread kernel stores %globaltimer in mapped
+ * memory while the host spins on it; the store happened between the launch and the moment the
+ * host saw it, so the best of a few tries (the shortest window) bounds the offset within that
+ * window. The host side is taken as the moment seen (the store reaches the host within ~1 us).
+ */
+int clock_offset(int64_t *offset_ns, uint64_t *window_ns)
+{
+	unsigned long long *w = nullptr;
+	cudaStream_t s = nullptr;
+	int rc = 0;
+	cudaError_t e = cudaHostAlloc(&w, sizeof(*w), cudaHostAllocMapped);
+	if (e == cudaSuccess)
+		e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+	*window_ns = UINT64_MAX;
+	for (int k = 0; e == cudaSuccess && k < 20; k++) {
+		volatile unsigned long long *v = w;
+		*v = 0;
+		const uint64_t t0 = now_ns();
+		clock_kernel<<<1, 1, 0, s>>>(w);
+		if ((e = cudaGetLastError()) != cudaSuccess)
+			break;
+		while (*v == 0) {
+		}
+		const uint64_t t1 = now_ns();
+		if (t1 - t0 < *window_ns) {
+			*window_ns = t1 - t0;
+			*offset_ns = (int64_t)*v - (int64_t)t1;
+		}
+		e = cudaStreamSynchronize(s);
+	}
+	if (e != cudaSuccess)
+		rc = fail("clock offset", e);
+	if (s != nullptr)
+		(void)cudaStreamDestroy(s);
+	if (w != nullptr)
+		(void)cudaFreeHost(w);
+	return rc;
+}
+
+} // namespace
+
+extern "C" int pipe_cuda_trace_read(uint64_t batches, uint64_t host_start_ns, uint64_t host_end_ns,
+                                    struct pipe_cuda_trace *out)
+{
+	if (out == nullptr || batches == 0 || batches > trace_n)
+		return fail_msg(-EINVAL, "pipe_cuda_trace_read: no trace of that many batches");
+	std::vector<unsigned long long> w(2 * batches);
+	// Every run waits for its work before it returns; the device-wide wait is for certainty.
+	CUDA_TRY(cudaDeviceSynchronize());
+	CUDA_TRY(
+	    cudaMemcpy(w.data(), trace_words, w.size() * sizeof(w[0]), cudaMemcpyDeviceToHost));
+	std::vector<uint64_t> order(batches);
+	for (uint64_t i = 0; i < batches; i++) {
+		if (w[2 * i] == ~0ull || w[2 * i + 1] == 0)
+			return fail_msg(-EIO,
+			                "pipe_cuda_trace_read: a batch's kernel left no trace");
+		order[i] = i;
+	}
+	std::sort(order.begin(), order.end(),
+	          [&](uint64_t a, uint64_t b) { return w[2 * a] < w[2 * b]; });
+	*out = pipe_cuda_trace{};
+	uint64_t first = w[2 * order[0]], last = 0;
+	for (uint64_t k = 0; k < batches; k++) {
+		const uint64_t i = order[k], start = w[2 * i], end = w[2 * i + 1];
+		last = std::max<uint64_t>(last, end);
+		out->kernels_ns += end - start;
+		if (k > 0 && i < order[k - 1])
+			out->out_of_order++;
+		if (k + 1 < batches) {
+			const int64_t gap = (int64_t)w[2 * order[k + 1]] - (int64_t)end;
+			out->gap_sum_ns += gap;
+			out->gap_max_ns = std::max(out->gap_max_ns, gap);
+			out->gaps_over_2us += gap > 2000;
+		}
+	}
+	out->span_ns = last - first;
+	int64_t offset;
+	int rc = clock_offset(&offset, &out->clock_window_ns);
+	if (rc != 0)
+		return rc;
+	out->lead_ns = ((int64_t)first - offset) - (int64_t)host_start_ns;
+	out->tail_ns = (int64_t)host_end_ns - ((int64_t)last - offset);
 	return 0;
 }
 
@@ -127,7 +266,7 @@ struct pipe_cuda_db {
 namespace
 {
 
-int enqueue(pipe_cuda_db *db, int k)
+int enqueue(pipe_cuda_db *db, int k, uint64_t index)
 {
 	const pipe_cuda_work &w = db->w;
 	cudaStream_t s = db->s[k];
@@ -138,9 +277,10 @@ int enqueue(pipe_cuda_db *db, int k)
 		                      static_cast<const float *>(db->din[k]),
 		                      PIPE_CUDA_TRIVIAL_BYTES / sizeof(float)));
 	} else if (w.stamp_in_kernel) {
-		CUDA_TRY(launch_busy(s, db->sh, w.busy_ns, db->dout[k], db->din[k]));
+		CUDA_TRY(
+		    launch_busy(s, db->sh, w.busy_ns, db->dout[k], db->din[k], (int64_t)index));
 	} else {
-		CUDA_TRY(launch_busy(s, db->sh, w.busy_ns, nullptr, nullptr));
+		CUDA_TRY(launch_busy(s, db->sh, w.busy_ns, nullptr, nullptr, (int64_t)index));
 		CUDA_TRY(cudaMemcpyAsync(db->dout[k], db->din[k], PIPE_CUDA_STAMP_BYTES,
 		                         cudaMemcpyDeviceToDevice, s));
 	}
@@ -200,7 +340,8 @@ extern "C" int pipe_cuda_db_create(struct pipe_cuda_db **out, const struct pipe_
 	return 0;
 }
 
-extern "C" int pipe_cuda_db_run(struct pipe_cuda_db *db, uint64_t batches, uint64_t *elapsed_ns)
+extern "C" int pipe_cuda_db_run(struct pipe_cuda_db *db, uint64_t batches, uint64_t *start_ns,
+                                uint64_t *end_ns)
 {
 	const pipe_cuda_work &w = db->w;
 	const uint64_t t0 = now_ns();
@@ -214,11 +355,12 @@ extern "C" int pipe_cuda_db_run(struct pipe_cuda_db *db, uint64_t batches, uint6
 		}
 		if (i < batches) {
 			w.prepare(db->hin[k], i, w.user);
-			int rc = enqueue(db, k);
+			int rc = enqueue(db, k, i);
 			if (rc != 0)
 				return rc;
 		}
 	}
-	*elapsed_ns = now_ns() - t0;
+	*start_ns = t0;
+	*end_ns = now_ns();
 	return 0;
 }

@@ -35,9 +35,33 @@ const char *pipe_cuda_error(void);
  * nanoseconds on %globaltimer. Two of them never run side by side, whatever streams they are on,
  * as with real kernels that use the whole GPU (a 1x1 spin kernel would let every stream's kernel
  * run at once and hide nothing). With out non-NULL, one block then copies PIPE_CUDA_STAMP_BYTES
- * from in to out (device pointers) as its last act.
+ * from in to out (device pointers) as its last act. `index` is the batch's, for the trace (below);
+ * negative: not traced.
  */
-int pipe_cuda_busy(void *stream, uint32_t ns, void *out, const void *in);
+int pipe_cuda_busy(void *stream, uint32_t ns, void *out, const void *in, int64_t index);
+
+/*
+ * --trace: the device-clock span of each batch's busy kernel (its first block's start to its
+ * last block's end), for batches [0, batches). begin resets the record (synchronously, before a
+ * run); read, after the run, sums it up. Kernels are taken in the order they started.
+ */
+struct pipe_cuda_trace {
+	uint64_t span_ns;       /* first kernel's start to the last one's end */
+	uint64_t kernels_ns;    /* sum of the kernels' own spans */
+	int64_t gap_sum_ns;     /* sum over neighbours of next start - this end (< 0: overlap) */
+	int64_t gap_max_ns;     /* the longest such gap */
+	uint64_t gaps_over_2us; /* gaps longer than 2 us: the device waited for work */
+	uint64_t out_of_order;  /* kernels that started before a lower batch index's kernel */
+	/* Lined up with the run's host-clock start and end (CLOCK_MONOTONIC): the first kernel's
+	 * start minus the run's start, and the run's end minus the last kernel's end. The clocks
+	 * are matched to within clock_window_ns (see clock_offset in pipeline_cuda.cu). */
+	int64_t lead_ns, tail_ns;
+	uint64_t clock_window_ns;
+};
+
+int pipe_cuda_trace_begin(uint64_t batches);
+int pipe_cuda_trace_read(uint64_t batches, uint64_t host_start_ns, uint64_t host_end_ns,
+                         struct pipe_cuda_trace *out);
 
 /* One batch's work, the same as tandem's side of the benchmark does. */
 struct pipe_cuda_work {
@@ -58,12 +82,13 @@ struct pipe_cuda_work {
  * device buffers. Batch i uses set i % 2: cudaStreamSynchronize on its stream (batch i-2 done),
  * consume batch i-2, prepare batch i, then copy in, compute and copy out enqueued on that stream.
  * create allocates everything (outside any timed region); run times `batches` batches from the
- * first prepare to the last consume.
+ * first prepare to the last consume, as two moments on CLOCK_MONOTONIC (tdm_now_ns's clock).
  */
 struct pipe_cuda_db;
 
 int pipe_cuda_db_create(struct pipe_cuda_db **out, const struct pipe_cuda_work *w);
-int pipe_cuda_db_run(struct pipe_cuda_db *db, uint64_t batches, uint64_t *elapsed_ns);
+int pipe_cuda_db_run(struct pipe_cuda_db *db, uint64_t batches, uint64_t *start_ns,
+                     uint64_t *end_ns);
 /* Waits for the streams and frees everything. NULL is a no-op. */
 void pipe_cuda_db_destroy(struct pipe_cuda_db *db);
 

@@ -210,7 +210,9 @@ static void ordered_consume_sees_batch_order(struct env *e)
 	r.vary = true;
 	tdm_pipeline_config c = rec_config(&r, 4, 1);
 	tdm_pipeline_stats st;
+	uint64_t before = tdm_now_ns();
 	cr_assert_eq(tdm_pipeline_run(e->gpu, &c, &st), 0);
+	uint64_t after = tdm_now_ns();
 	cr_assert_eq(atomic_load(&r.bad), 0, "every batch came back with its own data");
 	cr_assert_eq(atomic_load(&r.npos), 40);
 	for (uint64_t i = 0; i < 40; i++)
@@ -222,7 +224,11 @@ static void ordered_consume_sees_batch_order(struct env *e)
 	cr_assert_eq(st.first_error, 0);
 	cr_assert_eq(st.bytes_in, 40 * c.in_bytes);
 	cr_assert_eq(st.bytes_out, 40 * c.out_bytes);
-	cr_assert_geq(st.seconds, 0.0);
+	/* The run's two moments lie within the call, and seconds is the time between them. */
+	cr_assert_geq(st.start_ns, before);
+	cr_assert_gt(st.end_ns, st.start_ns);
+	cr_assert_leq(st.end_ns, after);
+	cr_assert_float_eq(st.seconds, (double)(st.end_ns - st.start_ns) / 1e9, 1e-9);
 }
 
 static void unordered_consumes_every_batch_once(struct env *e)
@@ -368,6 +374,8 @@ static void empty_input_runs_nothing(struct env *e)
 	cr_assert_eq(tdm_pipeline_run(e->gpu, &c, &st), 0);
 	cr_assert_eq(st.batches + st.failed + st.cancelled, 0);
 	cr_assert_eq(st.seconds, 0.0);
+	cr_assert_eq(st.start_ns, 0);
+	cr_assert_eq(st.end_ns, 0);
 	cr_assert_eq(atomic_load(&r.npos), 0);
 }
 
