@@ -276,20 +276,16 @@ void *tdm__worker_main(void *arg)
 			    atomic_load_explicit(&w->ex->suspended, memory_order_relaxed) > 0) {
 				uint64_t until = tdm__spin_deadline(w->ex, tdm_now_ns());
 				/* The held await and the inbox are a load each; a full search
-				 * (every victim) and a new deadline only now and then, so the
-				 * wake-up is seen within a few cycles. */
+				 * (every victim) only now and then, so the wake-up is seen within a
+				 * few cycles. Past the window, on only while a hint says so. */
 				for (unsigned i = 1; t == NULL; i++) {
 					tdm__cpu_relax();
-					if ((t = held_take(w)) != NULL)
-						break;
-					if (i % 64 != 0) {
-						t = take_inbox(w, w);
-						continue;
-					}
-					t = tdm__find_task(w, true);
+					if ((t = held_take(w)) == NULL)
+						t = (i % 64 == 0) ? tdm__find_task(w, true)
+						                  : take_inbox(w, w);
 					uint64_t now = tdm_now_ns();
-					/* Past the window: on only while a hint says so. */
-					if (now >= until && (until = spin_hint(w->ex, now)) == 0)
+					if (t == NULL && now >= until &&
+					    (until = spin_hint(w->ex, now)) == 0)
 						break;
 				}
 			}
