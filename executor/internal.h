@@ -216,10 +216,6 @@ struct tdm_executor {
 	_Atomic int terminate;                         /* workers must exit */
 	_Atomic int64_t suspended;                     /* tasks held by the GPU layer */
 
-	/* tdm__expect_wake: searching workers spin, rather than park, until this time (tdm_now_ns;
-	 * 0: none). On a line of its own: spinning workers read it, the poller seldom writes. */
-	_Alignas(TDM__CACHELINE) _Atomic uint64_t spin_until;
-
 	/* Task memory: free tasks beyond the workers' caches, and every slab for destroy. */
 	_Alignas(TDM__CACHELINE) pthread_mutex_t pool_lock;
 	struct tdm__link *pool_free; /* pool_lock */
@@ -286,20 +282,12 @@ void tdm__task_wake(struct tdm__task *t, int result);
 /* Several at once: one inbox push per worker and one wake-up decision for the batch. */
 void tdm__task_wake_batch(struct tdm__task **tasks, const int *results, unsigned n);
 /*
- * A wake is due soon (the GPU poller expects a completion by `until`, on tdm_now_ns's clock):
- * unless a worker is looking for work already, wake a parked one (`home` if it is parked), and
- * let searching workers spin until `until` (at most TDM__SPIN_HINT_MAX_NS from now) instead of
- * parking after their usual window, so that the task is taken by a spinning worker rather than
- * after a futex wake-up. A hint: it publishes no work. True when it woke one.
+ * A wake is due soon (the GPU poller expects a completion): unless a worker is looking for work
+ * already, wake a parked one (`home` if it is parked), so that the task is taken by a spinning
+ * worker rather than after a futex wake-up. A hint: it publishes no work, and the woken worker
+ * spins for its usual window, then parks again. True when it woke one.
  */
-bool tdm__expect_wake(struct tdm_executor *ex, unsigned home, uint64_t until);
-/* The longest a tdm__expect_wake keeps a worker from parking: a wrong hint costs at most this
- * much spinning. */
-#define TDM__SPIN_HINT_MAX_NS 1000000ull
-/* Until when a worker with nothing to run, looking at `now`, spins before it parks: its usual
- * window (100 us), or the deadline of the last tdm__expect_wake if that is later and within
- * TDM__SPIN_HINT_MAX_NS of now. */
-uint64_t tdm__spin_deadline(struct tdm_executor *ex, uint64_t now);
+bool tdm__expect_wake(struct tdm_executor *ex, unsigned home);
 /*
  * For an awaitable whose completion is cheap to look at (a completion word: one memory read),
  * called by t's await after tdm__task_suspend(t), instead of handing t to its waker: when t runs

@@ -115,16 +115,10 @@ void tdm__notify_parked(struct tdm_executor *ex)
 		wake_one(ex, UINT_MAX);
 }
 
-bool tdm__expect_wake(struct tdm_executor *ex, unsigned home, uint64_t until)
+bool tdm__expect_wake(struct tdm_executor *ex, unsigned home)
 {
-	/* Relaxed, the deadline and the idle state alike: hints. A worker that misses the new
-	 * deadline, or parks just after the load below, only parks sooner; the task's own
-	 * wake-up (tdm__notify_parked, with its fence) still reaches it. */
-	uint64_t cur = atomic_load_explicit(&ex->spin_until, memory_order_relaxed);
-	while (cur < until &&
-	       !atomic_compare_exchange_weak_explicit(&ex->spin_until, &cur, until,
-	                                              memory_order_relaxed, memory_order_relaxed)) {
-	}
+	/* Relaxed: a hint. A worker that parks just after this load misses only the hint; the
+	 * task's own wake-up (tdm__notify_parked, with its fence) still reaches it. */
 	return should_wake(ex, atomic_load_explicit(&ex->idle_state, memory_order_relaxed)) &&
 	       wake_one(ex, home);
 }

@@ -201,20 +201,6 @@ int tdm__enqueue(struct tdm_executor *ex, struct tdm__task *t)
 
 #define TDM__SPIN_BEFORE_PARK_NS 100000
 
-/* The last tdm__expect_wake's deadline if it is still ahead of now, within
- * TDM__SPIN_HINT_MAX_NS; else 0. Relaxed: a hint (a stale value only parks the worker sooner). */
-static uint64_t spin_hint(struct tdm_executor *ex, uint64_t now)
-{
-	uint64_t hint = atomic_load_explicit(&ex->spin_until, memory_order_relaxed);
-	return hint > now && hint - now <= TDM__SPIN_HINT_MAX_NS ? hint : 0;
-}
-
-uint64_t tdm__spin_deadline(struct tdm_executor *ex, uint64_t now)
-{
-	uint64_t until = now + TDM__SPIN_BEFORE_PARK_NS, hint = spin_hint(ex, now);
-	return hint > until ? hint : until;
-}
-
 static bool claim_woken(struct tdm__task *t, int result);
 
 bool tdm__task_hold(struct tdm__task *t, int (*poll)(struct tdm__task *t, int *rc),
@@ -274,19 +260,15 @@ void *tdm__worker_main(void *arg)
 			 * less than a futex sleep and wake-up on the await's round trip. */
 			if (t == NULL &&
 			    atomic_load_explicit(&w->ex->suspended, memory_order_relaxed) > 0) {
-				uint64_t until = tdm__spin_deadline(w->ex, tdm_now_ns());
+				uint64_t until = tdm_now_ns() + TDM__SPIN_BEFORE_PARK_NS;
 				/* The held await and the inbox are a load each; a full search
 				 * (every victim) only now and then, so the wake-up is seen within a
-				 * few cycles. Past the window, on only while a hint says so. */
-				for (unsigned i = 1; t == NULL; i++) {
+				 * few cycles. */
+				for (unsigned i = 1; t == NULL && tdm_now_ns() < until; i++) {
 					tdm__cpu_relax();
 					if ((t = held_take(w)) == NULL)
 						t = (i % 64 == 0) ? tdm__find_task(w, true)
 						                  : take_inbox(w, w);
-					uint64_t now = tdm_now_ns();
-					if (t == NULL && now >= until &&
-					    (until = spin_hint(w->ex, now)) == 0)
-						break;
 				}
 			}
 		}

@@ -27,9 +27,7 @@
  *   2 x TDM__DUE_MAX_NS of spinning per completion, and only while awaits are outstanding.
  *   Where the await waits longer than a worker spins before it parks, the due spin begins by
  *   waking a worker (tdm__expect_wake), so that the futex wake-up happens during the lead and
- *   not after the completion, and that worker spins until the due window closes (not only its
- *   usual 100 us: a completion later in the window found it parked, and on the H200 machine's
- *   virtual CPUs a parked worker took 50-400 us to wake): a spinning worker takes the task.
+ *   not after the completion: a spinning worker takes the task.
  * - Everything a sweep completes is woken in one batch (tdm__task_wake_batch).
  * - Not every await reaches the poller: a word await made by a worker's own task while that
  *   worker has nothing else to run is watched by the worker itself (tdm__task_hold, gpu.c
@@ -235,13 +233,6 @@ static void intake(struct tdm_gpu *gpu, uint64_t now)
  *   a quarter of the estimate's error, not 3% of the whole wait (a pipeline's slot that sees
  *   its batch late enqueues the next one late; that one completes early against the estimate,
  *   and the error would carry on from batch to batch). Inside the due window, on every sweep.
- *   And whatever the estimate says, with n such streams each is looked at within n back-off
- *   steps (n x 20 us): the looks share out about one driver call per step, a few percent of
- *   the poller's core (it wakes every step anyway while awaits are outstanding), and the
- *   completion of a lone long await, the last batch of a pipeline or one long kernel, is seen
- *   within a step. Before this share, an estimate off by a millisecond (a batch whose kernel
- *   the GPU ran out of order) let that completion wait up to 250 us for a look, and 400 ms of
- *   kernels on one stream up to 1 ms (perf/README.md, fifth session).
  */
 #define TDM__STALL_NS(gpu) ((uint64_t)(gpu)->cfg.stall_us * 1000ull) /* 0 was made 50 us */
 #define TDM__STALL_EVERY 16u
@@ -407,14 +398,10 @@ static bool stream_due(const struct tdm_gpu *gpu, const struct tdm_stream *s, ui
 }
 
 uint64_t tdm__look_step(uint64_t now, uint64_t moved_ns, uint64_t typical_ns, uint64_t lead,
-                        uint64_t late, unsigned stalled)
+                        uint64_t late)
 {
 	uint64_t wait = (now - moved_ns) / TDM__LOOK_DIV;
 	uint64_t step = wait < TDM__LOOK_MAX_NS ? wait : TDM__LOOK_MAX_NS;
-	/* The share: with n such streams, each is looked at within n back-off steps. */
-	uint64_t share = TDM__BACKOFF_NS * (stalled > 0 ? stalled : 1u);
-	if (share < step)
-		step = share;
 	if (typical_ns == 0)
 		return step;
 	uint64_t due = moved_ns + typical_ns;
@@ -444,13 +431,11 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 	count_one(&gpu->n_sweep);
 	gpu->due_ns = UINT64_MAX;
 	bool look_at_stalled_words = !spinning || ++gpu->sweeps % TDM__STALL_EVERY == 0;
-	unsigned stalled_events = 0; /* for the next sweep's look steps */
 	struct tdm_stream **pp = &gpu->busy;
 	while (*pp != NULL) {
 		struct tdm_stream *s = *pp;
 		bool stalled = now - s->moved_ns > TDM__STALL_NS(gpu);
 		bool on_event = TDM__AW_KIND(s->head) == TDM__AW_STREAM_EVENT;
-		stalled_events += stalled && on_event;
 		if (stalled) {
 			/* Relaxed: a hint for new awaits (gpu.c); either mechanism is correct. */
 			if (s->dev->adaptive &&
@@ -471,9 +456,8 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 		} else if (stalled && on_event) {
 			/* On every sweep while it is due (the estimate leans early: one look at
 			 * the due time would mostly miss). */
-			s->next_look_ns =
-			    now + tdm__look_step(now, s->moved_ns, s->typical_ns, due_lead(gpu),
-			                         due_late(s), gpu->stalled_events);
+			s->next_look_ns = now + tdm__look_step(now, s->moved_ns, s->typical_ns,
+			                                       due_lead(gpu), due_late(s));
 		}
 		progress |= moved;
 		if (s->head == NULL) {
@@ -484,7 +468,6 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 			pp = &s->busy_next;
 		}
 	}
-	gpu->stalled_events = stalled_events;
 	/* User events: few, each queried. On a failed device too: the backend says -EIO, or
 	 * -EAGAIN while an operation that began before the failure still writes memory. */
 	struct tdm__task **tp = &gpu->ev_head;
@@ -542,8 +525,7 @@ void *tdm__poller_main(void *arg)
 			count_one(&gpu->n_due);
 			/* Its worker has likely parked: wake one now, during the lead, so that the
 			 * task is resumed by a spinning worker instead of after a futex wake-up. */
-			if (gpu->due_long && tdm__expect_wake(gpu->ex, gpu->due_home,
-			                                      gpu->due_ns + gpu->due_late_ns))
+			if (gpu->due_long && tdm__expect_wake(gpu->ex, gpu->due_home))
 				count_one(&gpu->n_prewake);
 		}
 		due_spinning = due;
