@@ -120,6 +120,7 @@ struct tdm_gpu {
 	unsigned due_home;    /* the worker whose task that completion wakes */
 	bool due_long;        /* that completion's typical wait outlasts a worker's spin */
 	uint64_t sleep_over_ns;    /* how late a back-off step wakes, a moving average */
+	unsigned stalled_events;   /* stalled streams waiting on an event, at the last sweep */
 	struct tdm__task *ev_head; /* awaits on user events, unordered */
 	struct tdm__task **heap;   /* deadline awaits, a binary min-heap on await_seq */
 	unsigned nheap, capheap;
@@ -165,10 +166,11 @@ bool tdm__fail_if_dead(struct tdm_stream *s, int rc);
  * poller.c: how long after `now` the poller looks again at a stream whose oldest await, on an
  * event, has waited since moved_ns (past stall_us). typical_ns: how long the stream's awaits
  * typically wait (0: unknown); lead and late: the due window around moved_ns + typical_ns, in
- * which the answer is 0 (look on every sweep). Pure, for the tests.
+ * which the answer is 0 (look on every sweep); stalled: how many streams are looked at this way
+ * (the answer is at most that many back-off steps). Pure, for the tests.
  */
 uint64_t tdm__look_step(uint64_t now, uint64_t moved_ns, uint64_t typical_ns, uint64_t lead,
-                        uint64_t late);
+                        uint64_t late, unsigned stalled);
 
 /* pinned.c: the pool's life, with the tdm_gpu's */
 int tdm__pinned_init(struct tdm_gpu *gpu);

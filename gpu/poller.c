@@ -233,6 +233,13 @@ static void intake(struct tdm_gpu *gpu, uint64_t now)
  *   a quarter of the estimate's error, not 3% of the whole wait (a pipeline's slot that sees
  *   its batch late enqueues the next one late; that one completes early against the estimate,
  *   and the error would carry on from batch to batch). Inside the due window, on every sweep.
+ *   And whatever the estimate says, with n such streams each is looked at within n back-off
+ *   steps (n x 20 us): the looks share out about one driver call per step, a few percent of
+ *   the poller's core (it wakes every step anyway while awaits are outstanding), and the
+ *   completion of a lone long await (the last batch of a pipeline, one long kernel) is looked
+ *   for at least every step. Without the share, one await behind 400 ms of kernels was resumed
+ *   a median 480-530 us after its last kernel ended, with it 170-190 us (H200, perf/README.md,
+ *   fifth session, runs 26-27): what remains is mostly waking a parked worker.
  */
 #define TDM__STALL_NS(gpu) ((uint64_t)(gpu)->cfg.stall_us * 1000ull) /* 0 was made 50 us */
 #define TDM__STALL_EVERY 16u
@@ -398,10 +405,14 @@ static bool stream_due(const struct tdm_gpu *gpu, const struct tdm_stream *s, ui
 }
 
 uint64_t tdm__look_step(uint64_t now, uint64_t moved_ns, uint64_t typical_ns, uint64_t lead,
-                        uint64_t late)
+                        uint64_t late, unsigned stalled)
 {
 	uint64_t wait = (now - moved_ns) / TDM__LOOK_DIV;
 	uint64_t step = wait < TDM__LOOK_MAX_NS ? wait : TDM__LOOK_MAX_NS;
+	/* The share: with n such streams, each is looked at within n back-off steps. */
+	uint64_t share = TDM__BACKOFF_NS * (stalled > 0 ? stalled : 1u);
+	if (share < step)
+		step = share;
 	if (typical_ns == 0)
 		return step;
 	uint64_t due = moved_ns + typical_ns;
@@ -431,11 +442,13 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 	count_one(&gpu->n_sweep);
 	gpu->due_ns = UINT64_MAX;
 	bool look_at_stalled_words = !spinning || ++gpu->sweeps % TDM__STALL_EVERY == 0;
+	unsigned stalled_events = 0; /* for the next sweep's look steps */
 	struct tdm_stream **pp = &gpu->busy;
 	while (*pp != NULL) {
 		struct tdm_stream *s = *pp;
 		bool stalled = now - s->moved_ns > TDM__STALL_NS(gpu);
 		bool on_event = TDM__AW_KIND(s->head) == TDM__AW_STREAM_EVENT;
+		stalled_events += stalled && on_event;
 		if (stalled) {
 			/* Relaxed: a hint for new awaits (gpu.c); either mechanism is correct. */
 			if (s->dev->adaptive &&
@@ -456,8 +469,9 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 		} else if (stalled && on_event) {
 			/* On every sweep while it is due (the estimate leans early: one look at
 			 * the due time would mostly miss). */
-			s->next_look_ns = now + tdm__look_step(now, s->moved_ns, s->typical_ns,
-			                                       due_lead(gpu), due_late(s));
+			s->next_look_ns =
+			    now + tdm__look_step(now, s->moved_ns, s->typical_ns, due_lead(gpu),
+			                         due_late(s), gpu->stalled_events);
 		}
 		progress |= moved;
 		if (s->head == NULL) {
@@ -468,6 +482,7 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 			pp = &s->busy_next;
 		}
 	}
+	gpu->stalled_events = stalled_events;
 	/* User events: few, each queried. On a failed device too: the backend says -EIO, or
 	 * -EAGAIN while an operation that began before the failure still writes memory. */
 	struct tdm__task **tp = &gpu->ev_head;

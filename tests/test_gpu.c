@@ -1095,32 +1095,44 @@ static void poller_spins_when_an_await_is_due(tdm_completion completion)
  * When the poller looks again at a stalled stream whose oldest await is on an event. Far from
  * the time the await is due, after 1/32 of its wait (at most 1 ms); inside the due window, on
  * every sweep; near the window, after a quarter of the distance to the due time, so that a
- * completion a little earlier or later than expected is seen soon.
+ * completion a little earlier or later than expected is seen soon; never later than the stalled
+ * streams' share of looks allows.
  */
 Test(gpu_poller, look_step_tightens_near_the_due_time)
 {
 	const uint64_t us = 1000, ms = 1000000;
 	const uint64_t typ = 16 * ms, lead = 10 * us, late = 250 * us, due = typ;
+	const unsigned many = 1000; /* stalled streams: a share (20 ms) that limits nothing */
 	/* Nothing known: the relative rule, capped at 1 ms. */
-	cr_assert_eq(tdm__look_step(3200 * us, 0, 0, lead, late), 100 * us);
-	cr_assert_eq(tdm__look_step(100 * ms, 0, 0, lead, late), 1 * ms);
+	cr_assert_eq(tdm__look_step(3200 * us, 0, 0, lead, late, many), 100 * us);
+	cr_assert_eq(tdm__look_step(100 * ms, 0, 0, lead, late, many), 1 * ms);
 	/* Far from due: still the relative rule (1/32 of 2 ms). */
-	cr_assert_eq(tdm__look_step(2 * ms, 0, typ, lead, late), 2 * ms / 32);
+	cr_assert_eq(tdm__look_step(2 * ms, 0, typ, lead, late, many), 2 * ms / 32);
 	/* Inside the window, from lead before to late after: every sweep. */
-	cr_assert_eq(tdm__look_step(due - lead, 0, typ, lead, late), 0);
-	cr_assert_eq(tdm__look_step(due, 0, typ, lead, late), 0);
-	cr_assert_eq(tdm__look_step(due + late, 0, typ, lead, late), 0);
+	cr_assert_eq(tdm__look_step(due - lead, 0, typ, lead, late, many), 0);
+	cr_assert_eq(tdm__look_step(due, 0, typ, lead, late, many), 0);
+	cr_assert_eq(tdm__look_step(due + late, 0, typ, lead, late, many), 0);
 	/* 400 us before due: a quarter of that (the relative rule alone would say 487 us). */
-	cr_assert_eq(tdm__look_step(due - 400 * us, 0, typ, lead, late), 100 * us);
+	cr_assert_eq(tdm__look_step(due - 400 * us, 0, typ, lead, late, many), 100 * us);
 	/* Never past the start of the window (a lead of 100 us: it starts in 20 us, a quarter of
 	 * the distance would be 30 us). */
-	cr_assert_eq(tdm__look_step(due - 120 * us, 0, typ, 100 * us, late), 20 * us);
+	cr_assert_eq(tdm__look_step(due - 120 * us, 0, typ, 100 * us, late, many), 20 * us);
 	/* Past the window: a quarter of how far past (the relative rule would say 512 us). */
-	cr_assert_eq(tdm__look_step(due + 400 * us, 0, typ, lead, late), 100 * us);
+	cr_assert_eq(tdm__look_step(due + 400 * us, 0, typ, lead, late, many), 100 * us);
 	/* Right beside the window with no lead: at least 2 us between looks. */
-	cr_assert_eq(tdm__look_step(due - 4 * us, 0, typ, 0, late), 2 * us);
+	cr_assert_eq(tdm__look_step(due - 4 * us, 0, typ, 0, late, many), 2 * us);
 	/* The times are absolute: the same answers for a wait that began later. */
-	cr_assert_eq(tdm__look_step(5 * ms + due - 400 * us, 5 * ms, typ, lead, late), 100 * us);
+	cr_assert_eq(tdm__look_step(5 * ms + due - 400 * us, 5 * ms, typ, lead, late, many),
+	             100 * us);
+	/* The share: with 1 (or no count yet) stalled stream, within a back-off step (20 us) of
+	 * any look, however far from due; with 8, within 8 steps. */
+	cr_assert_eq(tdm__look_step(100 * ms, 0, 0, lead, late, 1), 20 * us);
+	cr_assert_eq(tdm__look_step(100 * ms, 0, 0, lead, late, 0), 20 * us);
+	cr_assert_eq(tdm__look_step(due - 4 * ms, 0, typ, lead, late, 1), 20 * us);
+	cr_assert_eq(tdm__look_step(due + 4 * ms, 0, typ, lead, late, 8), 160 * us);
+	/* A step already shorter than the share stays. */
+	cr_assert_eq(tdm__look_step(due - 40 * us, 0, typ, lead, late, 8), 10 * us);
+	cr_assert_eq(tdm__look_step(due, 0, typ, lead, late, 1), 0);
 }
 
 /* ---- word awaits that a worker watches itself (tdm__task_hold) ---- */
