@@ -239,7 +239,7 @@ static void intake(struct tdm_gpu *gpu, uint64_t now)
  *   completion of a lone long await (the last batch of a pipeline, one long kernel) is looked
  *   for at least every step. Without the share, one await behind 400 ms of kernels was resumed
  *   a median 480-530 us after its last kernel ended, with it 170-190 us (H200, perf/README.md,
- *   fifth session, runs 26-27): what remains is mostly waking a parked worker.
+ *   fifth session, runs 27-28): what remains is mostly waking a parked worker.
  */
 #define TDM__STALL_NS(gpu) ((uint64_t)(gpu)->cfg.stall_us * 1000ull) /* 0 was made 50 us */
 #define TDM__STALL_EVERY 16u
