@@ -370,7 +370,7 @@ typedef struct tdm_pipeline_stats {
 	uint64_t bytes_in, bytes_out; /* in_len and out_len of the consumed batches */
 	double seconds;               /* from the first prepare to the end of the last batch */
 	/* The same two moments on tdm_now_ns's clock, to line a run up with other timelines; both
-	 * 0 when no batch was prepared. */
+	 * 0, like seconds, when no batch finished. (Since 0.2.0.) */
 	uint64_t start_ns, end_ns;
 } tdm_pipeline_stats;
 

@@ -588,23 +588,23 @@ static void trace_end(const struct opts *o, const struct work *w, enum impl i, u
 		printf("{\"bench\":\"pipeline-trace\",\"config\":\"%s\",\"impl\":\"%s\","
 		       "\"rep\":%u,\"in_flight\":%u,\"seconds\":%.6f,\"span_s\":%.6f,"
 		       "\"outside_span_us\":%.1f,\"kernels_s\":%.6f,\"gap_sum_us\":%.1f,"
-		       "\"gap_max_us\":%.1f,\"gaps_over_2us\":%llu,\"out_of_order\":%llu,"
+		       "\"gap_max_us\":%.1f,\"idle_gaps\":%llu,\"out_of_order\":%llu,"
 		       "\"lead_us\":%.1f,\"tail_us\":%.1f,\"clock_window_us\":%.1f}\n",
 		       w->l->name, impl_names[i], rep, o->in_flight, seconds, span,
 		       (seconds - span) * 1e6, (double)t.kernels_ns / 1e9,
 		       (double)t.gap_sum_ns / 1e3, (double)t.gap_max_ns / 1e3,
-		       (unsigned long long)t.gaps_over_2us, (unsigned long long)t.out_of_order,
+		       (unsigned long long)t.idle_gaps, (unsigned long long)t.out_of_order,
 		       (double)t.lead_ns / 1e3, (double)t.tail_ns / 1e3,
 		       (double)t.clock_window_ns / 1e3);
 	else
 		printf("  trace %-19s run %u: %.6f s = kernels' span %.6f s + %.1f us outside it "
 		       "(%.1f before the first kernel, %.1f after the last, +-%.1f); gaps between "
-		       "kernels %+.1f us in all, longest %.1f us, %llu over 2 us; %llu started out "
-		       "of order\n",
+		       "kernels %+.1f us in all, largest %+.1f us, %llu with the device idle "
+		       "first; %llu steps back in batch order\n",
 		       impl_names[i], rep, seconds, span, (seconds - span) * 1e6,
 		       (double)t.lead_ns / 1e3, (double)t.tail_ns / 1e3,
 		       (double)t.clock_window_ns / 1e3, (double)t.gap_sum_ns / 1e3,
-		       (double)t.gap_max_ns / 1e3, (unsigned long long)t.gaps_over_2us,
+		       (double)t.gap_max_ns / 1e3, (unsigned long long)t.idle_gaps,
 		       (unsigned long long)t.out_of_order);
 #else
 	(void)o, (void)w, (void)i, (void)rep, (void)n, (void)at;

@@ -189,8 +189,23 @@ int clock_offset(int64_t *offset_ns, uint64_t *window_ns)
 		clock_kernel<<<1, 1, 0, s>>>(w);
 		if ((e = cudaGetLastError()) != cudaSuccess)
 			break;
-		while (*v == 0) {
+		// Spin; now and then ask whether the kernel ended without storing (a fault) or
+		// never ran, so that a failure ends the bench instead of hanging it.
+		for (unsigned i = 1; *v == 0; i++) {
+			if (i % 4096 != 0)
+				continue;
+			const cudaError_t q = cudaStreamQuery(s);
+			if (q != cudaErrorNotReady && *v == 0) {
+				e = q != cudaSuccess ? q : cudaErrorUnknown;
+				break;
+			}
+			if (now_ns() - t0 > 1000000000ull) {
+				e = cudaErrorLaunchTimeout;
+				break;
+			}
 		}
+		if (e != cudaSuccess)
+			break;
 		const uint64_t t1 = now_ns();
 		if (t1 - t0 < *window_ns) {
 			*window_ns = t1 - t0;
@@ -226,12 +241,17 @@ extern "C" int pipe_cuda_trace_read(uint64_t batches, uint64_t host_start_ns, ui
 			                "pipe_cuda_trace_read: a batch's kernel left no trace");
 		order[i] = i;
 	}
-	std::sort(order.begin(), order.end(),
-	          [&](uint64_t a, uint64_t b) { return w[2 * a] < w[2 * b]; });
+	// By start; equal starts by index, so that a tie is never counted as out of order.
+	std::sort(order.begin(), order.end(), [&](uint64_t a, uint64_t b) {
+		return w[2 * a] != w[2 * b] ? w[2 * a] < w[2 * b] : a < b;
+	});
 	*out = pipe_cuda_trace{};
+	out->gap_max_ns = batches > 1 ? INT64_MIN : 0;
 	uint64_t first = w[2 * order[0]], last = 0;
 	for (uint64_t k = 0; k < batches; k++) {
 		const uint64_t i = order[k], start = w[2 * i], end = w[2 * i + 1];
+		if (k > 0 && start > last + PIPE_CUDA_IDLE_NS)
+			out->idle_gaps++; // every kernel so far had ended: the device had no work
 		last = std::max<uint64_t>(last, end);
 		out->kernels_ns += end - start;
 		if (k > 0 && i < order[k - 1])
@@ -240,7 +260,6 @@ extern "C" int pipe_cuda_trace_read(uint64_t batches, uint64_t host_start_ns, ui
 			const int64_t gap = (int64_t)w[2 * order[k + 1]] - (int64_t)end;
 			out->gap_sum_ns += gap;
 			out->gap_max_ns = std::max(out->gap_max_ns, gap);
-			out->gaps_over_2us += gap > 2000;
 		}
 	}
 	out->span_ns = last - first;

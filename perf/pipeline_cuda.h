@@ -26,6 +26,10 @@ extern "C" {
  * batch's copies: no longer trivial, and on the critical path of every implementation. */
 #define PIPE_CUDA_TRIVIAL_BYTES 65536
 
+/* --trace: a wait between kernels longer than this counts as the device idle. Back-to-back
+ * device-filling kernels on one stream are ~2 us apart on the H200 (perf/README.md). */
+#define PIPE_CUDA_IDLE_NS 5000
+
 /* What the calling thread's last failed call said; "" when none failed. */
 const char *pipe_cuda_error(void);
 
@@ -46,12 +50,14 @@ int pipe_cuda_busy(void *stream, uint32_t ns, void *out, const void *in, int64_t
  * run); read, after the run, sums it up. Kernels are taken in the order they started.
  */
 struct pipe_cuda_trace {
-	uint64_t span_ns;       /* first kernel's start to the last one's end */
-	uint64_t kernels_ns;    /* sum of the kernels' own spans */
-	int64_t gap_sum_ns;     /* sum over neighbours of next start - this end (< 0: overlap) */
-	int64_t gap_max_ns;     /* the longest such gap */
-	uint64_t gaps_over_2us; /* gaps longer than 2 us: the device waited for work */
-	uint64_t out_of_order;  /* kernels that started before a lower batch index's kernel */
+	uint64_t span_ns;      /* first kernel's start to the last one's end */
+	uint64_t kernels_ns;   /* sum of the kernels' own spans */
+	int64_t gap_sum_ns;    /* sum over neighbours (by start) of next start - this end; < 0:
+	                          they overlapped */
+	int64_t gap_max_ns;    /* the largest such difference (negative when all overlapped) */
+	uint64_t idle_gaps;    /* kernels that started more than PIPE_CUDA_IDLE_NS after every
+	                          earlier one had ended: the device had waited for work */
+	uint64_t out_of_order; /* places where the start order steps back to a lower batch */
 	/* Lined up with the run's host-clock start and end (CLOCK_MONOTONIC): the first kernel's
 	 * start minus the run's start, and the run's end minus the last kernel's end. The clocks
 	 * are matched to within clock_window_ns (see clock_offset in pipeline_cuda.cu). */
