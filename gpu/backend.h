@@ -40,14 +40,17 @@ struct tdm__backend_ops {
 	int (*stream_create)(struct tdm__backend *b, int dev, int priority, void **out);
 	/* Waits for the stream's work, then destroys it. */
 	void (*stream_destroy)(struct tdm__backend *b, void *stream);
-	/* 0: all work done; -EAGAIN: busy; -EIO: the device failed (sticky). */
+	/* 0: all work done; -EAGAIN: busy; -EIO: the device failed (sticky). On a failed device
+	 * -EAGAIN too while an operation that began before the failure still writes memory (sim):
+	 * a caller that must see -EIO asks again later (the poller's status check does). */
 	int (*stream_query)(struct tdm__backend *b, void *stream);
 
 	/* Timing disabled. */
 	int (*event_create)(struct tdm__backend *b, int dev, void **out);
 	void (*event_destroy)(struct tdm__backend *b, void *ev);
 	int (*event_record)(struct tdm__backend *b, void *ev, void *stream);
-	/* 0: done; -EAGAIN: pending; -EIO: the captured work failed, or the device did. */
+	/* 0: done; -EAGAIN: pending (on a failed device too, as stream_query); -EIO: the captured
+	 * work failed, or the device did. */
 	int (*event_query)(struct tdm__backend *b, void *ev);
 
 	/* Enqueues, after all earlier work on the stream, a store of `value` to `word`, which

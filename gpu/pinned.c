@@ -176,10 +176,8 @@ struct tdm__pinned {
 
 	_Alignas(TDM__CACHELINE) pthread_mutex_t heap_lock;
 	struct pin_chunk *regular, *dedicated, *spares; /* heap_lock */
-	/* heap_lock: headers of dedicated chunks given back to the backend, kept for the next
-	 * dedicated chunk and freed only by fini, so that a header radix_get returned stays
-	 * readable: a double free racing the drop of its spare finds the header, not freed memory.
-	 */
+	/* heap_lock: headers of dedicated chunks given back to the backend (the file's header
+	 * says why they are kept until fini). */
 	struct pin_chunk *dead;
 	unsigned nspares; /* heap_lock */
 	size_t reserved;  /* heap_lock: pinned or being pinned, counted against the cap */
@@ -378,9 +376,9 @@ static void chunk_free(struct tdm__pinned *pool, struct pin_chunk *k)
 }
 
 /*
- * A dedicated chunk's header back to pool->dead, its memory (if any) to the backend. The header
- * is never freed before fini: stale readers (a racing double free) may still hold it. Its
- * `dedicated` is never written again (it stays true), the rest only before it is published.
+ * A dedicated chunk's header back to pool->dead (kept until fini: the file's header), its memory
+ * (if any) to the backend. Its `dedicated` is never written again (it stays true), the rest
+ * only before it is published.
  */
 static void dead_give(struct tdm__pinned *pool, struct pin_chunk *k)
 {
@@ -812,7 +810,8 @@ static int alloc_dedicated(struct tdm__pinned *pool, struct pin_cache *mine, siz
 		list_push(&pool->dedicated, k);
 		chunk_count(pool, k, +1);
 		k->own = true;
-		base = k->base; /* under the lock, like the spare path's */
+		base = k->base; /* under the lock: once unlocked, a racing stale free may turn k
+		                   into a spare whose header is reused */
 	} else {
 		pool->reserved -= need;
 	}

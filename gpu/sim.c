@@ -57,10 +57,11 @@ struct sim_link {
 struct sim_dev {
 	/* Sticky. Seq_cst (dev_dead): it pairs with `writers`. */
 	atomic_bool failed;
-	/* Operations that write host or device memory (copies, scales) running on the device's
-	 * streams. Once the device is dead, its streams and events report failure only when none
-	 * runs: no task resumes with -EIO, whichever way it awaited, while its buffers are still
-	 * being written. */
+	/* Operations that write host or device memory (copies, scales, host functions: the
+	 * staging copy out of tdm_memcpy_async is one) running on the device's streams. Once the
+	 * device is dead, its streams and events report failure only when none runs: no task
+	 * resumes with -EIO, whichever way it awaited, while its buffers are still being written.
+	 */
 	atomic_uint writers;
 	/* Bytes of device memory allocated and not yet freed, at most SIM_DEV_TOTAL. Relaxed: a
 	 * count that publishes nothing; the memory itself is handed over by the caller. */
@@ -389,7 +390,7 @@ static void execute_op(struct sim_stream *s, struct sim_op *o)
 
 static void execute(struct sim_stream *s, struct sim_op *o)
 {
-	bool writes = o->kind == SIM_COPY || o->kind == SIM_SCALE;
+	bool writes = o->kind == SIM_COPY || o->kind == SIM_SCALE || o->kind == SIM_HOST_FN;
 	/* Seq_cst, before the look at the device: pairs with dead_status (dev_dead's note). */
 	if (writes)
 		atomic_fetch_add_explicit(&s->dev->writers, 1, memory_order_seq_cst);

@@ -19,11 +19,12 @@
  * - launch limit: tdm_gpu_config.launch_limit if set; a whole device 16; a MIG instance
  *   ceil(16 x share), 1..16 (a 1g instance: 3 by its share of 7 slices, 2 by 16 of 132 SMs
  *   where the parent's SM count is known). This is the one place the measurement is kept
- *   (with perf/README.md); the other docs state the rule. Back-to-back empty launches peak at about
- * 4 threads on an H200 (../shared/docs/gpu-facts.md), but tasks do more than launch: 16 workers
- * running 10 us tasks measured 0.85-0.96x of one thread per stream with 4 launchers, 0.88-1.02x
- * with 8 and 0.98-1.07x with 16 (tandem-bench gpu-throughput --launch-limit, 2026-11-30, three
- *   runs); 1 us tasks likewise. More than 16 was not measured, so 16 stays the bound.
+ *   (with perf/README.md); the other docs state the rule. Back-to-back empty launches peak at
+ *   about 4 threads on an H200 (../shared/docs/gpu-facts.md), but tasks do more than launch:
+ *   16 workers running 10 us tasks measured 0.85-0.96x of one thread per stream with 4
+ *   launchers, 0.88-1.02x with 8 and 0.98-1.07x with 16 (tandem-bench gpu-throughput
+ *   --launch-limit, 2026-11-30, three runs); 1 us tasks likewise. More than 16 was not measured, so
+ * 16 stays the bound.
  * - pool release threshold: half the device's (or the instance's own) memory; 0 if unknown.
  *   Each CUDA device, a MIG instance included, is its own entry with its own pool: never shared.
  * - pinning: the device's nearest CPUs (local_cpulist) within the process's affinity, and its
@@ -465,8 +466,8 @@ void tdm__topology_decide(const struct tdm__topo_dev *d, const struct tdm__decid
 		out->streams =
 		    env->workers < TDM__TOPO_MAX_QUEUES ? env->workers : TDM__TOPO_MAX_QUEUES;
 		tdm__topo_say(out->why_streams, sizeof(out->why_streams),
-		              "%u streams: one per worker (at most 32) over %s", out->streams,
-		              base_why);
+		              "%u streams: one per worker (at most %u) over %s", out->streams,
+		              TDM__TOPO_MAX_QUEUES, base_why);
 	} else if (!d->mig) {
 		out->streams = base;
 		tdm__topo_say(out->why_streams, sizeof(out->why_streams), "%u streams: %s", base,

@@ -49,12 +49,13 @@ struct bench_gpu_opts {
 	unsigned launch_limit; /* --launch-limit; 0: the topology's default */
 };
 
+/* gpu-latency's most interleaved rounds (--reps). */
+#define BENCH_LAT_MAX_ROUNDS 64
+
 /*
  * Each runs its benchmark and returns the process's exit status; no device for the backend exits
  * with 3 at once, and a configuration that stops making progress ends the process with 4.
  */
-/* gpu-latency's most interleaved rounds (--reps). */
-#define BENCH_LAT_MAX_ROUNDS 64
 int bench_gpu_latency(const struct bench_gpu_opts *o);
 int bench_gpu_throughput(const struct bench_gpu_opts *o);
 
@@ -64,15 +65,18 @@ int bench_gpu_throughput(const struct bench_gpu_opts *o);
  * bench_pinned.c, bench_gpu_scaling.c, bench_gpu_idle.c, bench_topology.c.
  */
 int bench_pipeline(int argc, char **argv);
+int bench_pinned(int argc, char **argv);
+int bench_gpu_scaling(int argc, char **argv);
+int bench_gpu_idle(int argc, char **argv);
+int bench_topology(int argc, char **argv);
 
 /* bench_gpu_open.c: adds b - a, counter by counter, to *sum (the poller's counts over a run). */
 struct tdm_gpu_stats;
 void bench_stats_add_delta(struct tdm_gpu_stats *sum, const struct tdm_gpu_stats *a,
                            const struct tdm_gpu_stats *b);
-int bench_pinned(int argc, char **argv);
-int bench_gpu_scaling(int argc, char **argv);
-int bench_gpu_idle(int argc, char **argv);
-int bench_topology(int argc, char **argv);
+/* bench_gpu_open.c: s as JSON members ("awaits_word":..., ..., "direct":...), no braces and no
+ * comma at either end: the one form every subcommand prints the poller's counts in. */
+void bench_stats_json(const struct tdm_gpu_stats *s);
 
 /* bench.c: s, plain decimal digits (no sign, no blanks), as a number in [lo, hi]: 0 and *out,
  * or -1. */

@@ -508,13 +508,14 @@ static void tandem_latency(const struct bench_gpu_opts *o, unsigned workers, uin
 			bgt[i] = (struct bg_task){&bg, bgs[i % nbg]};
 			gmust(tdm_spawn(e.ex, bg_task_fn, &bgt[i], &bgg), "tdm_spawn (background)");
 		}
-		/* Measure only once every background await is with the poller. */
+		/* Measure only once every background await is with the poller: first every one
+		 * suspended, then every one counted by the poller, since a worker may still watch
+		 * its last await itself (tdm_gpu_stats.direct) and hand it over only after its
+		 * spin. */
 		while (atomic_load(&bg.suspended) + atomic_load(&bg.failed) < outstanding)
 			sleep_us(200);
 		if (atomic_load(&bg.failed) > 0)
 			die("background await", -EIO);
-		/* Suspended is not yet counted: a worker may still watch its last await itself
-		 * (tdm_gpu_stats.direct) and hand it to the poller only after its spin. */
 		for (;;) {
 			gmust(tdm_gpu_stats_get(e.gpu, &st1), "tdm_gpu_stats_get");
 			res->bg_words = st1.awaits_word - st0.awaits_word;
@@ -973,15 +974,11 @@ static void tp_json(const struct bench_gpu_opts *o, const struct gpu_info *info,
 	       tp_names[impl], info->backend);
 	json_str(info->device);
 	putchar('"');
-	if (impl == TP_TANDEM)
-		printf(",\"completion\":\"%s\",\"stream_set\":%u,\"launch_limit\":%u,"
-		       "\"awaits_word\":%llu,\"awaits_event\":%llu,\"switches\":%llu,"
-		       "\"event_polls\":%llu,\"sweeps\":%llu,\"sleeps\":%llu,\"direct\":%llu",
-		       info->completion, info->streams, info->launch_limit,
-		       (unsigned long long)r->st.awaits_word,
-		       (unsigned long long)r->st.awaits_event, (unsigned long long)r->st.switches,
-		       (unsigned long long)r->st.event_polls, (unsigned long long)r->st.sweeps,
-		       (unsigned long long)r->st.sleeps, (unsigned long long)r->st.direct);
+	if (impl == TP_TANDEM) {
+		printf(",\"completion\":\"%s\",\"stream_set\":%u,\"launch_limit\":%u,",
+		       info->completion, info->streams, info->launch_limit);
+		bench_stats_json(&r->st);
+	}
 	printf(",\"workers\":%u,\"kernel_us\":%llu,\"n\":%llu,\"reps\":%d,"
 	       "\"tasks_per_s\":%.1f,\"best_tasks_per_s\":%.1f,\"median_ms\":%.3f,\"min_ms\":%.3f,"
 	       "\"streams\":%u,\"in_flight\":%llu,\"cpus\":%u}\n",

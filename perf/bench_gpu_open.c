@@ -24,6 +24,18 @@ void bench_stats_add_delta(tdm_gpu_stats *sum, const tdm_gpu_stats *a, const tdm
 	sum->direct += b->direct - a->direct;
 }
 
+void bench_stats_json(const tdm_gpu_stats *s)
+{
+	printf("\"awaits_word\":%llu,\"awaits_event\":%llu,\"switches\":%llu,"
+	       "\"event_polls\":%llu,\"sweeps\":%llu,\"sleeps\":%llu,\"due_spins\":%llu,"
+	       "\"prewakes\":%llu,\"direct\":%llu",
+	       (unsigned long long)s->awaits_word, (unsigned long long)s->awaits_event,
+	       (unsigned long long)s->switches, (unsigned long long)s->event_polls,
+	       (unsigned long long)s->sweeps, (unsigned long long)s->sleeps,
+	       (unsigned long long)s->due_spins, (unsigned long long)s->prewakes,
+	       (unsigned long long)s->direct);
+}
+
 int bench_gpu_create(tdm_executor *ex, tdm_gpu_config *g, int sim, const char *cmd, tdm_gpu **out)
 {
 	/* Never AUTO: TANDEM_GPU in the environment must not change what is measured. */

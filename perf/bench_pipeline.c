@@ -400,17 +400,8 @@ static void report(const struct opts *o, const char *device, const struct load *
 					printf("\"vs_double_buffer\":%.4f,", r[I_DB].median / s);
 				printf("\"in_flight\":%u,", o->in_flight);
 				/* The poller's counts over the timed runs (tdm_gpu_stats). */
-				printf(
-				    "\"awaits_word\":%llu,\"awaits_event\":%llu,\"switches\":%llu,"
-				    "\"event_polls\":%llu,\"sweeps\":%llu,\"sleeps\":%llu,"
-				    "\"due_spins\":%llu,\"prewakes\":%llu,",
-				    (unsigned long long)ts->awaits_word,
-				    (unsigned long long)ts->awaits_event,
-				    (unsigned long long)ts->switches,
-				    (unsigned long long)ts->event_polls,
-				    (unsigned long long)ts->sweeps, (unsigned long long)ts->sleeps,
-				    (unsigned long long)ts->due_spins,
-				    (unsigned long long)ts->prewakes);
+				bench_stats_json(ts);
+				putchar(',');
 			}
 			/* Every timed run, fastest first: the spread behind the median. */
 			printf("\"runs\":[");

@@ -95,8 +95,10 @@ int device_shape(shape *out)
 	return cached.rc;
 }
 
-/* --trace: two words (start, end) per batch index, on device 0; null when off. Set and read by
- * pipe_cuda_trace_begin / _read between runs, read by launches during them. */
+/* --trace: two words (start, end) per batch index, on device 0; null until the first
+ * pipe_cuda_trace_begin, then kept (a later untraced launch writes into it harmlessly: each
+ * begin resets it). Set by begin between runs, read by launches during them; the runs' spawns
+ * and waits order the two. */
 unsigned long long *trace_words = nullptr;
 uint64_t trace_n = 0;
 

@@ -763,7 +763,8 @@ static void *churn_dedicated(void *arg)
 }
 
 /*
- * A double free of a dedicated block while another thread drops spares: the freed block is a
+ * A stress test more than a regression test. A double free of a dedicated block while another
+ * thread drops spares: the freed block is a
  * spare then, and may be dropped between the lookup of its chunk and the free's check. The
  * header of a dropped chunk stays readable, so the free is refused; before, it read freed
  * memory, which the ASan build (make test) reports in about one run of eight. A
