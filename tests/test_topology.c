@@ -53,11 +53,20 @@ static struct tdm__topology *load(const char *name)
 }
 
 /* Decisions on t's devices with the environment its facts give. */
-static void plan(struct tdm__topology *t)
+/* Plans t as tdm_gpu_create would for an executor of `workers` (0: unknown, as
+ * tdm__decide_env_init leaves it). */
+static void plan_for(struct tdm__topology *t, unsigned workers)
 {
 	struct tdm__decide_env env;
 	tdm__decide_env_init(&env, t, NULL);
+	if (workers != 0)
+		env.workers = workers;
 	cr_assert_eq(tdm__topology_plan(t, &env), 0);
+}
+
+static void plan(struct tdm__topology *t)
+{
+	plan_for(t, 0);
 }
 
 static bool want_print(void)
@@ -167,13 +176,10 @@ Test(topology, a_whole_device_gets_a_stream_per_worker_past_its_queues)
 {
 	static const struct {
 		unsigned workers, streams;
-	} cases[] = {{0, 8}, {4, 8}, {8, 8}, {16, 16}, {40, 32}};
+	} cases[] = {{0, 8}, {1, 8}, {4, 8}, {8, 8}, {16, 16}, {40, 32}};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct tdm__topology *t = load("h200.topo");
-		struct tdm__decide_env env;
-		tdm__decide_env_init(&env, t, NULL);
-		env.workers = cases[i].workers;
-		cr_assert_eq(tdm__topology_plan(t, &env), 0);
+		plan_for(t, cases[i].workers);
 		cr_assert_eq(t->plans[0].streams, cases[i].streams, "%u workers: %u streams (%s)",
 		             cases[i].workers, t->plans[0].streams, t->plans[0].why_streams);
 		if (cases[i].streams > 8)
@@ -181,10 +187,7 @@ Test(topology, a_whole_device_gets_a_stream_per_worker_past_its_queues)
 		tdm__topology_free(t);
 	}
 	struct tdm__topology *t = load("h100-mig-7x1g.topo");
-	struct tdm__decide_env env;
-	tdm__decide_env_init(&env, t, NULL);
-	env.workers = 16;
-	cr_assert_eq(tdm__topology_plan(t, &env), 0);
+	plan_for(t, 16);
 	cr_assert_eq(t->plans[0].streams, 2, "a 1g instance keeps its share");
 	tdm__topology_free(t);
 }
