@@ -215,6 +215,10 @@ struct tdm_executor {
 	_Atomic int cancelling;                        /* ... in TDM_SHUTDOWN_CANCEL mode */
 	_Atomic int terminate;                         /* workers must exit */
 	_Atomic int64_t suspended;                     /* tasks held by the GPU layer */
+	/* Awake holds (tdm__awake_hold) taken, and the worker that keeps awake for them: its
+	 * index + 1, 0 when none. */
+	_Atomic unsigned awake_holds;
+	_Atomic unsigned keeper;
 
 	/* Task memory: free tasks beyond the workers' caches, and every slab for destroy. */
 	_Alignas(TDM__CACHELINE) pthread_mutex_t pool_lock;
@@ -288,6 +292,19 @@ void tdm__task_wake_batch(struct tdm__task **tasks, const int *results, unsigned
  * spins for its usual window, then parks again. True when it woke one.
  */
 bool tdm__expect_wake(struct tdm_executor *ex, unsigned home);
+/*
+ * Awake holds: a user that knows completions will come soon and often for a while (a GPU
+ * pipeline while it runs) takes a hold; while any hold is taken, one idle worker at a time, the
+ * keeper, looks for work without parking, so that those completions are resumed by a worker
+ * that is awake instead of after a futex wake-up (50-300 us on some virtual machines). The
+ * worker that first idles past its usual spin takes the role and keeps it, running tasks in
+ * between, until no hold is left; the others spin and park as usual. It costs one core while a
+ * hold is taken, as a thread spinning in cudaStreamSynchronize does. Every hold taken must be
+ * released: the keeper does not park while one is taken, and the executor cannot stop.
+ */
+void tdm__awake_hold(struct tdm_executor *ex);
+void tdm__awake_release(struct tdm_executor *ex);
+
 /*
  * For an awaitable whose completion is cheap to look at (a completion word: one memory read),
  * called by t's await after tdm__task_suspend(t), instead of handing t to its waker: when t runs

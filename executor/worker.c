@@ -245,6 +245,77 @@ static void held_release(struct tdm__worker *w)
 	}
 }
 
+void tdm__awake_hold(struct tdm_executor *ex)
+{
+	/* Relaxed: a hint for idle workers; nothing is published with it. */
+	atomic_fetch_add_explicit(&ex->awake_holds, 1, memory_order_relaxed);
+}
+
+void tdm__awake_release(struct tdm_executor *ex)
+{
+	atomic_fetch_sub_explicit(&ex->awake_holds, 1, memory_order_relaxed);
+}
+
+static bool awake_held(const struct tdm_executor *ex)
+{
+	return atomic_load_explicit(&ex->awake_holds, memory_order_relaxed) > 0;
+}
+
+/* Whether w is the keeper now: it was already, or it takes the free role while a hold is
+ * taken: the first worker to go idle. Relaxed: the role only decides who spins; no data goes with
+ * it. */
+static bool keeper_claim(struct tdm__worker *w)
+{
+	struct tdm_executor *ex = w->ex;
+	unsigned me = w->index + 1, none = 0;
+	if (atomic_load_explicit(&ex->keeper, memory_order_relaxed) == me)
+		return true;
+	return awake_held(ex) &&
+	       atomic_compare_exchange_strong_explicit(&ex->keeper, &none, me, memory_order_relaxed,
+	                                               memory_order_relaxed);
+}
+
+static void keeper_drop(struct tdm__worker *w)
+{
+	unsigned me = w->index + 1;
+	atomic_compare_exchange_strong_explicit(&w->ex->keeper, &me, 0, memory_order_relaxed,
+	                                        memory_order_relaxed);
+}
+
+/*
+ * The idle spin: while tasks await the GPU (or a hold is taken), look for work for a while before
+ * parking; the keeper (see tdm__awake_hold) goes on for as long as a hold is taken. The held
+ * await and the own inbox are a load each; a full search (every victim) now and then, every few
+ * iterations for the keeper, which is the only worker awake when a completion lands in a parked
+ * worker's inbox: a searching worker means nobody is woken for it.
+ */
+static struct tdm__task *idle_spin(struct tdm__worker *w)
+{
+	struct tdm_executor *ex = w->ex;
+	struct tdm__task *t = NULL;
+	if (atomic_load_explicit(&ex->suspended, memory_order_relaxed) == 0 && !awake_held(ex))
+		return NULL;
+	uint64_t until = tdm_now_ns() + TDM__SPIN_BEFORE_PARK_NS;
+	bool keeping = keeper_claim(w);
+	for (unsigned i = 1; t == NULL; i++) {
+		if (tdm_now_ns() >= until) {
+			if (!keeping)
+				break;
+			/* Past the usual window the keeper hands its held await to the waker as a
+			 * parking worker would: only the waker notices a device that died and will
+			 * never write the await's word. */
+			held_release(w);
+		}
+		if (keeping && !awake_held(ex))
+			break; /* it gives the role up as it parks */
+		tdm__cpu_relax();
+		if ((t = held_take(w)) == NULL)
+			t = (i % (keeping ? 8 : 64) == 0) ? tdm__find_task(w, true)
+			                                  : take_inbox(w, w);
+	}
+	return t;
+}
+
 void *tdm__worker_main(void *arg)
 {
 	struct tdm__worker *w = arg;
@@ -258,19 +329,8 @@ void *tdm__worker_main(void *arg)
 			/* Tasks await the GPU: one will be woken soon, likely into this worker's
 			 * inbox, or it is the await this worker holds. Looking for a while costs
 			 * less than a futex sleep and wake-up on the await's round trip. */
-			if (t == NULL &&
-			    atomic_load_explicit(&w->ex->suspended, memory_order_relaxed) > 0) {
-				uint64_t until = tdm_now_ns() + TDM__SPIN_BEFORE_PARK_NS;
-				/* The held await and the inbox are a load each; a full search
-				 * (every victim) only now and then, so the wake-up is seen within a
-				 * few cycles. */
-				for (unsigned i = 1; t == NULL && tdm_now_ns() < until; i++) {
-					tdm__cpu_relax();
-					if ((t = held_take(w)) == NULL)
-						t = (i % 64 == 0) ? tdm__find_task(w, true)
-						                  : take_inbox(w, w);
-				}
-			}
+			if (t == NULL)
+				t = idle_spin(w);
 		}
 		/* Whatever comes next (another task, or a sleep), the held await must not wait
 		 * for this worker: its waker takes it. */
@@ -281,6 +341,9 @@ void *tdm__worker_main(void *arg)
 			tdm__run_task(w, t);
 			continue;
 		}
+		/* A parked worker is never the keeper: the role would stay with it while it sleeps
+		 * and no other worker could take it. */
+		keeper_drop(w);
 		if (!tdm__park(w))
 			break;
 	}

@@ -5,11 +5,21 @@
  * resource back.
  *
  * Why it is shaped this way:
- * - One await per batch. A slot enqueues copy in, compute and copy out back to back on its own
- *   stream and awaits the stream once. The stream runs the three in order; slots on other
- *   streams overlap with it (one slot's copy in beside another's kernel and a third's copy out,
- *   on the device's separate copy engines). An await per stage would add a round trip per stage
- *   and leave the stream idle during each.
+ * - One await per batch. A slot enqueues copy in, compute and copy out back to back on its
+ *   batch's stream and awaits the stream once. The stream runs the three in order; batches on
+ *   the other stream overlap with it (one batch's copy in beside another's kernel and a third's
+ *   copy out, on the device's separate copy engines). An await per stage would add a round trip
+ *   per stage and leave the stream idle during each.
+ * - Slots are not streams. The batches take turns on a few streams (two by default), in index
+ *   order, each batch's work in one piece (the order lock): that is the hand-written double
+ *   buffer's shape on the device, with in_flight batches queued ahead of it on the host's side.
+ *   A stream per slot let eight device-filling kernels stand ready at once on the H200; they
+ *   interleaved and ran 20-22 us longer per 200 batches than two streams, and eight streams of
+ *   64 MiB copies in one direction shared the bus where one at a time streams it (perf/README.md,
+ *   sixth session).
+ * - A worker stays awake while the pipeline runs (tdm__awake_hold, unless cfg.no_spin): a batch's
+ *   completion otherwise often finds every worker asleep, and a futex wake-up took 50-300 us on
+ *   the H200 machine's virtual CPUs, which the last batch's completion adds to the whole run.
  * - Back-pressure comes free: a slot takes its next batch only after its last one was consumed,
  *   so in_flight bounds the memory and the batches between prepare and the end of consume.
  * - No task ever waits for another task. In ordered mode a slot whose batch is done before its
@@ -27,9 +37,11 @@
  *
  * Lock rules: prep_lock serialises prepare and guards the batch counter; lock guards the consume
  * order (ring, next_consume) and the stats. Neither is held across an await or a call of consume,
- * and no thread holds both. A slot's own fields are used by one task at a time: its current task,
- * or, for a batch parked in the ring, the task that consumes it; the hand-over goes through
- * `lock`, and tdm_spawn publishes the slot to its next task.
+ * and no thread holds both. A stream's order lock is taken under prep_lock (after prepare) and
+ * held, without prep_lock, until the batch's await is recorded or nothing was enqueued: never
+ * across a suspension, so shutdown cannot strand it. A slot's own fields are used by one task at a
+ * time: its current task, or, for a batch parked in the ring, the task that consumes it; the
+ * hand-over goes through `lock`, and tdm_spawn publishes the slot to its next task.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -40,25 +52,38 @@
 #include "gpu_internal.h"
 
 #define DEFAULT_IN_FLIGHT 8 /* the fastest measured on the H200 (perf/README.md, pipeline) */
-#define DRAIN_POLL_NS 20000 /* slot_drain's poll step: a retired slot is rare, latency moot */
+#define DEFAULT_STREAMS 2   /* at most; see the file comment */
+#define DRAIN_POLL_NS 20000 /* stream_drain's poll step: setup, teardown, latency moot */
 
 struct pipe;
 
+/* A stream the batches take turns on, and the lock that keeps each batch's work on it in one
+ * piece: taken under prep_lock as the batch is numbered, so that batches reach the stream in
+ * index order, and given back once the batch's await is recorded. */
+struct pstream {
+	tdm_stream *s;
+	pthread_mutex_t order;
+};
+
 struct slot {
 	struct pipe *p;
-	tdm_batch b;     /* the batch it carries; buffers and stream stay from batch to batch */
-	bool owns_lease; /* false: the stream is borrowed from another slot (no stream was left) */
-	bool dev_async;  /* dev_in and dev_out are stream-ordered, on the slot's stream */
-	bool busy;       /* carries a batch that prepare gave and that is not finished yet */
-	bool enqueued;   /* the current batch put work on the stream */
-	bool waited;     /* the current batch's await suspended: the poller saw its work end */
-	bool retired;    /* takes no more batches: work of its may still run on the stream */
+	tdm_batch b;        /* the batch it carries; buffers stay from batch to batch, the stream
+	                       is the batch's (b.index % nstreams) */
+	struct pstream *ps; /* the current batch's stream while its order lock is held, else NULL */
+	tdm_stream *home;   /* where its device buffers were allocated and are freed */
+	bool dev_async;     /* dev_in and dev_out are stream-ordered (on home) */
+	bool busy;          /* carries a batch that prepare gave and that is not finished yet */
+	bool enqueued;      /* the current batch put work on the stream */
+	bool waited;        /* the current batch's await suspended: the poller saw its work end */
+	bool retired;       /* takes no more batches: work of its may still run on the stream */
 };
 
 struct pipe {
 	tdm_gpu *gpu;
 	tdm_pipeline_config cfg;
 	unsigned n; /* slots */
+	unsigned nstreams;
+	struct pstream streams[TDM_PIPELINE_MAX_IN_FLIGHT];
 	tdm_group group;
 
 	pthread_mutex_t prep_lock;
@@ -109,9 +134,11 @@ static bool batch_take(struct slot *s)
 	if (!p->ended) {
 		if (p->t_first == 0)
 			p->t_first = tdm_now_ns();
+		struct pstream *ps = &p->streams[p->next_index % p->nstreams];
 		b->index = p->next_index;
 		b->in_len = p->cfg.in_bytes;
 		b->out_len = p->cfg.out_bytes;
+		b->stream = ps->s;
 		b->status = 0;
 		int rc = p->cfg.prepare(b, p->cfg.user);
 		if (rc == TDM_PIPELINE_END) {
@@ -119,16 +146,30 @@ static bool batch_take(struct slot *s)
 		} else {
 			p->next_index++;
 			b->status = rc == 0 ? 0 : batch_error(rc);
+			if (b->status == 0 && b->in_len > p->cfg.in_bytes)
+				b->status = -EINVAL;
+			if (b->status == 0) {
+				/* In index order: under prep_lock (the file comment's lock rules).
+				 */
+				pthread_mutex_lock(&ps->order);
+				s->ps = ps;
+			}
 			taken = true;
 		}
 	}
 	pthread_mutex_unlock(&p->prep_lock);
-	if (taken) {
+	if (taken)
 		s->busy = true;
-		if (b->status == 0 && b->in_len > p->cfg.in_bytes)
-			b->status = -EINVAL;
-	}
 	return taken;
+}
+
+/* The batch's work (and its await, if any) is on the stream: the next batch may follow. */
+static void batch_order_done(struct slot *s)
+{
+	if (s->ps != NULL) {
+		pthread_mutex_unlock(&s->ps->order);
+		s->ps = NULL;
+	}
 }
 
 /* Copy in, compute, copy out, back to back on the slot's stream; the first failure stops it. */
@@ -161,9 +202,13 @@ static void batch_enqueue(struct slot *s)
 static int batch_await(tdm_task *t, struct slot *s)
 {
 	/* Set before the call: once it returns TDM_SUSPENDED the task may already run again on
-	 * another worker, and this thread must not touch the slot. */
+	 * another worker, and this thread must not touch the slot (the order lock is the pipe's,
+	 * and this thread's: it took it in batch_take). */
+	struct pstream *ps = s->ps;
+	s->ps = NULL;
 	s->waited = true;
 	int rc = tdm_await_stream(t, s->b.stream);
+	pthread_mutex_unlock(&ps->order);
 	if (rc != TDM_SUSPENDED)
 		s->waited = false;
 	return rc;
@@ -304,6 +349,8 @@ static int slot_task(tdm_task *t, void *arg)
 		if (s->enqueued) {
 			TDM_AWAIT(t, batch_await(t, s));
 			batch_settle(s, tdm_task_result(t));
+		} else {
+			batch_order_done(s); /* nothing of it reached the stream */
 		}
 		if (!batch_done(s))
 			return 0;
@@ -314,36 +361,47 @@ static int slot_task(tdm_task *t, void *arg)
 /* ---- set-up and teardown ---- */
 
 /*
- * Exclusive while at least one stream of the set stays for other tasks' shared leases; shared
- * past that; when no stream can be leased at all, another slot's stream is borrowed.
+ * The streams the batches take turns on: exclusive while at least one stream of the set stays
+ * for other tasks' shared leases, shared past that. When no stream can be leased any more, the
+ * batches take turns on fewer streams; -EBUSY only when none could be had.
  */
-static int slot_lease(struct pipe *p, unsigned k)
+static int streams_lease(struct pipe *p, unsigned want)
 {
-	struct slot *s = &p->slots[k];
 	const struct tdm__gdev *d = &p->gpu->devs[p->cfg.device];
-	int rc = -EBUSY;
-
-	if (k + 1 < d->nstreams)
-		rc = tdm_stream_lease(p->gpu, p->cfg.device, TDM_STREAM_EXCLUSIVE, &s->b.stream);
-	if (rc == -EBUSY)
-		rc = tdm_stream_lease(p->gpu, p->cfg.device, TDM_STREAM_SHARED, &s->b.stream);
-	if (rc == 0) {
-		s->owns_lease = true;
-		return 0;
+	for (unsigned k = 0; k < want; k++) {
+		struct pstream *ps = &p->streams[k];
+		int rc = -EBUSY;
+		if (k + 1 < d->nstreams)
+			rc = tdm_stream_lease(p->gpu, p->cfg.device, TDM_STREAM_EXCLUSIVE, &ps->s);
+		if (rc == -EBUSY)
+			rc = tdm_stream_lease(p->gpu, p->cfg.device, TDM_STREAM_SHARED, &ps->s);
+		if (rc == -EBUSY && k > 0)
+			break;
+		if (rc != 0)
+			return rc;
+		pthread_mutex_init(&ps->order, NULL);
+		p->nstreams = k + 1;
 	}
-	if (rc != -EBUSY)
-		return rc;
-	unsigned owners = 0;
-	for (unsigned j = 0; j < k; j++)
-		owners += p->slots[j].owns_lease;
-	if (owners == 0)
-		return -EBUSY;
-	for (unsigned j = 0, nth = k % owners; j < k; j++)
-		if (p->slots[j].owns_lease && nth-- == 0) {
-			s->b.stream = p->slots[j].b.stream;
-			return 0;
-		}
-	return -EBUSY; /* not reached */
+	return 0;
+}
+
+/* Waits until the work enqueued on s so far is done: an event recorded now and polled (the
+ * poller may be stopping). A failed device refuses the record: it runs nothing more. */
+static void stream_drain(tdm_stream *s)
+{
+	struct tdm__gdev *d = s->dev;
+	struct tdm_gpu *gpu = d->gpu;
+	struct tdm_event *e;
+
+	if (tdm__event_take(d, &e) != 0) {
+		while (gpu->ops->stream_query(gpu->b, s->bs) == -EAGAIN)
+			tdm__sleep_ns(DRAIN_POLL_NS);
+		return;
+	}
+	if (tdm_event_record(e, s) == 0)
+		while (gpu->ops->event_query(gpu->b, e->be) == -EAGAIN)
+			tdm__sleep_ns(DRAIN_POLL_NS);
+	tdm__event_give(e);
 }
 
 /*
@@ -355,7 +413,7 @@ static int slot_device_alloc(struct slot *s, size_t bytes, void **out)
 {
 	struct pipe *p = s->p;
 	if (s->dev_async) {
-		int rc = tdm_device_alloc_async(s->b.stream, bytes, out);
+		int rc = tdm_device_alloc_async(s->home, bytes, out);
 		if (rc != -ENOTSUP)
 			return rc;
 		s->dev_async = false;
@@ -366,8 +424,10 @@ static int slot_device_alloc(struct slot *s, size_t bytes, void **out)
 static void slot_device_free(struct slot *s, void *ptr)
 {
 	struct pipe *p = s->p;
-	/* Ordered after the stream's work; a refused free (a failed device) leaves it to us. */
-	if (!s->dev_async || tdm_device_free_async(s->b.stream, ptr) != 0)
+	/* Ordered after home's work; the buffer's last use, on whichever stream, is over (every
+	 * batch's await resumed, and a retired slot's stream was drained). A refused free (a
+	 * failed device) leaves it to us. */
+	if (!s->dev_async || tdm_device_free_async(s->home, ptr) != 0)
 		tdm_device_free(p->gpu, p->cfg.device, ptr);
 }
 
@@ -378,8 +438,7 @@ static int slot_setup(struct pipe *p, unsigned k)
 	int rc;
 
 	s->p = p;
-	if ((rc = slot_lease(p, k)) != 0)
-		return rc;
+	s->home = p->streams[k % p->nstreams].s;
 	s->dev_async = true;
 	if ((rc = tdm_pinned_alloc(p->gpu, p->cfg.in_bytes, &b->host_in)) != 0 ||
 	    (rc = tdm_pinned_alloc(p->gpu, p->cfg.out_bytes, &b->host_out)) != 0 ||
@@ -392,30 +451,8 @@ static int slot_setup(struct pipe *p, unsigned k)
 	return 0;
 }
 
-/*
- * Waits until the work enqueued on a retired slot's stream so far is done: an event recorded
- * now and polled (the poller may be stopping). A failed device refuses the record: it runs
- * nothing more.
- */
-static void slot_drain(struct slot *s)
-{
-	struct tdm__gdev *d = s->b.stream->dev;
-	struct tdm_gpu *gpu = d->gpu;
-	struct tdm_event *e;
-
-	if (tdm__event_take(d, &e) != 0) {
-		while (gpu->ops->stream_query(gpu->b, s->b.stream->bs) == -EAGAIN)
-			tdm__sleep_ns(DRAIN_POLL_NS);
-		return;
-	}
-	if (tdm_event_record(e, s->b.stream) == 0)
-		while (gpu->ops->event_query(gpu->b, e->be) == -EAGAIN)
-			tdm__sleep_ns(DRAIN_POLL_NS);
-	tdm__event_give(e);
-}
-
-/* Gives back what slot_setup took (any part of it). Memory first, the lease last: while a
- * lease is held, tdm_gpu_destroy waits, so the pools the memory goes back to still exist. */
+/* Gives back what slot_setup took (any part of it). Before the streams' leases: while a lease
+ * is held, tdm_gpu_destroy waits, so the pools the memory goes back to still exist. */
 static void slot_teardown(struct slot *s)
 {
 	struct pipe *p = s->p;
@@ -424,7 +461,7 @@ static void slot_teardown(struct slot *s)
 	if (p == NULL)
 		return; /* never set up */
 	if (s->retired && b->stream != NULL)
-		slot_drain(s);
+		stream_drain(b->stream); /* its last batch's work may still run there */
 	if (b->host_in != NULL)
 		tdm_pinned_free(p->gpu, b->host_in);
 	if (b->host_out != NULL)
@@ -433,8 +470,6 @@ static void slot_teardown(struct slot *s)
 		slot_device_free(s, b->dev_out);
 	if (b->dev_in != NULL)
 		slot_device_free(s, b->dev_in);
-	if (s->owns_lease)
-		tdm_stream_release(b->stream);
 }
 
 /* Starts the slots' tasks and waits for them: 0, -ECANCELED, or why a task could not start. */
@@ -443,11 +478,16 @@ static int pipe_run(struct pipe *p)
 	int rc = tdm_group_init(&p->group, p->gpu->ex);
 	if (rc != 0)
 		return rc;
+	/* A worker stays awake for the batches' completions (cfg.no_spin). */
+	if (!p->cfg.no_spin)
+		tdm__awake_hold(p->gpu->ex);
 	int spawn_rc = 0;
 	for (unsigned k = 0; k < p->n && spawn_rc == 0; k++)
 		spawn_rc = slot_spawn(&p->slots[k]);
 	/* The slots that did start run to the end; the input goes through fewer of them. */
 	rc = tdm_group_wait(&p->group);
+	if (!p->cfg.no_spin)
+		tdm__awake_release(p->gpu->ex);
 	if (spawn_rc != 0 && p->run_err == 0) /* the tasks are over: no lock needed */
 		p->run_err = spawn_rc;
 	return rc;
@@ -460,6 +500,9 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 	if (gpu == NULL || cfg == NULL || cfg->prepare == NULL || cfg->in_bytes == 0 ||
 	    cfg->out_bytes == 0 || cfg->in_flight > TDM_PIPELINE_MAX_IN_FLIGHT)
 		return -EINVAL;
+	unsigned n = cfg->in_flight != 0 ? cfg->in_flight : DEFAULT_IN_FLIGHT;
+	if (cfg->streams > n)
+		return -EINVAL;
 	if (gpu->ndev == 0)
 		return -ENODEV;
 	if (cfg->device < 0 || cfg->device >= gpu->ndev)
@@ -467,7 +510,6 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 	if (tdm_worker_index(gpu->ex) >= 0)
 		return -EDEADLK; /* the slots' tasks may need this very worker */
 
-	unsigned n = cfg->in_flight != 0 ? cfg->in_flight : DEFAULT_IN_FLIGHT;
 	struct pipe *p = calloc(1, sizeof(*p) + n * sizeof(struct slot));
 	if (p == NULL)
 		return -ENOMEM;
@@ -477,19 +519,29 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 	pthread_mutex_init(&p->prep_lock, NULL);
 	pthread_mutex_init(&p->lock, NULL);
 
-	int rc = 0;
+	unsigned want = cfg->streams != 0     ? cfg->streams
+	                : n < DEFAULT_STREAMS ? n
+	                                      : DEFAULT_STREAMS;
+	int rc = streams_lease(p, want);
 	for (unsigned k = 0; k < n && rc == 0; k++)
 		rc = slot_setup(p, k);
+	/* A slot's buffers were allocated in its home stream's order, and its batches use them on
+	 * every stream: the allocations are done before the first batch. */
+	for (unsigned k = 0; k < p->nstreams && rc == 0; k++)
+		stream_drain(p->streams[k].s);
 	int wait_rc = 0;
 	if (rc == 0)
 		wait_rc = pipe_run(p);
 
 	/* Every task is over (the group's wait orders their writes before what follows). */
 	uint64_t cancelled = 0;
-	/* Backwards: a slot that borrows a stream comes after the slot that leased it. */
-	for (unsigned k = n; k-- > 0;) {
+	for (unsigned k = 0; k < n; k++) {
 		cancelled += p->slots[k].busy;
 		slot_teardown(&p->slots[k]);
+	}
+	for (unsigned k = 0; k < p->nstreams; k++) {
+		tdm_stream_release(p->streams[k].s);
+		pthread_mutex_destroy(&p->streams[k].order);
 	}
 	if (rc == 0) {
 		p->st.cancelled = cancelled;

@@ -300,24 +300,34 @@ int tdm_await_deadline(tdm_task *t, tdm_gpu *gpu, uint64_t deadline_ns);
 /*
  * A pipeline runs batches through five stages: prepare (host), copy in, compute (GPU), copy out,
  * consume (host). `in_flight` batches run at once, each in a slot with its own pinned and device
- * buffers and its own stream, so that while the GPU computes batch N, batch N+1 is prepared and
- * copied in and batch N-1 is copied out. A slot enqueues copy in, compute and copy out back to
- * back on its stream and awaits them once, as a resumable task, so no worker waits for the GPU;
+ * buffers, so that while the GPU computes batch N, batch N+1 is prepared and copied in and batch
+ * N-1 is copied out. A slot enqueues copy in, compute and copy out back to back on its batch's
+ * stream and awaits them once, as a resumable task, so no worker waits for the GPU;
  * buffers are recycled from batch to batch; a slot prepares its next batch only after its last
  * one was consumed (back-pressure: a slow consumer slows preparation, memory stays bounded, and
  * at most in_flight batches are between prepare and the end of consume at any moment).
  *
- * Streams: each slot leases a stream of cfg.device, exclusively while that leaves at least one
- * stream of the device's set to other tasks' shared leases, shared past that; a slot that finds
- * every stream held exclusively elsewhere uses an earlier slot's. Slots on one stream run their
- * GPU stages one after another: in_flight beyond the set's size overlaps host stages only.
- * With more workers than hardware work queues the set is larger than the queues (one stream per
- * worker, see tdm_gpu_config.streams_per_device), and an exclusive stream may share a queue with
- * another stream's work; set CUDA_DEVICE_MAX_CONNECTIONS to at least the set's size when a
- * pipeline shares the device with other work.
- * Buffers come from tdm_pinned_alloc and from tdm_device_alloc_async on the slot's stream
- * (tdm_device_alloc where the backend has no stream-ordered memory), taken before the first batch
- * and given back before tdm_pipeline_run returns.
+ * Streams: the batches take turns on `streams` streams of cfg.device (batch i on stream
+ * i % streams; 0: two, or one when in_flight is 1), each batch's work in one piece and the
+ * batches in index order. Two are enough to overlap a batch's copies with its neighbours' work
+ * and keep the device fed; more let the kernels of several batches run at once (kernels too
+ * small to fill the device), and with device-filling kernels they interleave and cost a little
+ * (perf/README.md, pipeline). in_flight beyond `streams` queues batches ahead on the streams, so
+ * that the device never waits for the host. The pipeline leases its streams exclusively while
+ * that leaves at least one stream of the device's set to other tasks' shared leases, shared past
+ * that, and takes fewer when no more can be had. With more workers than hardware work queues the
+ * set is larger than the queues (one stream per worker, see tdm_gpu_config.streams_per_device),
+ * and an exclusive stream may share a queue with another stream's work; set
+ * CUDA_DEVICE_MAX_CONNECTIONS to at least the set's size when a pipeline shares the device with
+ * other work.
+ * Buffers come from tdm_pinned_alloc and from tdm_device_alloc_async (tdm_device_alloc where the
+ * backend has no stream-ordered memory), taken before the first batch and given back before
+ * tdm_pipeline_run returns.
+ * CPU: while a pipeline runs, one worker of the executor stays awake between tasks (it looks for
+ * work instead of sleeping), so that each batch's completion is taken up at once rather than
+ * after waking a sleeping thread, which takes 50-300 us on some virtual machines. That costs a
+ * core while the pipeline runs, as a thread waiting in cudaStreamSynchronize does under CUDA's
+ * default scheduling; no_spin saves it.
  */
 typedef struct tdm_batch {
 	uint64_t index;     /* 0, 1, 2, ... in the order batches were prepared */
@@ -327,7 +337,7 @@ typedef struct tdm_batch {
 	void *dev_out;      /* out_bytes; dev_in itself when compute is NULL */
 	size_t in_len;      /* bytes to copy in; prepare may lower it (starts at in_bytes) */
 	size_t out_len;     /* bytes to copy out; compute may lower it (starts at out_bytes) */
-	tdm_stream *stream; /* compute enqueues its kernels here */
+	tdm_stream *stream; /* the batch's stream (set before prepare); compute enqueues here */
 	int status;         /* 0, or the error that stopped this batch */
 	void *slot_user;    /* the slot's own, kept across the batches it carries (starts NULL) */
 } tdm_batch;
@@ -360,6 +370,13 @@ typedef struct tdm_pipeline_config {
 	 */
 	int (*consume)(tdm_batch *b, void *user);
 	void *user;
+	/* The streams the batches take turns on, 1..in_flight (more: -EINVAL); 0: min(in_flight,
+	 * 2). See above. (Since 0.3.0.) */
+	unsigned streams;
+	/* Nonzero: no worker stays awake for this pipeline (see CPU above): every worker may sleep
+	 * while its batches are on the GPU, and a completion may wait for one to wake. (Since
+	 * 0.3.0.) */
+	int no_spin;
 } tdm_pipeline_config;
 
 typedef struct tdm_pipeline_stats {
@@ -381,9 +398,9 @@ typedef struct tdm_pipeline_stats {
  * NULL; it is zeroed first and filled in whenever the pipeline ran. Returns 0 when every batch
  * succeeded, else the first batch error (stats says which and how many); -ECANCELED when the
  * executor's shutdown (TDM_SHUTDOWN_CANCEL) cancelled the pipeline's tasks, whatever else failed;
- * -EINVAL for a bad config; -ENODEV: no device; -ENOMEM when buffers cannot be had; -ESHUTDOWN:
- * the executor or the GPU layer is being destroyed; -EBUSY: no stream of the device could be
- * leased.
+ * -EINVAL for a bad config (streams beyond in_flight among them); -ENODEV: no device; -ENOMEM when
+ * buffers cannot be had; -ESHUTDOWN: the executor or the GPU layer is being destroyed; -EBUSY: no
+ * stream of the device could be leased.
  */
 int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_stats *stats);
 

@@ -121,8 +121,9 @@ struct opts {
 	int sim, json;
 	int trace;        /* --trace: the compute-bound kernels' device-clock timeline, per run */
 	int stamp_kernel; /* --stamp kernel: the busy kernel copies the stamp (no device copy) */
+	int no_spin;      /* --no-spin: tdm_pipeline_config.no_spin */
 	uint64_t batches;
-	unsigned in_flight, reps, cpus;
+	unsigned in_flight, streams, reps, cpus; /* streams 0: the pipeline's default */
 };
 
 struct env {
@@ -215,6 +216,8 @@ static double tandem_pipeline(struct env *e, struct work *w, const struct opts *
 	tdm_pipeline_config c = {
 	    .device = 0,
 	    .in_flight = o->in_flight,
+	    .streams = o->streams,
+	    .no_spin = o->no_spin,
 	    .in_bytes = w->l->bytes,
 	    .out_bytes = w->l->bytes,
 	    .ordered = 1,
@@ -398,7 +401,8 @@ static void report(const struct opts *o, const char *device, const struct load *
 				       s / r[I_COMPUTE].median);
 				if (r[I_DB].have)
 					printf("\"vs_double_buffer\":%.4f,", r[I_DB].median / s);
-				printf("\"in_flight\":%u,", o->in_flight);
+				printf("\"in_flight\":%u,\"streams\":%u,\"spin\":%s,", o->in_flight,
+				       o->streams, o->no_spin ? "false" : "true");
 				/* The poller's counts over the timed runs (tdm_gpu_stats). */
 				bench_stats_json(ts);
 				putchar(',');
@@ -454,6 +458,10 @@ static void usage(FILE *f)
 	      "  --backend B     cuda or sim (default cuda; no device exits with status 3)\n"
 	      "  --batches N     batches per run (default 200 on cuda, 20 on sim)\n"
 	      "  --in-flight K   slots of the tandem pipeline, 1..64 (default 8)\n"
+	      "  --streams S     streams its batches take turns on, 1..K (default: the\n"
+	      "                  pipeline's, 0 in the output)\n"
+	      "  --no-spin       no worker stays awake for the pipeline (tdm_pipeline_config\n"
+	      "                  no_spin)\n"
 	      "  --reps R        timed runs of each implementation, 1..64 (default 5)\n"
 	      "  --stamp S       compute-bound: copy (a 64-byte device copy after the kernel) or\n"
 	      "                  kernel (the kernel copies it; default); sim always copies\n"
@@ -504,6 +512,10 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->trace = 1;
 			continue;
 		}
+		if (strcmp(a, "--no-spin") == 0) {
+			o->no_spin = 1;
+			continue;
+		}
 		if (strcmp(a, "pipeline") == 0)
 			continue; /* the subcommand: bench.c hands over the whole command line */
 		if (len >= sizeof(name))
@@ -512,7 +524,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		name[len] = '\0';
 		if (strcmp(name, "--backend") != 0 && strcmp(name, "--batches") != 0 &&
 		    strcmp(name, "--in-flight") != 0 && strcmp(name, "--reps") != 0 &&
-		    strcmp(name, "--stamp") != 0)
+		    strcmp(name, "--stamp") != 0 && strcmp(name, "--streams") != 0)
 			bad("unknown option", a);
 		if (eq != NULL)
 			val = eq + 1;
@@ -530,6 +542,9 @@ static void parse(int argc, char **argv, struct opts *o)
 		} else if (strcmp(name, "--in-flight") == 0) {
 			o->in_flight = (unsigned)parse_count("--in-flight: not in 1..64:", val, 1,
 			                                     TDM_PIPELINE_MAX_IN_FLIGHT);
+		} else if (strcmp(name, "--streams") == 0) {
+			o->streams = (unsigned)parse_count("--streams: not in 1..64:", val, 1,
+			                                   TDM_PIPELINE_MAX_IN_FLIGHT);
 		} else if (strcmp(name, "--stamp") == 0) {
 			if (strcmp(val, "copy") != 0 && strcmp(val, "kernel") != 0)
 				bad("--stamp: neither copy nor kernel:", val);
@@ -540,6 +555,11 @@ static void parse(int argc, char **argv, struct opts *o)
 	}
 	if (!batches_given)
 		o->batches = o->sim ? 20 : 200;
+	if (o->streams > o->in_flight) {
+		fprintf(stderr, "tandem-bench pipeline: --streams %u is more than --in-flight %u\n",
+		        o->streams, o->in_flight);
+		exit(2);
+	}
 	if (o->trace && (o->sim || !HAVE_RAW))
 		bad("--trace: needs --backend cuda in a CUDA build; backend",
 		    o->sim ? "sim" : "cuda");
@@ -706,9 +726,9 @@ int bench_pipeline(int argc, char **argv)
 #endif
 	if (!o.json) {
 		printf("pipeline on %s (%s): %llu batches per run, tandem with %u in flight "
-		       "(ordered), median of %u runs\n",
+		       "(ordered), --streams %u (0: the default)%s, median of %u runs\n",
 		       o.sim ? "sim" : "cuda", device, (unsigned long long)o.batches, o.in_flight,
-		       o.reps);
+		       o.streams, o.no_spin ? ", --no-spin" : "", o.reps);
 		printf("%-14s %-19s %9s %9s %11s %8s\n", "config", "impl", "seconds", "GB/s",
 		       "batches/s", "overlap");
 	}

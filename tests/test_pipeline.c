@@ -77,6 +77,7 @@ struct rec {
 	atomic_size_t npos;
 	uint64_t order[MAXB];                  /* batch indices in the order consume saw them */
 	uintptr_t in_buf[MAXB], out_buf[MAXB]; /* each batch's host_in and host_out, disguised */
+	uintptr_t stream[MAXB];                /* the stream compute saw for each batch */
 };
 
 static void rec_init(struct rec *r, uint64_t total)
@@ -143,6 +144,8 @@ static int rec_compute(tdm_batch *b, void *user)
 {
 	struct rec *r = user;
 	uint32_t ns = r->spin_ns;
+	if (b->index < MAXB)
+		r->stream[b->index] = (uintptr_t)b->stream;
 	if (r->vary)
 		ns += (uint32_t)(3 - b->index % 4) * 400000u;
 	if (ns > 0 && tdm_launch_spin(b->stream, ns) != 0)
@@ -605,8 +608,8 @@ Test(pipeline_sim, sticky_fault_fails_the_remaining_batches, .timeout = 60)
 
 /* ---- streams ---- */
 
-/* Two streams in the set, one held exclusively here: the pipeline takes the other and its
- * slots share it. */
+/* Two streams in the set, one held exclusively here: the pipeline takes the other alone, and
+ * its batches all take turns on it. */
 Test(pipeline_sim, slots_share_a_stream_when_none_is_left, .timeout = 60)
 {
 	struct env e;
@@ -631,6 +634,64 @@ Test(pipeline_sim, slots_share_a_stream_when_none_is_left, .timeout = 60)
 	cr_assert_eq(atomic_load(&r.prepared), 0);
 	tdm_stream_release(other);
 	tdm_stream_release(held);
+	env_close(&e);
+}
+
+/* Runs 24 batches with in_flight and streams as given; true when batch i ran on the same stream
+ * as batch i % want and the batches saw `want` streams in all. */
+static bool turns_on(struct env *e, unsigned in_flight, unsigned streams, unsigned want)
+{
+	static struct rec r;
+	rec_init(&r, 24);
+	r.vary = true; /* batches end out of order: the stream is the index's, not the slot's */
+	tdm_pipeline_config c = rec_config(&r, in_flight, 0);
+	c.streams = streams;
+	tdm_pipeline_stats st;
+	cr_assert_eq(tdm_pipeline_run(e->gpu, &c, &st), 0);
+	cr_assert_eq(st.batches, 24);
+	cr_assert_eq(atomic_load(&r.bad), 0);
+	for (unsigned i = 0; i < 24; i++)
+		if (r.stream[i] != r.stream[i % want])
+			return false;
+	return distinct(r.stream, 24) == want;
+}
+
+Test(pipeline_sim, batches_take_turns_on_the_streams, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open_cfg(&e, TDM_BACKEND_SIM, 4, TDM_SHUTDOWN_DRAIN, 6));
+	cr_assert(turns_on(&e, 4, 0, 2), "the default: two streams, batch i on i %% 2");
+	cr_assert(turns_on(&e, 4, 3, 3));
+	cr_assert(turns_on(&e, 5, 5, 5));
+	cr_assert(turns_on(&e, 1, 0, 1), "one batch in flight: one stream");
+	env_close(&e);
+}
+
+/*
+ * While a pipeline runs, a worker stays awake: batches of 1 ms kernels, one at a time, each
+ * longer than a worker's spin before it parks, would otherwise find every worker asleep and
+ * park one per batch. The sleeps are counted, not timed.
+ */
+Test(pipeline_sim, a_worker_stays_awake_while_it_runs, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open_cfg(&e, TDM_BACKEND_SIM, 2, TDM_SHUTDOWN_DRAIN, 0));
+	static struct rec r;
+	for (int no_spin = 0; no_spin < 2; no_spin++) {
+		rec_init(&r, 30);
+		r.spin_ns = 1000000;
+		tdm_pipeline_config c = rec_config(&r, 1, 1);
+		c.no_spin = no_spin;
+		tdm_pipeline_stats st;
+		uint64_t parks = tdm_test_stats_total(e.ex).parks;
+		cr_assert_eq(tdm_pipeline_run(e.gpu, &c, &st), 0);
+		parks = tdm_test_stats_total(e.ex).parks - parks;
+		cr_assert_eq(st.batches, 30);
+		cr_assert_eq(atomic_load(&r.bad), 0);
+		if (!no_spin)
+			cr_assert_lt(parks, 10, "%llu sleeps in 30 batches",
+			             (unsigned long long)parks);
+	}
 	env_close(&e);
 }
 
@@ -692,6 +753,12 @@ Test(pipeline_errors, bad_configs_are_refused, .timeout = 60)
 	cr_assert_eq(tdm_pipeline_run(e.gpu, &c, &st), -EINVAL);
 	c = good;
 	c.in_flight = TDM_PIPELINE_MAX_IN_FLIGHT + 1;
+	cr_assert_eq(tdm_pipeline_run(e.gpu, &c, &st), -EINVAL);
+	c = good;
+	c.streams = good.in_flight + 1;
+	cr_assert_eq(tdm_pipeline_run(e.gpu, &c, &st), -EINVAL);
+	c.in_flight = 0; /* the default, 8 */
+	c.streams = 9;
 	cr_assert_eq(tdm_pipeline_run(e.gpu, &c, &st), -EINVAL);
 	c = good;
 	c.device = 1;
