@@ -299,8 +299,10 @@ bool tdm__expect_wake(struct tdm_executor *ex, unsigned home);
  * that is awake instead of after a futex wake-up (50-300 us on some virtual machines). The
  * worker that first idles past its usual spin takes the role and keeps it, running tasks in
  * between, until no hold is left; the others spin and park as usual. It costs one core while a
- * hold is taken, as a thread spinning in cudaStreamSynchronize does. Every hold taken must be
- * released: the keeper does not park while one is taken, and the executor cannot stop.
+ * hold is taken, as a thread spinning in cudaStreamSynchronize does. Taking a hold wakes a
+ * worker if none is looking for work, so that a keeper is awake before the holder's first task.
+ * Every hold taken must be released: the keeper does not park while one is taken, and the
+ * executor cannot stop (which also keeps it alive for the release).
  */
 void tdm__awake_hold(struct tdm_executor *ex);
 void tdm__awake_release(struct tdm_executor *ex);

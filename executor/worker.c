@@ -8,6 +8,7 @@
  * before its own deque, so a worker busy with a long chain of local spawns still takes in
  * woken and submitted tasks.
  */
+#include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
 
@@ -249,16 +250,23 @@ void tdm__awake_hold(struct tdm_executor *ex)
 {
 	/* Relaxed: a hint for idle workers; nothing is published with it. */
 	atomic_fetch_add_explicit(&ex->awake_holds, 1, memory_order_relaxed);
+	/* With every worker asleep nobody would take the role until work came: wake one now, so
+	 * that the keeper is awake (and its CPU running) before the holder's first task. */
+	tdm__expect_wake(ex, UINT_MAX);
 }
 
 void tdm__awake_release(struct tdm_executor *ex)
 {
-	atomic_fetch_sub_explicit(&ex->awake_holds, 1, memory_order_relaxed);
+	/* Release: the releaser's last access to the executor. Pairs with the keeper's acquire in
+	 * awake_held: the keeper parks only after it saw this, and the executor can be destroyed
+	 * only after every worker parked, so the free comes after this access. */
+	atomic_fetch_sub_explicit(&ex->awake_holds, 1, memory_order_release);
 }
 
 static bool awake_held(const struct tdm_executor *ex)
 {
-	return atomic_load_explicit(&ex->awake_holds, memory_order_relaxed) > 0;
+	/* Acquire: pairs with the release in tdm__awake_release. */
+	return atomic_load_explicit(&ex->awake_holds, memory_order_acquire) > 0;
 }
 
 /* Whether w is the keeper now: it was already, or it takes the free role while a hold is
@@ -299,7 +307,8 @@ static struct tdm__task *idle_spin(struct tdm__worker *w)
 	bool keeping = keeper_claim(w);
 	for (unsigned i = 1; t == NULL; i++) {
 		if (tdm_now_ns() >= until) {
-			if (!keeping)
+			/* A hold taken while this worker spun: it may be the only one awake. */
+			if (!keeping && !(keeping = keeper_claim(w)))
 				break;
 			/* Past the usual window the keeper hands its held await to the waker as a
 			 * parking worker would: only the waker notices a device that died and will

@@ -478,16 +478,11 @@ static int pipe_run(struct pipe *p)
 	int rc = tdm_group_init(&p->group, p->gpu->ex);
 	if (rc != 0)
 		return rc;
-	/* A worker stays awake for the batches' completions (cfg.no_spin). */
-	if (!p->cfg.no_spin)
-		tdm__awake_hold(p->gpu->ex);
 	int spawn_rc = 0;
 	for (unsigned k = 0; k < p->n && spawn_rc == 0; k++)
 		spawn_rc = slot_spawn(&p->slots[k]);
 	/* The slots that did start run to the end; the input goes through fewer of them. */
 	rc = tdm_group_wait(&p->group);
-	if (!p->cfg.no_spin)
-		tdm__awake_release(p->gpu->ex);
 	if (spawn_rc != 0 && p->run_err == 0) /* the tasks are over: no lock needed */
 		p->run_err = spawn_rc;
 	return rc;
@@ -519,6 +514,11 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 	pthread_mutex_init(&p->prep_lock, NULL);
 	pthread_mutex_init(&p->lock, NULL);
 
+	/* A worker stays awake for the batches (unless cfg.no_spin), from before the set-up: the
+	 * first batch then starts on a worker that is running, not on one just woken for it (the
+	 * first kernel of a run started 17 us later on the H200 from a worker woken for it). */
+	if (!cfg->no_spin)
+		tdm__awake_hold(gpu->ex);
 	unsigned want = cfg->streams != 0     ? cfg->streams
 	                : n < DEFAULT_STREAMS ? n
 	                                      : DEFAULT_STREAMS;
@@ -532,6 +532,10 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 	int wait_rc = 0;
 	if (rc == 0)
 		wait_rc = pipe_run(p);
+	/* The last use of the executor here: while the hold is taken the keeper does not park, so
+	 * a concurrent tdm_executor_destroy cannot end before this release. */
+	if (!cfg->no_spin)
+		tdm__awake_release(gpu->ex);
 
 	/* Every task is over (the group's wait orders their writes before what follows). */
 	uint64_t cancelled = 0;
