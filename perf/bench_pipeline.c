@@ -76,6 +76,10 @@ static void check(const void *host_out, uint64_t index, void *user)
 		atomic_fetch_add(&w->bad, 1);
 }
 
+/* --trace: when batch 0's copy in was enqueued and its kernel launched (the calls' returns), on
+ * tandem's side; set by the batch-0 task of the run being traced, read after the run. */
+static uint64_t first_copied_ns, first_launched_ns;
+
 /* The GPU stage on tandem's side: the same kernels as pipeline_cuda.cu's. */
 static int work_compute(const struct work *w, tdm_stream *s, void *dev_out, const void *dev_in,
                         uint64_t index)
@@ -199,7 +203,13 @@ static int pipe_prepare(tdm_batch *b, void *user)
 
 static int pipe_compute(tdm_batch *b, void *user)
 {
-	return work_compute(user, b->stream, b->dev_out, b->dev_in, b->index);
+	/* The pipeline calls compute right after it enqueued the copy in. */
+	if (b->index == 0)
+		first_copied_ns = tdm_now_ns();
+	int rc = work_compute(user, b->stream, b->dev_out, b->dev_in, b->index);
+	if (b->index == 0)
+		first_launched_ns = tdm_now_ns();
+	return rc;
 }
 
 static int pipe_consume(tdm_batch *b, void *user)
@@ -276,8 +286,12 @@ static int one_task(tdm_task *t, void *arg)
 		for (k->i = 0; k->i < k->n; k->i++) {
 			stamp(e->hin, k->i, k->w);
 			rc = tdm_memcpy_async(k->s, e->din, e->hin, bytes, TDM_COPY_H2D);
+			if (k->i == 0)
+				first_copied_ns = tdm_now_ns();
 			if (rc == 0)
 				rc = work_compute(k->w, k->s, e->dout, e->din, k->i);
+			if (k->i == 0)
+				first_launched_ns = tdm_now_ns();
 			if (rc == 0)
 				rc = tdm_memcpy_async(k->s, e->hout, e->dout, bytes, TDM_COPY_D2H);
 			if (rc != 0)
@@ -293,8 +307,13 @@ static int one_task(tdm_task *t, void *arg)
 	for (uint64_t i = 0; i < k->n && rc == 0; i++) {
 		if (k->which == W_H2D || k->which == W_BIDIR)
 			rc = tdm_memcpy_async(k->s, e->din, e->hin, bytes, TDM_COPY_H2D);
-		if (rc == 0 && k->which == W_COMPUTE)
+		if (rc == 0 && k->which == W_COMPUTE) {
+			if (i == 0)
+				first_copied_ns = tdm_now_ns(); /* no copy: the moment it began */
 			rc = work_compute(k->w, k->s, e->dout, e->din, i);
+			if (i == 0)
+				first_launched_ns = tdm_now_ns();
+		}
 		if (rc == 0 && k->which == W_D2H)
 			rc = tdm_memcpy_async(k->s, e->hout, e->dout, bytes, TDM_COPY_D2H);
 		if (rc == 0 && k->which == W_BIDIR)
@@ -574,6 +593,7 @@ static int traced(const struct opts *o, const struct work *w)
 
 static void trace_begin(const struct opts *o, const struct work *w, uint64_t n)
 {
+	first_copied_ns = first_launched_ns = 0;
 #if HAVE_RAW
 	if (traced(o, w) && pipe_cuda_trace_begin(n) != 0)
 		die(pipe_cuda_error(), -EIO);
@@ -585,7 +605,7 @@ static void trace_begin(const struct opts *o, const struct work *w, uint64_t n)
 /* One line per traced run: its host-clock time split into the kernels' device-clock span and
  * the rest (host start-up, the first copy in, the last copy out, finding the end). */
 static void trace_end(const struct opts *o, const struct work *w, enum impl i, unsigned rep,
-                      uint64_t n, const uint64_t at[2])
+                      uint64_t n, const uint64_t at[2], const struct pipe_cuda_db *db)
 {
 #if HAVE_RAW
 	struct pipe_cuda_trace t;
@@ -594,31 +614,41 @@ static void trace_end(const struct opts *o, const struct work *w, enum impl i, u
 		return;
 	if (pipe_cuda_trace_read(n, at[0], at[1], &t) != 0)
 		die(pipe_cuda_error(), -EIO);
+	uint64_t copied = first_copied_ns, launched = first_launched_ns;
+	if (i == I_DB)
+		pipe_cuda_db_first_issue(db, &copied, &launched);
+	/* The lead's host part: batch 0's copy in and kernel launch returned this long after the
+	 * start (-1: not seen). */
+	double copied_us = copied >= at[0] && copied != 0 ? (double)(copied - at[0]) / 1e3 : -1;
+	double launched_us =
+	    launched >= at[0] && launched != 0 ? (double)(launched - at[0]) / 1e3 : -1;
 	double seconds = (double)(at[1] - at[0]) / 1e9, span = (double)t.span_ns / 1e9;
 	if (o->json)
 		printf("{\"bench\":\"pipeline-trace\",\"config\":\"%s\",\"impl\":\"%s\","
 		       "\"rep\":%u,\"in_flight\":%u,\"seconds\":%.6f,\"span_s\":%.6f,"
 		       "\"outside_span_us\":%.1f,\"kernels_s\":%.6f,\"gap_sum_us\":%.1f,"
 		       "\"gap_max_us\":%.1f,\"idle_gaps\":%llu,\"out_of_order\":%llu,"
-		       "\"lead_us\":%.1f,\"tail_us\":%.1f,\"clock_window_us\":%.1f}\n",
+		       "\"lead_us\":%.1f,\"copied_us\":%.1f,\"launched_us\":%.1f,"
+		       "\"tail_us\":%.1f,\"clock_window_us\":%.1f}\n",
 		       w->l->name, impl_names[i], rep, o->in_flight, seconds, span,
 		       (seconds - span) * 1e6, (double)t.kernels_ns / 1e9,
 		       (double)t.gap_sum_ns / 1e3, (double)t.gap_max_ns / 1e3,
 		       (unsigned long long)t.idle_gaps, (unsigned long long)t.out_of_order,
-		       (double)t.lead_ns / 1e3, (double)t.tail_ns / 1e3,
+		       (double)t.lead_ns / 1e3, copied_us, launched_us, (double)t.tail_ns / 1e3,
 		       (double)t.clock_window_ns / 1e3);
 	else
 		printf("  trace %-19s run %u: %.6f s = kernels' span %.6f s + %.1f us outside it "
-		       "(%.1f before the first kernel, %.1f after the last, +-%.1f); gaps between "
+		       "(%.1f before the first kernel, its copy in and launch issued at %.1f and "
+		       "%.1f; %.1f after the last, +-%.1f); gaps between "
 		       "kernels %+.1f us in all, largest %+.1f us, %llu with the device idle "
 		       "first; %llu steps back in batch order\n",
 		       impl_names[i], rep, seconds, span, (seconds - span) * 1e6,
-		       (double)t.lead_ns / 1e3, (double)t.tail_ns / 1e3,
+		       (double)t.lead_ns / 1e3, copied_us, launched_us, (double)t.tail_ns / 1e3,
 		       (double)t.clock_window_ns / 1e3, (double)t.gap_sum_ns / 1e3,
 		       (double)t.gap_max_ns / 1e3, (unsigned long long)t.idle_gaps,
 		       (unsigned long long)t.out_of_order);
 #else
-	(void)o, (void)w, (void)i, (void)rep, (void)n, (void)at;
+	(void)o, (void)w, (void)i, (void)rep, (void)n, (void)at, (void)db;
 #endif
 }
 
@@ -666,10 +696,10 @@ static void run_load(const struct opts *o, const char *device, const struct load
 		r[I_TANDEM].s[k] = tandem_pipeline(&e, &w, o, n, at);
 		pmust(tdm_gpu_stats_get(e.gpu, &t1), "tdm_gpu_stats_get");
 		bench_stats_add_delta(&ts, &t0, &t1);
-		trace_end(o, &w, I_TANDEM, k, n, at);
+		trace_end(o, &w, I_TANDEM, k, n, at, NULL);
 		trace_begin(o, &w, n);
 		r[I_SYNC].s[k] = tandem_one(&e, &w, W_SYNC, n, at);
-		trace_end(o, &w, I_SYNC, k, n, at);
+		trace_end(o, &w, I_SYNC, k, n, at, NULL);
 #if HAVE_RAW
 		if (db != NULL) {
 			trace_begin(o, &w, n);
@@ -677,13 +707,13 @@ static void run_load(const struct opts *o, const char *device, const struct load
 			if (rc != 0)
 				die(pipe_cuda_error(), rc);
 			r[I_DB].s[k] = (double)(at[1] - at[0]) / 1e9;
-			trace_end(o, &w, I_DB, k, n, at);
+			trace_end(o, &w, I_DB, k, n, at, db);
 		}
 #endif
 		r[I_H2D].s[k] = tandem_one(&e, &w, W_H2D, n, at);
 		trace_begin(o, &w, n);
 		r[I_COMPUTE].s[k] = tandem_one(&e, &w, W_COMPUTE, n, at);
-		trace_end(o, &w, I_COMPUTE, k, n, at);
+		trace_end(o, &w, I_COMPUTE, k, n, at, NULL);
 		r[I_D2H].s[k] = tandem_one(&e, &w, W_D2H, n, at);
 		r[I_BIDIR].s[k] = tandem_one(&e, &w, W_BIDIR, n, at);
 	}

@@ -282,6 +282,7 @@ struct pipe_cuda_db {
 	cudaStream_t s[2] = {nullptr, nullptr};
 	void *hin[2] = {nullptr, nullptr}, *hout[2] = {nullptr, nullptr};
 	void *din[2] = {nullptr, nullptr}, *dout[2] = {nullptr, nullptr};
+	uint64_t copied_ns = 0, launched_ns = 0; /* batch 0's, for the trace */
 };
 
 namespace
@@ -293,6 +294,8 @@ int enqueue(pipe_cuda_db *db, int k, uint64_t index)
 	cudaStream_t s = db->s[k];
 
 	CUDA_TRY(cudaMemcpyAsync(db->din[k], db->hin[k], w.bytes, cudaMemcpyHostToDevice, s));
+	if (index == 0)
+		db->copied_ns = now_ns();
 	if (w.busy_ns == 0) {
 		CUDA_TRY(launch_scale(s, db->sh, static_cast<float *>(db->dout[k]),
 		                      static_cast<const float *>(db->din[k]),
@@ -305,11 +308,20 @@ int enqueue(pipe_cuda_db *db, int k, uint64_t index)
 		CUDA_TRY(cudaMemcpyAsync(db->dout[k], db->din[k], PIPE_CUDA_STAMP_BYTES,
 		                         cudaMemcpyDeviceToDevice, s));
 	}
+	if (index == 0)
+		db->launched_ns = now_ns();
 	CUDA_TRY(cudaMemcpyAsync(db->hout[k], db->dout[k], w.bytes, cudaMemcpyDeviceToHost, s));
 	return 0;
 }
 
 } // namespace
+
+extern "C" void pipe_cuda_db_first_issue(const struct pipe_cuda_db *db, uint64_t *copied_ns,
+                                         uint64_t *launched_ns)
+{
+	*copied_ns = db->copied_ns;
+	*launched_ns = db->launched_ns;
+}
 
 extern "C" void pipe_cuda_db_destroy(struct pipe_cuda_db *db)
 {

@@ -95,6 +95,10 @@ struct pipe_cuda_db;
 int pipe_cuda_db_create(struct pipe_cuda_db **out, const struct pipe_cuda_work *w);
 int pipe_cuda_db_run(struct pipe_cuda_db *db, uint64_t batches, uint64_t *start_ns,
                      uint64_t *end_ns);
+/* --trace: when the last run's batch 0 had its copy in enqueued and its kernel launched (the
+ * calls' returns, CLOCK_MONOTONIC): the host's part of the lead. */
+void pipe_cuda_db_first_issue(const struct pipe_cuda_db *db, uint64_t *copied_ns,
+                              uint64_t *launched_ns);
 /* Waits for the streams and frees everything. NULL is a no-op. */
 void pipe_cuda_db_destroy(struct pipe_cuda_db *db);
 
