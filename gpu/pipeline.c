@@ -37,7 +37,7 @@
  *
  * Lock rules: prep_lock serialises prepare and guards the batch counter; lock guards the consume
  * order (ring, next_consume) and the stats. Neither is held across an await or a call of consume,
- * and no thread holds both. A stream's order lock is taken under prep_lock (after prepare) and
+ * and no thread holds both. A stream's order lock is taken under prep_lock (before prepare) and
  * held, without prep_lock, until the batch's await is recorded or nothing was enqueued: never
  * across a suspension, so shutdown cannot strand it. A slot's own fields are used by one task at a
  * time: its current task, or, for a batch parked in the ring, the task that consumes it; the
@@ -72,10 +72,13 @@ struct slot {
 	struct pstream *ps; /* the current batch's stream while its order lock is held, else NULL */
 	tdm_stream *home;   /* where its device buffers were allocated and are freed */
 	bool dev_async;     /* dev_in and dev_out are stream-ordered (on home) */
-	bool busy;          /* carries a batch that prepare gave and that is not finished yet */
-	bool enqueued;      /* the current batch put work on the stream */
-	bool waited;        /* the current batch's await suspended: the poller saw its work end */
-	bool retired;       /* takes no more batches: work of its may still run on the stream */
+	struct tdm_event *ev; /* primed: recorded after the batch's work, awaited instead of the
+	                         stream (the caller enqueued the batch, its task awaits it) */
+	bool primed;          /* the current batch was taken and enqueued by slot_prime */
+	bool busy;            /* carries a batch that prepare gave and that is not finished yet */
+	bool enqueued;        /* the current batch put work on the stream */
+	bool waited;          /* the current batch's await suspended: the poller saw its work end */
+	bool retired;         /* takes no more batches: work of its may still run on the stream */
 };
 
 struct pipe {
@@ -121,6 +124,15 @@ static void note_run_error(struct pipe *p, int rc)
 
 /* ---- the stages ---- */
 
+/* The batch's work (and its await, if any) is on the stream: the next batch may follow. */
+static void batch_order_done(struct slot *s)
+{
+	if (s->ps != NULL) {
+		pthread_mutex_unlock(&s->ps->order);
+		s->ps = NULL;
+	}
+}
+
 /* Gives s the next batch and prepares it; false when the input is over. */
 static bool batch_take(struct slot *s)
 {
@@ -134,7 +146,11 @@ static bool batch_take(struct slot *s)
 	if (!p->ended) {
 		if (p->t_first == 0)
 			p->t_first = tdm_now_ns();
+		/* The stream is the batch's from prepare on (prepare may use it), and batches
+		 * reach it in index order: the order lock is taken under prep_lock. */
 		struct pstream *ps = &p->streams[p->next_index % p->nstreams];
+		pthread_mutex_lock(&ps->order);
+		s->ps = ps;
 		b->index = p->next_index;
 		b->in_len = p->cfg.in_bytes;
 		b->out_len = p->cfg.out_bytes;
@@ -143,17 +159,12 @@ static bool batch_take(struct slot *s)
 		int rc = p->cfg.prepare(b, p->cfg.user);
 		if (rc == TDM_PIPELINE_END) {
 			p->ended = true;
+			batch_order_done(s);
 		} else {
 			p->next_index++;
 			b->status = rc == 0 ? 0 : batch_error(rc);
 			if (b->status == 0 && b->in_len > p->cfg.in_bytes)
 				b->status = -EINVAL;
-			if (b->status == 0) {
-				/* In index order: under prep_lock (the file comment's lock rules).
-				 */
-				pthread_mutex_lock(&ps->order);
-				s->ps = ps;
-			}
 			taken = true;
 		}
 	}
@@ -161,15 +172,6 @@ static bool batch_take(struct slot *s)
 	if (taken)
 		s->busy = true;
 	return taken;
-}
-
-/* The batch's work (and its await, if any) is on the stream: the next batch may follow. */
-static void batch_order_done(struct slot *s)
-{
-	if (s->ps != NULL) {
-		pthread_mutex_unlock(&s->ps->order);
-		s->ps = NULL;
-	}
 }
 
 /* Copy in, compute, copy out, back to back on the slot's stream; the first failure stops it. */
@@ -201,6 +203,16 @@ static void batch_enqueue(struct slot *s)
 
 static int batch_await(tdm_task *t, struct slot *s)
 {
+	if (s->ev != NULL) {
+		/* Primed: the event covers the batch's work. Done already (0, or the work's
+		 * error) counts as waited; failing at once (-ESHUTDOWN) leaves the work running. */
+		struct tdm_event *ev = s->ev;
+		s->waited = true;
+		int rc = tdm_await_event(t, ev);
+		if (rc != TDM_SUSPENDED && rc != 0 && rc != -EIO)
+			s->waited = false;
+		return rc;
+	}
 	/* Set before the call: once it returns TDM_SUSPENDED the task may already run again on
 	 * another worker, and this thread must not touch the slot (the order lock is the pipe's,
 	 * and this thread's: it took it in batch_take). */
@@ -218,6 +230,10 @@ static void batch_settle(struct slot *s, int result)
 {
 	if (s->b.status == 0)
 		s->b.status = result;
+	if (s->ev != NULL && s->waited) {
+		tdm__event_give(s->ev);
+		s->ev = NULL;
+	} /* else the teardown waits for the event, then gives it back */
 	/*
 	 * An await that suspended resumed once the poller saw the work end (or fail). One that
 	 * failed at once (the GPU layer shutting down, no memory for its completion) leaves the
@@ -343,9 +359,14 @@ static int slot_task(tdm_task *t, void *arg)
 	struct slot *s = arg;
 
 	TDM_BEGIN(t);
-	while (batch_take(s)) {
-		if (s->b.status == 0)
-			batch_enqueue(s);
+	for (;;) {
+		if (!s->primed) {
+			if (!batch_take(s))
+				break;
+			if (s->b.status == 0)
+				batch_enqueue(s);
+		}
+		s->primed = false;
 		if (s->enqueued) {
 			TDM_AWAIT(t, batch_await(t, s));
 			batch_settle(s, tdm_task_result(t));
@@ -462,6 +483,14 @@ static void slot_teardown(struct slot *s)
 		return; /* never set up */
 	if (s->retired && b->stream != NULL)
 		stream_drain(b->stream); /* its last batch's work may still run there */
+	if (s->ev != NULL) {
+		/* A primed batch whose task never awaited it (cancelled by shutdown, or never
+		 * started): its work may still run. */
+		struct tdm_gpu *gpu = p->gpu;
+		while (gpu->ops->event_query(gpu->b, s->ev->be) == -EAGAIN)
+			tdm__sleep_ns(DRAIN_POLL_NS);
+		tdm__event_give(s->ev);
+	}
 	if (b->host_in != NULL)
 		tdm_pinned_free(p->gpu, b->host_in);
 	if (b->host_out != NULL)
@@ -472,6 +501,47 @@ static void slot_teardown(struct slot *s)
 		slot_device_free(s, b->dev_in);
 }
 
+/*
+ * On the caller's thread: takes s's first batch and enqueues it, with an event after its work
+ * that s's task will await; then the task starts at the await. The thread that set the
+ * pipeline up has the driver's paths warm in its caches: on the H200 machine a worker's first
+ * copy and launch of a run returned 15-20 us later than the caller's would (perf/README.md,
+ * sixth session), and the first kernel started that much later. Without an event (none to be
+ * had), the task takes the batch itself.
+ */
+static void slot_prime(struct slot *s)
+{
+	struct tdm__gdev *d = &s->p->gpu->devs[s->p->cfg.device];
+	struct tdm_event *ev;
+
+	if (tdm__event_take(d, &ev) != 0)
+		return;
+	if (!batch_take(s)) {
+		tdm__event_give(ev);
+		return; /* the input is over: the task finds that out itself */
+	}
+	s->primed = true;
+	if (s->b.status == 0)
+		batch_enqueue(s);
+	if (s->enqueued) {
+		int rc = tdm_event_record(ev, s->b.stream);
+		if (rc == 0) {
+			s->ev = ev;
+			ev = NULL;
+		} else {
+			/* A failed device (it runs nothing more) or a refused record: the batch
+			 * fails, and its work is drained at the teardown like a retired slot's. */
+			s->b.status = batch_error(rc);
+			s->enqueued = false;
+			if (!atomic_load_explicit(&d->failed, memory_order_acquire))
+				s->retired = true;
+		}
+	}
+	batch_order_done(s);
+	if (ev != NULL)
+		tdm__event_give(ev);
+}
+
 /* Starts the slots' tasks and waits for them: 0, -ECANCELED, or why a task could not start. */
 static int pipe_run(struct pipe *p)
 {
@@ -479,8 +549,10 @@ static int pipe_run(struct pipe *p)
 	if (rc != 0)
 		return rc;
 	int spawn_rc = 0;
-	for (unsigned k = 0; k < p->n && spawn_rc == 0; k++)
+	for (unsigned k = 0; k < p->n && spawn_rc == 0; k++) {
+		slot_prime(&p->slots[k]);
 		spawn_rc = slot_spawn(&p->slots[k]);
+	}
 	/* The slots that did start run to the end; the input goes through fewer of them. */
 	rc = tdm_group_wait(&p->group);
 	if (spawn_rc != 0 && p->run_err == 0) /* the tasks are over: no lock needed */

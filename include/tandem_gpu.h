@@ -337,7 +337,8 @@ typedef struct tdm_batch {
 	void *dev_out;      /* out_bytes; dev_in itself when compute is NULL */
 	size_t in_len;      /* bytes to copy in; prepare may lower it (starts at in_bytes) */
 	size_t out_len;     /* bytes to copy out; compute may lower it (starts at out_bytes) */
-	tdm_stream *stream; /* the batch's stream (set before prepare); compute enqueues here */
+	tdm_stream *stream; /* the batch's stream, set before prepare; no other batch enqueues on
+	                       it until this one's work is enqueued. compute enqueues here */
 	int status;         /* 0, or the error that stopped this batch */
 	void *slot_user;    /* the slot's own, kept across the batches it carries (starts NULL) */
 } tdm_batch;
@@ -353,12 +354,16 @@ typedef struct tdm_pipeline_config {
 	/*
 	 * Host: fill host_in (and lower in_len if the batch is shorter). 0, TDM_PIPELINE_END, or
 	 * -errno (this batch fails; any other value is -EINVAL). Calls are serialised and in batch
-	 * order; after TDM_PIPELINE_END there are none. Required.
+	 * order; after TDM_PIPELINE_END there are none. The first batch of each slot (in_flight of
+	 * them, batch 0 among them) is prepared, and its copy in, compute and copy out enqueued,
+	 * on the thread that called tdm_pipeline_run (it set the pipeline up, and its first CUDA
+	 * calls are the quickest); the other batches on workers. Required.
 	 */
 	int (*prepare)(tdm_batch *b, void *user);
 	/*
 	 * Enqueue kernels on b->stream from dev_in to dev_out (and lower out_len if less comes
-	 * out). 0 or -errno. Runs on a worker, possibly beside other slots' compute. May be NULL:
+	 * out). 0 or -errno. Runs where prepare ran (see above), possibly beside other slots'
+	 * compute. May be NULL:
 	 * copy only, dev_in is copied back out (out_len is lowered to in_len if larger).
 	 */
 	int (*compute)(tdm_batch *b, void *user);

@@ -78,6 +78,8 @@ struct rec {
 	uint64_t order[MAXB];                  /* batch indices in the order consume saw them */
 	uintptr_t in_buf[MAXB], out_buf[MAXB]; /* each batch's host_in and host_out, disguised */
 	uintptr_t stream[MAXB];                /* the stream compute saw for each batch */
+	tdm_executor *ex;                      /* set: prepare notes whether it ran on a worker */
+	bool on_worker[MAXB];
 };
 
 static void rec_init(struct rec *r, uint64_t total)
@@ -123,8 +125,11 @@ static int rec_prepare(tdm_batch *b, void *user)
 	long max = atomic_load(&r->max_outstanding);
 	while (now > max && !atomic_compare_exchange_weak(&r->max_outstanding, &max, now)) {
 	}
-	if (b->index < MAXB)
+	if (b->index < MAXB) {
 		r->in_buf[b->index] = disguise(b->host_in);
+		if (r->ex != NULL)
+			r->on_worker[b->index] = tdm_worker_index(r->ex) >= 0;
+	}
 	if (b->in_len != WORDS * sizeof(uint64_t) || b->status != 0)
 		atomic_fetch_add(&r->bad, 1);
 	uint64_t *w = b->host_in;
@@ -692,6 +697,30 @@ Test(pipeline_sim, a_worker_stays_awake_while_it_runs, .timeout = 60)
 			cr_assert_lt(parks, 10, "%llu sleeps in 30 batches",
 			             (unsigned long long)parks);
 	}
+	env_close(&e);
+}
+
+/* A batch for each slot is prepared (and enqueued) on the thread that called tdm_pipeline_run,
+ * the rest on workers. */
+Test(pipeline_sim, the_caller_starts_the_first_batches, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM));
+	static struct rec r;
+	rec_init(&r, 30);
+	r.ex = e.ex;
+	tdm_pipeline_config c = rec_config(&r, 5, 1);
+	tdm_pipeline_stats st;
+	cr_assert_eq(tdm_pipeline_run(e.gpu, &c, &st), 0);
+	cr_assert_eq(st.batches, 30);
+	cr_assert_eq(atomic_load(&r.bad), 0);
+	/* One per slot; the slots' tasks may take batches in between (they start as soon as
+	 * their slot is), so which ones is not fixed, except the first. */
+	unsigned on_caller = 0;
+	for (unsigned i = 0; i < 30; i++)
+		on_caller += !r.on_worker[i];
+	cr_assert_eq(on_caller, 5);
+	cr_assert(!r.on_worker[0]);
 	env_close(&e);
 }
 
