@@ -586,9 +586,8 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 	pthread_mutex_init(&p->prep_lock, NULL);
 	pthread_mutex_init(&p->lock, NULL);
 
-	/* A worker stays awake for the batches (unless cfg.no_spin), from before the set-up: the
-	 * first batch then starts on a worker that is running, not on one just woken for it (the
-	 * first kernel of a run started 17 us later on the H200 from a worker woken for it). */
+	/* A worker stays awake for the batches (unless cfg.no_spin), from before the set-up, so
+	 * that one is running when the slots' tasks start. */
 	if (!cfg->no_spin)
 		tdm__awake_hold(gpu->ex);
 	unsigned want = cfg->streams != 0     ? cfg->streams
