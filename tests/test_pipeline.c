@@ -700,8 +700,8 @@ Test(pipeline_sim, a_worker_stays_awake_while_it_runs, .timeout = 60)
 	env_close(&e);
 }
 
-/* A batch for each slot is prepared (and enqueued) on the thread that called tdm_pipeline_run,
- * the rest on workers. */
+/* The thread that called tdm_pipeline_run prepares (and enqueues) a batch for each slot as it
+ * starts it, the workers the rest. */
 Test(pipeline_sim, the_caller_starts_the_first_batches, .timeout = 60)
 {
 	struct env e;
@@ -714,13 +714,14 @@ Test(pipeline_sim, the_caller_starts_the_first_batches, .timeout = 60)
 	cr_assert_eq(tdm_pipeline_run(e.gpu, &c, &st), 0);
 	cr_assert_eq(st.batches, 30);
 	cr_assert_eq(atomic_load(&r.bad), 0);
-	/* One per slot; the slots' tasks may take batches in between (they start as soon as
-	 * their slot is), so which ones is not fixed, except the first. */
+	/* At most one per slot, batch 0 always: the slots' tasks start as soon as their slot is
+	 * primed and may take batches in between, or all of them (the sim is quick), before the
+	 * caller primes the last slot. */
 	unsigned on_caller = 0;
 	for (unsigned i = 0; i < 30; i++)
 		on_caller += !r.on_worker[i];
-	cr_assert_eq(on_caller, 5);
 	cr_assert(!r.on_worker[0]);
+	cr_assert_leq(on_caller, 5);
 	env_close(&e);
 }
 
