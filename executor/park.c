@@ -189,6 +189,7 @@ static bool terminate_locked(struct tdm_executor *ex)
 	atomic_thread_fence(memory_order_seq_cst);
 	if (tdm__idle_unparked(atomic_load_explicit(&ex->idle_state, memory_order_relaxed)) != 0 ||
 	    atomic_load_explicit(&ex->suspended, memory_order_acquire) != 0 ||
+	    atomic_load_explicit(&ex->awake_holds, memory_order_acquire) != 0 ||
 	    tdm__work_pending(ex))
 		return false;
 	atomic_store_explicit(&ex->terminate, 1, memory_order_release);
@@ -229,6 +230,33 @@ void tdm__suspended_done(struct tdm_executor *ex, unsigned n)
 		terminate_locked(ex);
 	pthread_mutex_unlock(&ex->idle_lock);
 	/* Nothing after this: with the count at zero the executor may be destroyed at once. */
+}
+
+void tdm__awake_hold(struct tdm_executor *ex)
+{
+	/* Relaxed: a hint for idle workers; the count's drop to zero is what termination waits
+	 * for, and that happens under idle_lock (tdm__awake_release). */
+	atomic_fetch_add_explicit(&ex->awake_holds, 1, memory_order_relaxed);
+	/* With every worker asleep nobody would take the role until work came: wake one now, so
+	 * that the keeper is awake (and its CPU running) before the holder's first task. */
+	tdm__expect_wake(ex, UINT_MAX);
+}
+
+void tdm__awake_release(struct tdm_executor *ex)
+{
+	/*
+	 * A taken hold keeps the executor from terminating (terminate_locked), so a concurrent
+	 * destroy cannot free it before this access, even when every worker parked meanwhile (the
+	 * keeper can lose its role to max_searching). The drop to zero happens under idle_lock,
+	 * with the decision, as in tdm__suspended_done: destroy takes the lock once after its
+	 * joins, so it frees the executor only after this unlock. Release: pairs with the acquire
+	 * load in terminate_locked.
+	 */
+	pthread_mutex_lock(&ex->idle_lock);
+	if (atomic_fetch_sub_explicit(&ex->awake_holds, 1, memory_order_release) == 1)
+		terminate_locked(ex);
+	pthread_mutex_unlock(&ex->idle_lock);
+	/* Nothing after this: with no hold left the executor may be destroyed at once. */
 }
 
 /* Returns false when the worker must exit. */

@@ -8,7 +8,6 @@
  * before its own deque, so a worker busy with a long chain of local spawns still takes in
  * woken and submitted tasks.
  */
-#include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
 
@@ -246,27 +245,11 @@ static void held_release(struct tdm__worker *w)
 	}
 }
 
-void tdm__awake_hold(struct tdm_executor *ex)
-{
-	/* Relaxed: a hint for idle workers; nothing is published with it. */
-	atomic_fetch_add_explicit(&ex->awake_holds, 1, memory_order_relaxed);
-	/* With every worker asleep nobody would take the role until work came: wake one now, so
-	 * that the keeper is awake (and its CPU running) before the holder's first task. */
-	tdm__expect_wake(ex, UINT_MAX);
-}
-
-void tdm__awake_release(struct tdm_executor *ex)
-{
-	/* Release: the releaser's last access to the executor. Pairs with the keeper's acquire in
-	 * awake_held: the keeper parks only after it saw this, and the executor can be destroyed
-	 * only after every worker parked, so the free comes after this access. */
-	atomic_fetch_sub_explicit(&ex->awake_holds, 1, memory_order_release);
-}
-
 static bool awake_held(const struct tdm_executor *ex)
 {
-	/* Acquire: pairs with the release in tdm__awake_release. */
-	return atomic_load_explicit(&ex->awake_holds, memory_order_acquire) > 0;
+	/* Relaxed: a hint for who spins; the executor's lifetime does not hang on it
+	 * (tdm__awake_release decides termination under idle_lock). */
+	return atomic_load_explicit(&ex->awake_holds, memory_order_relaxed) > 0;
 }
 
 /* Whether w is the keeper now: it was already, or it takes the free role while a hold is

@@ -75,11 +75,13 @@ struct slot {
 	bool dev_async;     /* dev_in and dev_out are stream-ordered (on home) */
 	struct tdm_event *ev; /* primed: recorded after the batch's work, awaited instead of the
 	                         stream (the caller enqueued the batch, its task awaits it) */
-	bool primed;          /* the current batch was taken and enqueued by slot_prime */
-	bool busy;            /* carries a batch that prepare gave and that is not finished yet */
-	bool enqueued;        /* the current batch put work on the stream */
-	bool waited;          /* the current batch's await suspended: the poller saw its work end */
-	bool retired;         /* takes no more batches: work of its may still run on the stream */
+	struct tdm_event *ev_left; /* an event whose await failed at once: the teardown waits for
+	                              it (its work may still run), then gives it back */
+	bool primed;               /* the current batch was taken and enqueued by slot_prime */
+	bool busy;     /* carries a batch that prepare gave and that is not finished yet */
+	bool enqueued; /* the current batch put work on the stream */
+	bool waited;   /* the current batch's await suspended: the poller saw its work end */
+	bool retired;  /* takes no more batches: work of its may still run on the stream */
 };
 
 struct pipe {
@@ -206,7 +208,8 @@ static int batch_await(tdm_task *t, struct slot *s)
 {
 	if (s->ev != NULL) {
 		/* Primed: the event covers the batch's work. Done already (0, or the work's
-		 * error) counts as waited; failing at once (-ESHUTDOWN) leaves the work running. */
+		 * error) counts as waited; failing at once (-ESHUTDOWN) leaves the work running.
+		 * slot_prime gave the order lock back already. */
 		struct tdm_event *ev = s->ev;
 		s->waited = true;
 		int rc = tdm_await_event(t, ev);
@@ -231,10 +234,13 @@ static void batch_settle(struct slot *s, int result)
 {
 	if (s->b.status == 0)
 		s->b.status = result;
-	if (s->ev != NULL && s->waited) {
-		tdm__event_give(s->ev);
+	if (s->ev != NULL) {
+		if (s->waited)
+			tdm__event_give(s->ev);
+		else
+			s->ev_left = s->ev; /* the teardown waits for it, then gives it back */
 		s->ev = NULL;
-	} /* else the teardown waits for the event, then gives it back */
+	}
 	/*
 	 * An await that suspended resumed once the poller saw the work end (or fail). One that
 	 * failed at once (the GPU layer shutting down, no memory for its completion) leaves the
@@ -384,8 +390,9 @@ static int slot_task(tdm_task *t, void *arg)
 
 /*
  * The streams the batches take turns on: exclusive while at least one stream of the set stays
- * for other tasks' shared leases, shared past that. When no stream can be leased any more, the
- * batches take turns on fewer streams; -EBUSY only when none could be had.
+ * for other tasks' shared leases, shared past that. When no other stream can be leased (none
+ * left, or the shared lease gave one the pipeline holds already), the batches take turns on
+ * fewer streams; -EBUSY only when none could be had.
  */
 static int streams_lease(struct pipe *p, unsigned want)
 {
@@ -401,6 +408,14 @@ static int streams_lease(struct pipe *p, unsigned want)
 			break;
 		if (rc != 0)
 			return rc;
+		bool again = false; /* a shared lease may give a stream this pipeline holds */
+		for (unsigned j = 0; j < k; j++)
+			again |= p->streams[j].s == ps->s;
+		if (again) {
+			tdm_stream_release(ps->s);
+			ps->s = NULL;
+			break;
+		}
 		pthread_mutex_init(&ps->order, NULL);
 		p->nstreams = k + 1;
 	}
@@ -489,6 +504,18 @@ static int slot_setup(struct pipe *p, unsigned k)
 	return 0;
 }
 
+/* Waits until e's work is done, and gives e back; 0 or the work's error. */
+static int event_finish(struct tdm_event *e)
+{
+	struct tdm_gpu *gpu = e->dev->gpu;
+	uint64_t since = tdm_now_ns();
+	int rc;
+	while ((rc = gpu->ops->event_query(gpu->b, e->be)) == -EAGAIN)
+		drain_step(since);
+	tdm__event_give(e);
+	return rc;
+}
+
 /* Gives back what slot_setup took (any part of it). Before the streams' leases: while a lease
  * is held, tdm_gpu_destroy waits, so the pools the memory goes back to still exist. */
 static void slot_teardown(struct slot *s)
@@ -500,15 +527,12 @@ static void slot_teardown(struct slot *s)
 		return; /* never set up */
 	if (s->retired && b->stream != NULL)
 		stream_drain(b->stream); /* its last batch's work may still run there */
-	if (s->ev != NULL) {
-		/* A primed batch whose task never awaited it (cancelled by shutdown, or never
-		 * started): its work may still run. */
-		struct tdm_gpu *gpu = p->gpu;
-		uint64_t since = tdm_now_ns();
-		while (gpu->ops->event_query(gpu->b, s->ev->be) == -EAGAIN)
-			drain_step(since);
-		tdm__event_give(s->ev);
-	}
+	/* A primed batch whose task never awaited it (cancelled by shutdown), or whose await
+	 * failed at once: its work may still run. */
+	if (s->ev != NULL)
+		event_finish(s->ev);
+	if (s->ev_left != NULL)
+		event_finish(s->ev_left);
 	if (b->host_in != NULL)
 		tdm_pinned_free(p->gpu, b->host_in);
 	if (b->host_out != NULL)
@@ -560,6 +584,26 @@ static void slot_prime(struct slot *s)
 		tdm__event_give(ev);
 }
 
+/*
+ * A primed slot whose task could not start: its batch is finished here, on the caller's thread
+ * (waited for, consumed or failed, counted, its ordered turn passed on), and the slot stops, so
+ * that neither the batch nor the batches after it in ordered mode are stranded.
+ */
+static void slot_finish_here(struct slot *s)
+{
+	if (!s->primed)
+		return; /* nothing taken: the other slots carry the input */
+	s->primed = false;
+	s->retired = true; /* takes no more batches, and nobody starts a task for it */
+	if (s->ev != NULL) {
+		int rc = event_finish(s->ev);
+		s->ev = NULL;
+		s->waited = true;
+		batch_settle(s, rc);
+	}
+	(void)batch_done(s);
+}
+
 /* Starts the slots' tasks and waits for them: 0, -ECANCELED, or why a task could not start. */
 static int pipe_run(struct pipe *p)
 {
@@ -570,6 +614,8 @@ static int pipe_run(struct pipe *p)
 	for (unsigned k = 0; k < p->n && spawn_rc == 0; k++) {
 		slot_prime(&p->slots[k]);
 		spawn_rc = slot_spawn(&p->slots[k]);
+		if (spawn_rc != 0)
+			slot_finish_here(&p->slots[k]);
 	}
 	/* The slots that did start run to the end; the input goes through fewer of them. */
 	rc = tdm_group_wait(&p->group);
@@ -606,7 +652,7 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 
 	/* A worker stays awake for the batches (unless cfg.no_spin), from before the set-up, so
 	 * that one is running when the slots' tasks start. */
-	if (!cfg->no_spin)
+	if (!p->cfg.no_spin)
 		tdm__awake_hold(gpu->ex);
 	unsigned want = cfg->streams != 0     ? cfg->streams
 	                : n < DEFAULT_STREAMS ? n
@@ -623,7 +669,7 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 		wait_rc = pipe_run(p);
 	/* The last use of the executor here: while the hold is taken the keeper does not park, so
 	 * a concurrent tdm_executor_destroy cannot end before this release. */
-	if (!cfg->no_spin)
+	if (!p->cfg.no_spin) /* the copy: a callback may have changed the caller's config */
 		tdm__awake_release(gpu->ex);
 
 	/* Every task is over (the group's wait orders their writes before what follows). */
@@ -634,6 +680,11 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 	}
 	for (unsigned k = 0; k < p->nstreams; k++) {
 		tdm_stream_release(p->streams[k].s);
+		/* A task that recorded its await unlocks the order lock only after the await call
+		 * returned, by which time the batch may be over, and the group with it: wait for
+		 * that unlock (the task touches nothing of the pipeline after it). */
+		pthread_mutex_lock(&p->streams[k].order);
+		pthread_mutex_unlock(&p->streams[k].order);
 		pthread_mutex_destroy(&p->streams[k].order);
 	}
 	if (rc == 0) {

@@ -354,10 +354,11 @@ typedef struct tdm_pipeline_config {
 	/*
 	 * Host: fill host_in (and lower in_len if the batch is shorter). 0, TDM_PIPELINE_END, or
 	 * -errno (this batch fails; any other value is -EINVAL). Calls are serialised and in batch
-	 * order; after TDM_PIPELINE_END there are none. The first batch of each slot (in_flight of
-	 * them, batch 0 among them) is prepared, and its copy in, compute and copy out enqueued,
-	 * on the thread that called tdm_pipeline_run (it set the pipeline up, and its first CUDA
-	 * calls are the quickest); the other batches on workers. Required.
+	 * order; after TDM_PIPELINE_END there are none. The first batch of each slot (batch 0 among
+	 * them) is normally prepared, and its copy in, compute and copy out enqueued, on the
+	 * thread that called tdm_pipeline_run (it set the pipeline up, and its first CUDA calls
+	 * are the quickest); the other batches on workers. Without a pooled event for it, a slot's
+	 * first batch is a worker's too. Required.
 	 */
 	int (*prepare)(tdm_batch *b, void *user);
 	/*
