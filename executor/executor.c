@@ -207,11 +207,13 @@ int tdm_executor_destroy(tdm_executor *ex)
 	tdm__try_terminate(ex);
 	for (unsigned i = 0; i < ex->nworkers; i++)
 		pthread_join(ex->workers[i].thread, NULL);
-	/* The last waker may still be inside its unlock of idle_lock (tdm__suspended_done):
-	 * taking the lock once orders its last access before the free. */
+	/* The last waker (tdm__suspended_done) or hold releaser (tdm__awake_release) may still be
+	 * inside its unlock of idle_lock: taking the lock once orders its last access before the
+	 * free. */
 	pthread_mutex_lock(&ex->idle_lock);
 	pthread_mutex_unlock(&ex->idle_lock);
-	/* Termination requires empty queues and nothing suspended: nothing is left to run. */
+	/* Termination requires empty queues, nothing suspended and no hold: nothing is left to
+	 * run, and nobody uses the executor. */
 	free_executor(ex, ex->nworkers);
 	return 0;
 }

@@ -301,9 +301,9 @@ bool tdm__expect_wake(struct tdm_executor *ex, unsigned home);
  * between, until no hold is left; the others spin and park as usual. It costs one core while a
  * hold is taken, as a thread spinning in cudaStreamSynchronize does. Taking a hold wakes a
  * worker if none is looking for work, so that a keeper is awake before the holder's first task.
- * Every hold taken must be released: while one is taken the keeper does not park and the
- * executor does not terminate (which also keeps it alive for the release, the holder's last
- * access to it).
+ * Every hold taken must be released: while one is taken the executor does not terminate
+ * (which also keeps it alive for the release, the holder's last access to it), and a worker
+ * holding the keeper role does not park (it can lose the role to max_searching, and then park).
  */
 void tdm__awake_hold(struct tdm_executor *ex);
 void tdm__awake_release(struct tdm_executor *ex);

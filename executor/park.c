@@ -172,10 +172,11 @@ void tdm__transition_from_searching(struct tdm__worker *w)
 
 /*
  * Stops the workers if the executor is shutting down and no task can appear any more: every
- * worker is parked (none runs a task that could spawn), no task is queued, and none is
- * suspended. Called with idle_lock held, which also guards every transition of a worker from
- * parked to unparked and the drop of the suspended count to zero (other drops cannot enable
- * termination), so the decision cannot race with a wake-up. The unparks happen under the lock too:
+ * worker is parked (none runs a task that could spawn), no task is queued, none is suspended,
+ * and no awake hold is taken (its holder still uses the executor). Called with idle_lock held,
+ * which also guards every transition of a worker from parked to unparked and the drops of the
+ * suspended count and of the awake holds to zero (other drops cannot enable termination), so
+ * the decision cannot race with a wake-up. The unparks happen under the lock too:
  * a thread that decided must not touch the executor after unlocking, since destroy may free it from
  * then on.
  */

@@ -667,8 +667,8 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 	int wait_rc = 0;
 	if (rc == 0)
 		wait_rc = pipe_run(p);
-	/* The last use of the executor here: while the hold is taken the keeper does not park, so
-	 * a concurrent tdm_executor_destroy cannot end before this release. */
+	/* The last use of the executor here: a taken hold blocks termination, so a concurrent
+	 * tdm_executor_destroy cannot free the executor before this release. */
 	if (!p->cfg.no_spin) /* the copy: a callback may have changed the caller's config */
 		tdm__awake_release(gpu->ex);
 

@@ -371,7 +371,10 @@ typedef struct tdm_pipeline_config {
 	/*
 	 * Host: use host_out. 0 or -errno (this batch fails). Not called for a batch that failed
 	 * upstream. Ordered: one call at a time, in batch order, a failed batch passing its turn
-	 * on. Unordered: calls for different batches may run at once on different workers. May be
+	 * on. Unordered: calls for different batches may run at once on different workers. Runs on
+	 * a worker, except when a slot's task could not be started (tdm_spawn failed: no memory,
+	 * or the executor shutting down): then the thread that called tdm_pipeline_run finishes
+	 * that slot's batch, and in ordered mode may consume the parked batches after it. May be
 	 * NULL (the output is dropped).
 	 */
 	int (*consume)(tdm_batch *b, void *user);
