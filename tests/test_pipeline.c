@@ -725,6 +725,59 @@ Test(pipeline_sim, the_caller_starts_the_first_batches, .timeout = 60)
 	env_close(&e);
 }
 
+/* Keeps a worker busy until released, so that a destroy in drain mode stays in progress. */
+static void block_until(void *arg)
+{
+	atomic_int *go = arg;
+	while (atomic_load(go) == 0)
+		tdm_test_sleep_us(200);
+}
+
+static void *destroy_executor(void *arg)
+{
+	return (void *)(intptr_t)tdm_executor_destroy(arg);
+}
+
+static void nothing(void *arg)
+{
+	(void)arg;
+}
+
+/*
+ * The executor is shutting down (drain mode, a task still running), so a slot's task cannot be
+ * started: tdm_spawn says -ESHUTDOWN right after the caller primed the first slot. That batch is
+ * finished on the caller's thread (consumed, counted), not stranded, and the run says why it
+ * stopped.
+ */
+Test(pipeline_sim, a_slot_whose_task_cannot_start_finishes_its_batch, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open_cfg(&e, TDM_BACKEND_SIM, 2, TDM_SHUTDOWN_DRAIN, 0));
+	static atomic_int go;
+	atomic_store(&go, 0);
+	cr_assert_eq(tdm_submit(e.ex, block_until, &go), 0);
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, destroy_executor, e.ex), 0);
+	while (tdm_submit(e.ex, nothing, NULL) != -ESHUTDOWN)
+		tdm_test_sleep_us(100); /* until the destroy has begun */
+	static struct rec r;
+	rec_init(&r, 20);
+	tdm_pipeline_config c = rec_config(&r, 3, 1);
+	tdm_pipeline_stats st;
+	cr_assert_eq(tdm_pipeline_run(e.gpu, &c, &st), -ESHUTDOWN);
+	cr_assert_eq(atomic_load(&r.prepared), 1, "only the first slot was primed");
+	cr_assert_eq(st.batches, 1, "its batch was consumed, not stranded");
+	cr_assert_eq(st.cancelled, 0);
+	cr_assert_eq(atomic_load(&r.npos), 1);
+	cr_assert_eq(r.order[0], 0);
+	cr_assert_eq(atomic_load(&r.bad), 0);
+	atomic_store(&go, 1);
+	void *drc;
+	cr_assert_eq(pthread_join(th, &drc), 0);
+	cr_assert_eq((intptr_t)drc, 0);
+	cr_assert_eq(tdm_gpu_destroy(e.gpu), 0);
+}
+
 Test(pipeline_sim, more_slots_than_streams, .timeout = 60)
 {
 	struct env e;
