@@ -642,6 +642,102 @@ Test(pipeline_sim, slots_share_a_stream_when_none_is_left, .timeout = 60)
 	env_close(&e);
 }
 
+/*
+ * What a stream sees of the batches: compute is called between the batch's copy in and copy out,
+ * so a compute that starts while another batch's compute on the same stream has not returned, or
+ * after a later batch's, means two batches' work interleaved on that stream, or out of index
+ * order. compute sleeps, to give such a second batch the time to come in.
+ */
+struct lanes {
+	struct rec r;
+	pthread_mutex_t lock;
+	unsigned n;
+	uintptr_t stream[8];
+	bool busy[8];
+	uint64_t next[8]; /* the lowest index the lane may see next */
+	unsigned overlaps, steps_back, lanes_full;
+};
+
+static int lanes_compute(tdm_batch *b, void *user)
+{
+	struct lanes *l = user;
+	unsigned k = 0;
+	pthread_mutex_lock(&l->lock);
+	while (k < l->n && l->stream[k] != (uintptr_t)b->stream)
+		k++;
+	if (k == l->n && l->n < 8)
+		l->stream[l->n++] = (uintptr_t)b->stream;
+	bool ok = k < l->n;
+	if (!ok)
+		l->lanes_full++;
+	else {
+		l->overlaps += l->busy[k];
+		l->steps_back += b->index < l->next[k];
+		l->busy[k] = true;
+		l->next[k] = b->index + 1;
+	}
+	pthread_mutex_unlock(&l->lock);
+	tdm_test_sleep_us(300);
+	if (ok) {
+		pthread_mutex_lock(&l->lock);
+		l->busy[k] = false;
+		pthread_mutex_unlock(&l->lock);
+	}
+	return rec_compute(b, &l->r);
+}
+
+static int lanes_prepare(tdm_batch *b, void *user)
+{
+	return rec_prepare(b, &((struct lanes *)user)->r);
+}
+
+static int lanes_consume(tdm_batch *b, void *user)
+{
+	return rec_consume(b, &((struct lanes *)user)->r);
+}
+
+/* Runs 24 batches, in_flight and streams as given, on e; the streams the batches ran on. */
+static unsigned lanes_run(struct env *e, struct lanes *l, unsigned in_flight, unsigned streams)
+{
+	memset(l, 0, sizeof(*l));
+	rec_init(&l->r, 24);
+	pthread_mutex_init(&l->lock, NULL);
+	tdm_pipeline_config c = rec_config(&l->r, in_flight, 0);
+	c.streams = streams;
+	c.prepare = lanes_prepare;
+	c.compute = lanes_compute;
+	c.consume = lanes_consume;
+	c.user = l;
+	tdm_pipeline_stats st;
+	cr_assert_eq(tdm_pipeline_run(e->gpu, &c, &st), 0);
+	cr_assert_eq(st.batches, 24);
+	cr_assert_eq(atomic_load(&l->r.bad), 0);
+	cr_assert_eq(l->lanes_full, 0);
+	cr_assert_eq(l->overlaps, 0, "two batches enqueued on one stream at once");
+	cr_assert_eq(l->steps_back, 0, "a stream saw a batch after a later one");
+	pthread_mutex_destroy(&l->lock);
+	return l->n;
+}
+
+/*
+ * Each stream gets one batch's work at a time, in index order. With a stream set of one, the
+ * second lease (shared) gives the stream the first one holds: the pipeline must then run on one
+ * stream, under one order lock, not on that stream twice under two.
+ */
+Test(pipeline_sim, a_stream_takes_one_batch_at_a_time_in_order, .timeout = 60)
+{
+	static struct lanes l;
+	struct env e;
+	cr_assert(env_open_cfg(&e, TDM_BACKEND_SIM, 4, TDM_SHUTDOWN_DRAIN, 6));
+	cr_assert_eq(lanes_run(&e, &l, 4, 2), 2);
+	cr_assert_eq(lanes_run(&e, &l, 6, 3), 3);
+	env_close(&e);
+	cr_assert(env_open_cfg(&e, TDM_BACKEND_SIM, 4, TDM_SHUTDOWN_DRAIN, 1));
+	cr_assert_eq(lanes_run(&e, &l, 4, 2), 1, "one stream in the set: one stream used");
+	cr_assert_eq(lanes_run(&e, &l, 4, 0), 1);
+	env_close(&e);
+}
+
 /* Runs 24 batches with in_flight and streams as given; true when batch i ran on the same stream
  * as batch i % want and the batches saw `want` streams in all. */
 static bool turns_on(struct env *e, unsigned in_flight, unsigned streams, unsigned want)
