@@ -21,7 +21,7 @@ stage = @printf '\n==== %s ====\n' "$(1)"
 MAKEFLAGS += --no-print-directory
 
 .PHONY: all deps build demo bench test clean format \
-	format-check cppcheck test-release test-tsan test-asan valgrind
+	format-check cppcheck test-release test-nocuda test-tsan test-asan valgrind
 .NOTPARALLEL:
 
 all: build
@@ -43,7 +43,7 @@ bench: build
 
 # Every stage CI runs, in order; the first failure stops the rest.
 test: deps
-	@$(MAKE) format-check cppcheck test-release test-tsan test-asan valgrind
+	@$(MAKE) format-check cppcheck test-release test-nocuda test-tsan test-asan valgrind
 
 format-check:
 	$(call stage,format check (clang-format))
@@ -59,6 +59,16 @@ test-release:
 	$(call stage,$(BUILD_TYPE) build + ctest in $(BUILD_DIR))
 	@$(MAKE) build
 	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -j$(CTEST_JOBS)
+
+# Without the CUDA toolkit (as a user without one builds): everything compiles, the benchmarks
+# among them, and tandem-bench runs its GPU subcommands on the simulator.
+test-nocuda:
+	$(call stage,build without CUDA + tandem-bench on sim in build-nocuda)
+	$(CMAKE) -S . -B build-nocuda -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DTANDEM_CUDA=OFF $(CMAKE_FLAGS)
+	$(CMAKE) --build build-nocuda -j$(JOBS)
+	build-nocuda/perf/tandem-bench pipeline --backend sim --batches 4 --reps 1 >/dev/null
+	build-nocuda/perf/tandem-bench pinned --backend sim --reps 1 --n 1000 >/dev/null
+	@echo "built without CUDA; tandem-bench pipeline and pinned ran on sim"
 
 # Presets tsan and asan build into build-tsan and build-asan.
 test-tsan test-asan: test-%:
@@ -77,4 +87,4 @@ format:
 	@if [ -n "$(FORMAT_FILES)" ]; then clang-format -i $(FORMAT_FILES); fi
 
 clean:
-	rm -rf $(BUILD_DIR) build-debug build-tsan build-asan
+	rm -rf $(BUILD_DIR) build-debug build-nocuda build-tsan build-asan

@@ -585,11 +585,13 @@ static void parse(int argc, char **argv, struct opts *o)
 	o->cpus = bench_cpus();
 }
 
+#if HAVE_RAW
 /* --trace: is this run traced? The busy kernel is the only one that records. */
 static int traced(const struct opts *o, const struct work *w)
 {
 	return o->trace && w->native && w->l->busy_ns != 0;
 }
+#endif
 
 static void trace_begin(const struct opts *o, const struct work *w, uint64_t n)
 {
