@@ -7,9 +7,10 @@
  *     slot C:  copy out N-1, consume it (CPU)
  *
  * tdm_pipeline_run does the scheduling. Each of the `in_flight` slots has its own pinned and
- * device buffers and its own stream; it prepares a batch, enqueues copy in, compute and copy out
- * back to back, awaits them once (its worker runs other slots meanwhile), consumes, and starts
- * over with the same buffers. Slots on different streams overlap on the GPU.
+ * device buffers; it prepares a batch, enqueues copy in, compute and copy out back to back on
+ * the batch's stream, awaits them once (its worker runs other slots meanwhile), consumes, and
+ * starts over with the same buffers. The batches take turns on two streams (batch i on stream
+ * i % 2), so that one batch's copies overlap its neighbours' compute on the GPU.
  *
  * This program fills each batch with a sequence it can predict, checks every element that comes
  * back, checks that batches arrive in order, and prints "correct" or "WRONG" (exit status 0 only
@@ -51,7 +52,7 @@ static int prepare(tdm_batch *b, void *user)
 	return 0;
 }
 
-/* GPU, batch N: enqueue the kernel on the slot's stream; the pipeline has already enqueued the
+/* GPU, batch N: enqueue the kernel on the batch's stream; the pipeline has already enqueued the
  * copy in before it and will enqueue the copy out after it. */
 static int compute(tdm_batch *b, void *user)
 {

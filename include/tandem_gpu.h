@@ -201,6 +201,9 @@ typedef enum tdm_copy_kind {
 /*
  * Async copy. Host memory from tdm_host_alloc, tdm_pinned_alloc or tdm_host_register is copied
  * directly; pageable host memory is staged or refused (tdm_gpu_config.pageable; -EFAULT).
+ * -EINVAL: a NULL stream or pointer, or an unknown kind; -EIO: the device failed (or the copy
+ * was refused by the driver); staging adds -ENOMEM (the pinned pool at its cap) and -ENOTSUP (a
+ * backend without host functions).
  */
 int tdm_memcpy_async(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind);
 /* A kernel that runs about `ns` nanoseconds (0: an empty kernel). */
@@ -230,7 +233,8 @@ int tdm_host_free(tdm_gpu *gpu, void *p);
  * Pinned host memory in microseconds: chunks pinned once (grown on demand up to the cap) are
  * carved by size class, with a cache per worker thread. Memory from the pool counts as pinned
  * for copies. Any thread may free any block. -ENOMEM past the cap (never a silent fallback to
- * pageable memory); -EINVAL for a zero size or a pointer not from the pool.
+ * pageable memory); -EINVAL for a zero size or a pointer not from the pool; -ENODEV on a GPU
+ * layer without devices (TDM_BACKEND_NONE).
  */
 int tdm_pinned_alloc(tdm_gpu *gpu, size_t bytes, void **out);
 int tdm_pinned_free(tdm_gpu *gpu, void *p);
@@ -244,7 +248,10 @@ typedef struct tdm_pinned_stats {
 
 int tdm_pinned_stats_get(tdm_gpu *gpu, tdm_pinned_stats *out);
 
-/* Page-locks (and unlocks) a buffer the caller owns, so copies from it are async. */
+/* Page-locks (and unlocks) a buffer the caller owns, so copies from it are async. -EINVAL: a
+ * NULL pointer, zero bytes, or unregistering memory that was not registered; -EEXIST: the range
+ * overlaps one already registered; -ENODEV: no devices; -ENOTSUP: the backend cannot; -ENOMEM,
+ * -EIO from the driver. */
 int tdm_host_register(tdm_gpu *gpu, void *p, size_t bytes);
 int tdm_host_unregister(tdm_gpu *gpu, void *p);
 
@@ -254,7 +261,9 @@ int tdm_host_unregister(tdm_gpu *gpu, void *p);
  * Stream-ordered device memory: the allocation is ordered on s and may be used by work enqueued
  * on s after the call; the free happens after all work enqueued on s before it, so freeing right
  * after the last use is safe without a host synchronization. Freed memory stays in the device's
- * pool for reuse. -ENOMEM, -EIO, -EINVAL.
+ * pool for reuse. -ENOMEM; -EIO (the device failed); -EINVAL (a NULL stream or pointer, zero
+ * bytes); -ENOTSUP: the device has no stream-ordered memory pools (use tdm_device_alloc).
+ * Freeing NULL is 0.
  */
 int tdm_device_alloc_async(tdm_stream *s, size_t bytes, void **out);
 int tdm_device_free_async(tdm_stream *s, void *p);
@@ -267,14 +276,20 @@ typedef enum tdm_mem_advice {
 
 /*
  * Managed (unified) memory, only on request: -ENOMEM when bytes exceed the device's free
- * memory (asking for more can hang the GPU). Prefetch is ordered on s; device < 0 is the host.
+ * memory (asking for more can hang the GPU). On CUDA, free memory is what the driver reports:
+ * memory the stream-ordered pool keeps for reuse (up to half the device) counts as used. Prefetch
+ * is ordered on s; device < 0 is the host. -EINVAL: a NULL pointer, zero bytes, a device out
+ * of range, an unknown advice; -ENODEV: no devices; -ENOTSUP: the backend has no managed
+ * memory; -EIO from the driver.
  */
 int tdm_managed_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out);
 int tdm_managed_free(tdm_gpu *gpu, void *p);
 int tdm_mem_prefetch(tdm_stream *s, const void *p, size_t bytes, int device);
 int tdm_mem_advise(tdm_gpu *gpu, const void *p, size_t bytes, tdm_mem_advice advice, int device);
 
-/* Copy between two devices' memory, ordered on s (a stream of either device). */
+/* Copy between two devices' memory, ordered on s (a stream of either device). -EINVAL: a NULL
+ * argument, a device out of range, or s on neither device; -EIO: s's device failed; -ENOTSUP:
+ * the backend cannot. */
 int tdm_memcpy_peer_async(tdm_stream *s, void *dst, int dst_device, const void *src, int src_device,
                           size_t bytes);
 
@@ -408,8 +423,8 @@ typedef struct tdm_pipeline_stats {
  * succeeded, else the first batch error (stats says which and how many); -ECANCELED when the
  * executor's shutdown (TDM_SHUTDOWN_CANCEL) cancelled the pipeline's tasks, whatever else failed;
  * -EINVAL for a bad config (streams beyond in_flight among them); -ENODEV: no device; -ENOMEM when
- * buffers cannot be had; -ESHUTDOWN: the executor or the GPU layer is being destroyed; -EBUSY: no
- * stream of the device could be leased.
+ * buffers cannot be had; -EIO when they cannot be had because the device failed; -ESHUTDOWN: the
+ * executor or the GPU layer is being destroyed; -EBUSY: no stream of the device could be leased.
  */
 int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_stats *stats);
 
