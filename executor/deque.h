@@ -140,7 +140,11 @@ static inline void *tdm__deque_take(struct tdm__deque *d)
 	if (t <= b) {
 		x = atomic_load_explicit(&a->slot[b & a->mask], memory_order_relaxed);
 		if (t == b) {
-			/* Last item: race the thieves for it through top. */
+			/*
+			 * Last item: race the thieves for it through top. Seq_cst, as in the
+			 * paper: an RMW on top like the thieves' CAS in tdm__deque_steal, so
+			 * only one of them moves top from t and takes the item.
+			 */
 			if (!atomic_compare_exchange_strong_explicit(
 			        &d->top, &t, t + 1, memory_order_seq_cst, memory_order_relaxed))
 				x = NULL;
@@ -154,6 +158,8 @@ static inline void *tdm__deque_take(struct tdm__deque *d)
 
 static inline void *tdm__deque_steal(struct tdm__deque *d)
 {
+	/* Acquire, as in the paper: pairs with the release half of the seq_cst CAS on top (in
+	 * tdm__deque_take, or another thief's here) that wrote the value read. */
 	int64_t t = atomic_load_explicit(&d->top, memory_order_acquire);
 	/* Seq_cst fence: pairs with the one in take (see there). */
 	atomic_thread_fence(memory_order_seq_cst);
@@ -164,7 +170,11 @@ static inline void *tdm__deque_steal(struct tdm__deque *d)
 	/* Acquire pairs with the release store in grow: the copied slots are visible. */
 	struct tdm__deque_buf *a = atomic_load_explicit(&d->buf, memory_order_acquire);
 	void *x = atomic_load_explicit(&a->slot[t & a->mask], memory_order_relaxed);
-	/* The CAS claims slot t; on failure someone else did and x must not be used. */
+	/*
+	 * The CAS claims slot t; on failure someone else did and x must not be used. Seq_cst, as
+	 * in the paper: against the owner's last-item CAS in take, one of them wins; its release
+	 * half pairs with the acquire load of top in push (slot t is reused only after x is read).
+	 */
 	if (!atomic_compare_exchange_strong_explicit(&d->top, &t, t + 1, memory_order_seq_cst,
 	                                             memory_order_relaxed))
 		return TDM__DEQUE_ABORT;

@@ -86,6 +86,8 @@ static void *worker_start(void *arg)
 static void stop_workers(struct tdm_executor *ex, unsigned started)
 {
 	pthread_mutex_lock(&ex->idle_lock);
+	/* Release: pairs with the acquire load of terminate in tdm__park, once the unpark below
+	 * ends each worker's sleep. */
 	atomic_store_explicit(&ex->terminate, 1, memory_order_release);
 	pthread_mutex_unlock(&ex->idle_lock);
 	for (unsigned i = 0; i < started; i++)
@@ -201,7 +203,9 @@ int tdm_executor_destroy(tdm_executor *ex)
 		return -EDEADLK;
 	if (ex->cfg.shutdown == TDM_SHUTDOWN_CANCEL)
 		atomic_store_explicit(&ex->cancelling, 1, memory_order_relaxed);
-	/* Release: cancelling is set before any worker can see shutdown. */
+	/* Release: cancelling is set before any worker can see shutdown (the acquire loads in
+	 * terminate_locked, tdm__try_terminate and tdm__submit_to). Seq_cst is more than that
+	 * pairing needs: the termination decision itself is made under idle_lock. */
 	atomic_store_explicit(&ex->shutdown, 1, memory_order_seq_cst);
 	/* Workers that are all asleep already will not park again: decide for them. */
 	tdm__try_terminate(ex);
@@ -233,6 +237,7 @@ int tdm__submit_to(struct tdm_executor *ex, tdm_fn fn, tdm_resume_fn resume, voi
                    struct tdm__group *g)
 {
 	struct tdm__worker *w = tdm__self_of(ex);
+	/* Acquire: pairs with the store of shutdown in tdm_executor_destroy; only the flag. */
 	if (w == NULL && atomic_load_explicit(&ex->shutdown, memory_order_acquire))
 		return -ESHUTDOWN;
 	struct tdm__task *t = tdm__task_alloc(ex, w);

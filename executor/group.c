@@ -139,7 +139,10 @@ int tdm_await_group(tdm_task *pub, tdm_group *g)
 	}
 	if (atomic_load_explicit(&ig->waiter, memory_order_relaxed) != 0)
 		return t->result = -EBUSY;
-	/* Drop the owner's reference; if it was the last, every task already finished. */
+	/* Drop the owner's reference; if it was the last, every task already finished. Acq_rel:
+	 * the acquire pairs with the acq_rel decrements in tdm__group_task_done (the tasks' work is
+	 * seen when it returns at once); the release orders the owner's earlier accesses to the
+	 * group before the last decrement, whose acquire reads this one's in the RMW chain. */
 	if (atomic_fetch_sub_explicit(&ig->pending, 1, memory_order_acq_rel) == 1)
 		return t->result = atomic_load_explicit(&ig->cancelled, memory_order_relaxed)
 		                       ? -ECANCELED
@@ -162,7 +165,8 @@ int tdm_group_wait(tdm_group *g)
 	struct tdm__group *ig = group_of(g);
 	if (ig == NULL)
 		return -EINVAL;
-	/* Drop the owner's reference; if it was the last, every task already finished. */
+	/* Drop the owner's reference; if it was the last, every task already finished. Acq_rel: as
+	 * in tdm_await_group, pairs with the decrements in tdm__group_task_done. */
 	if (atomic_fetch_sub_explicit(&ig->pending, 1, memory_order_acq_rel) != 1) {
 		struct tdm__worker *w = tdm__self_of(ig->ex);
 		if (w != NULL)

@@ -65,7 +65,8 @@ const struct ck_ec_mode tdm__ec_mode = {.ops = &ec_ops, .single_producer = false
 void tdm__unpark(struct tdm__worker *w)
 {
 	/* Release: pairs with the acquire exchange in tdm__park; the event count bump below
-	 * only ends the futex sleep, the flag carries the ordering. */
+	 * only ends the futex sleep, the flag carries the ordering. ck_ec32_inc is a write
+	 * barrier: pairs with ck_ec32_value's read barrier in tdm__park (see there). */
 	atomic_store_explicit(&w->notified, true, memory_order_release);
 	ck_ec32_inc(&w->ec, &tdm__ec_mode);
 }
@@ -96,7 +97,8 @@ static bool wake_one(struct tdm_executor *ex, unsigned prefer)
 		ex->sleepers[k] = ex->sleepers[--ex->nsleepers];
 		/* The woken worker starts as a searcher; count it now so that concurrent
 		 * publishers do not wake a second one for the same work (tdm__park undoes both
-		 * when it sleeps again). */
+		 * when it sleeps again). Seq_cst like every idle_state RMW: it is in the total
+		 * order with the fences of tdm__notify_parked and tdm__park (the file comment). */
 		atomic_fetch_add_explicit(&ex->idle_state, TDM__IDLE_UNPARKED | TDM__IDLE_SEARCHING,
 		                          memory_order_seq_cst);
 	}
@@ -109,7 +111,8 @@ static bool wake_one(struct tdm_executor *ex, unsigned prefer)
 void tdm__notify_parked(struct tdm_executor *ex)
 {
 	/* Seq_cst fence: the caller's publication of work (a queue push) is ordered before the
-	 * load of idle_state. Pairs with the fence in tdm__park after its idle_state RMW. */
+	 * load of idle_state. Pairs with the fence in tdm__park after its idle_state RMW. The
+	 * fence carries the ordering; the load's own seq_cst adds nothing to it. */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (should_wake(ex, atomic_load_explicit(&ex->idle_state, memory_order_seq_cst)))
 		wake_one(ex, UINT_MAX);
@@ -145,6 +148,10 @@ bool tdm__transition_to_searching(struct tdm__worker *w)
 	uint32_t s = atomic_load_explicit(&ex->idle_state, memory_order_relaxed);
 	if (tdm__idle_searching(s) >= ex->max_searching)
 		return false;
+	/* Seq_cst like every idle_state RMW (the file comment): a publisher whose seq_cst load
+	 * in tdm__notify_parked sees this searcher wakes nobody; the searcher's way out
+	 * (tdm__transition_from_searching or tdm__park, each a fence then a queue check) finds
+	 * that work. */
 	atomic_fetch_add_explicit(&ex->idle_state, TDM__IDLE_SEARCHING, memory_order_seq_cst);
 	w->searching = true;
 	return true;
@@ -182,17 +189,23 @@ void tdm__transition_from_searching(struct tdm__worker *w)
  */
 static bool terminate_locked(struct tdm_executor *ex)
 {
+	/* Acquire: pairs with the store of shutdown in tdm_executor_destroy; only the flag is
+	 * used (terminate is written under idle_lock, held here). */
 	if (!atomic_load_explicit(&ex->shutdown, memory_order_acquire) ||
 	    atomic_load_explicit(&ex->terminate, memory_order_relaxed))
 		return false;
 	/* Seq_cst fence: the loads of suspended and of the queues come after the caller's own
-	 * updates (a park, a drop of suspended); pairs with the fence in tdm__notify_parked. */
+	 * updates (a park, a drop of suspended); pairs with the fence in tdm__notify_parked.
+	 * Acquire loads of suspended and awake_holds: pair with the release drops in
+	 * tdm__suspended_done and tdm__awake_release (the inbox pushes before them are seen). */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (tdm__idle_unparked(atomic_load_explicit(&ex->idle_state, memory_order_relaxed)) != 0 ||
 	    atomic_load_explicit(&ex->suspended, memory_order_acquire) != 0 ||
 	    atomic_load_explicit(&ex->awake_holds, memory_order_acquire) != 0 ||
 	    tdm__work_pending(ex))
 		return false;
+	/* Release: pairs with the acquire load of terminate in tdm__park, after the unparks
+	 * below end the workers' sleep. */
 	atomic_store_explicit(&ex->terminate, 1, memory_order_release);
 	for (unsigned i = 0; i < ex->nworkers; i++)
 		tdm__unpark(&ex->workers[i]);
@@ -205,6 +218,7 @@ void tdm__try_terminate(struct tdm_executor *ex)
 	pthread_mutex_lock(&ex->idle_lock);
 	bool stopped = terminate_locked(ex);
 	pthread_mutex_unlock(&ex->idle_lock);
+	/* Acquire: pairs with the store of shutdown in tdm_executor_destroy; only the flag. */
 	if (!stopped && atomic_load_explicit(&ex->shutdown, memory_order_acquire) &&
 	    tdm__work_pending(ex))
 		tdm__notify_parked(ex);
@@ -289,11 +303,16 @@ bool tdm__park(struct tdm__worker *w)
 		/* Acquire: pairs with the release store in unpark. */
 		if (atomic_exchange_explicit(&w->notified, false, memory_order_acquire))
 			break;
+		/* ck_ec32_value is a read barrier, pairing with ck_ec32_inc's write barrier in
+		 * tdm__unpark: a snap that includes an unpark's bump makes the acquire load below
+		 * see its flag; a bump not in snap ends the wait. */
 		uint32_t snap = ck_ec32_value(&w->ec);
 		if (atomic_load_explicit(&w->notified, memory_order_acquire))
 			continue;
 		ck_ec32_wait(&w->ec, &tdm__ec_mode, snap, NULL);
 	}
+	/* Acquire: pairs with the release store of terminate in terminate_locked or stop_workers
+	 * (executor.c), made before the unpark that ended this sleep. */
 	if (atomic_load_explicit(&ex->terminate, memory_order_acquire))
 		return false;
 	/* The waker counted us as unparked and searching. */

@@ -93,7 +93,8 @@ int tdm_await_notify(tdm_task *pub, tdm_notify *n)
 		return t->result = -EBUSY;
 	tdm__task_suspend(t);
 	uintptr_t expected = 0;
-	/* Release: publishes the suspended task to tdm_notify_fire. */
+	/* Release: publishes the suspended task to tdm_notify_fire. On failure, the acquire pairs
+	 * with the fire's exchange: the task resumes seeing the firer's writes. */
 	if (atomic_compare_exchange_strong_explicit(&in->state, &expected, (uintptr_t)t,
 	                                            memory_order_acq_rel, memory_order_acquire))
 		return TDM_SUSPENDED;

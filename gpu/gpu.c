@@ -240,6 +240,8 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 	/* Seq_cst: pairs with the registration in register_await (Dekker on active/stopping):
 	 * either the registrant sees stopping, or the poller sees its count. */
 	atomic_store_explicit(&gpu->stopping, 1, memory_order_seq_cst);
+	/* Write barrier, pairing with ck_ec32_value in tdm__poller_main: a poller asleep on ec
+	 * wakes, and its next loads of stopping see the store above. */
 	ck_ec32_inc(&gpu->ec, &tdm__ec_mode);
 	pthread_join(gpu->poller, NULL);
 	/* Tasks resumed from their last await still hold their leases for a moment: wait until
@@ -313,6 +315,9 @@ int tdm_gpu_stats_get(const tdm_gpu *gpu, tdm_gpu_stats *out)
 
 void tdm__device_fail(struct tdm__gdev *d)
 {
+	/* Release: pairs with the acquire loads of failed in tdm_stream_lease, tdm_await_stream,
+	 * and pipeline.c (batch_settle, slot_prime). Only the flag is read there; the launches'
+	 * and the poller's loads are relaxed. */
 	atomic_store_explicit(&d->failed, 1, memory_order_release);
 }
 
@@ -448,6 +453,7 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 	if (atomic_load_explicit(&gpu->stopping, memory_order_relaxed))
 		return -ESHUTDOWN;
 	struct tdm__gdev *d = &gpu->devs[device];
+	/* Acquire: pairs with the release in tdm__device_fail. */
 	if (atomic_load_explicit(&d->failed, memory_order_acquire))
 		return -ENODEV;
 	int c = (flags & TDM_STREAM_HIGH_PRIORITY) ? 1 : 0;
@@ -463,6 +469,8 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 			return rc;
 		if (flags & TDM_STREAM_EXCLUSIVE) {
 			int none = 0;
+			/* Acquire: pairs with the release decrements in tdm_stream_release; the
+			 * earlier holders' use of the stream happens before this lease. */
 			if (atomic_compare_exchange_strong_explicit(
 			        &s->leases, &none, TDM__EXCLUSIVE, memory_order_acquire,
 			        memory_order_relaxed)) {
@@ -471,7 +479,8 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 			}
 			continue;
 		}
-		/* Shared: take it unless someone holds it exclusively. */
+		/* Shared: take it unless someone holds it exclusively. Acquire: pairs with the
+		 * release in tdm_stream_release of an exclusive holder that let it go. */
 		int prev = atomic_fetch_add_explicit(&s->leases, 1, memory_order_acquire);
 		if (prev < TDM__EXCLUSIVE) {
 			*out = s;
@@ -515,6 +524,8 @@ void tdm_launch_begin(tdm_stream *s)
 	unsigned limit = d->launch_limit;
 	for (unsigned spins = 0;; spins++) {
 		int cur = atomic_load_explicit(&d->launching, memory_order_relaxed);
+		/* Acquire: pairs with the release decrement in tdm_launch_end (a semaphore). Only
+		 * the count matters: the driver orders its own state. */
 		if ((unsigned)cur < limit &&
 		    atomic_compare_exchange_weak_explicit(
 		        &d->launching, &cur, cur + 1, memory_order_acquire, memory_order_relaxed))
@@ -530,6 +541,7 @@ void tdm_launch_begin(tdm_stream *s)
 
 void tdm_launch_end(tdm_stream *s)
 {
+	/* Release: pairs with the acquire CAS in tdm_launch_begin. */
 	atomic_fetch_sub_explicit(&s->dev->launching, 1, memory_order_release);
 }
 
@@ -799,6 +811,7 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *s)
 	struct tdm_gpu *gpu = d->gpu;
 	if (tdm__task_executor(t) != gpu->ex)
 		return fail_now(t, -EINVAL);
+	/* Acquire: pairs with the release in tdm__device_fail. */
 	if (atomic_load_explicit(&d->failed, memory_order_acquire))
 		return fail_now(t, -EIO);
 	int rc = register_await(gpu);

@@ -575,6 +575,7 @@ static void slot_prime(struct slot *s)
 			 * fails, and its work is drained at the teardown like a retired slot's. */
 			s->b.status = batch_error(rc);
 			s->enqueued = false;
+			/* Acquire: pairs with the release in tdm__device_fail. */
 			if (!atomic_load_explicit(&d->failed, memory_order_acquire))
 				s->retired = true;
 		}

@@ -65,7 +65,8 @@ void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t)
 {
 	tdm__stack_push(&gpu->submit, &t->link);
 	/* ck_ec32_inc is a plain atomic add unless the poller sleeps; it orders the push above
-	 * before the count change that wakes the poller (full barrier, ck_ec's own contract). */
+	 * before the count change that wakes the poller (a write barrier, ck_ec's documented
+	 * contract). Pairs with ck_ec32_value's read barrier in tdm__poller_main. */
 	ck_ec32_inc(&gpu->ec, &tdm__ec_mode);
 }
 
@@ -530,6 +531,9 @@ void *tdm__poller_main(void *arg)
 	bool due_spinning = false;
 	gpu->due_ns = UINT64_MAX;
 	for (;;) {
+		/* A read barrier, pairing with ck_ec32_inc in tdm__poller_submit and
+		 * tdm_gpu_destroy: a bump in snap means the submit stack load and the loads of
+		 * stopping below see what came before it; a bump not in snap ends the waits. */
 		uint32_t snap = ck_ec32_value(&gpu->ec);
 		bool fresh = !tdm__stack_empty(&gpu->submit);
 		uint64_t now = tdm_now_ns();

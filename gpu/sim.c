@@ -210,6 +210,8 @@ static int dead_status(struct sim_dev *d)
 
 static void dev_fail(struct sim_dev *d)
 {
+	/* Seq_cst: dev_dead's note; the store falls in the total order between an execute that
+	 * saw the device alive and a query that saw it dead. */
 	atomic_store_explicit(&d->failed, true, memory_order_seq_cst);
 }
 
@@ -368,8 +370,9 @@ static void execute_op(struct sim_stream *s, struct sim_op *o)
 			add_erred(s, o->u.write.value);
 		}
 		/* Release: pairs with the acquire load of the word by its reader (poller.c,
-		 * sweep_stream): all earlier work of this stream, and the erred value just
-		 * added, happen before a read that sees this value. */
+		 * sweep_stream, or gpu.c, held_poll on a worker): all earlier work of this
+		 * stream, and the erred value just added, happen before a read that sees this
+		 * value. */
 		__atomic_store_n(o->u.write.word, o->u.write.value, __ATOMIC_RELEASE);
 		break;
 	case SIM_MARK:
