@@ -2,7 +2,10 @@
 # One call on the GPU machine: build with CUDA, run every test (the cuda suites included), the
 # cuda tests under compute-sanitizer, the GPU examples, and the benchmarks; logs go to $OUT.
 # Prepare here first: ../shared/device/prepare-deps.sh; then run with carry [".devdeps"]:
-#   bash scripts/gpu-machine.sh [all|test|bench|scaling]
+#   bash scripts/gpu-machine.sh [all|test|bench|scaling|pipeline]
+# pipeline: the build, test_pipeline's cuda suite (plain and under memcheck), then
+# `tandem-bench pipeline --trace` PIPE_CALLS times (default 4) and once with --reps 15: the
+# figures issue 4 is judged by, with the lead and tail of each compute-bound run.
 set -uo pipefail
 what=${1:-all}
 OUT=${OUT:-/tmp/tandem-out}
@@ -19,6 +22,35 @@ if ! { cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON &&
 	cmake --build $B -j"$(nproc)"; } >"$OUT/build.log" 2>&1; then
 	tail -40 "$OUT/build.log" | tee -a "$OUT/summary.txt"
 	exit 1
+fi
+
+if [ "$what" = pipeline ]; then
+	log test_pipeline, cuda suite
+	$B/tests/test_pipeline --filter 'pipeline_cuda/*' >"$OUT/test-pipeline.log" 2>&1
+	tail -1 "$OUT/test-pipeline.log" | tee -a "$OUT/summary.txt"
+	if command -v compute-sanitizer >/dev/null; then
+		timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+			$B/tests/test_pipeline --jobs 1 --filter 'pipeline_cuda/*' \
+			>"$OUT/memcheck-pipeline.log" 2>&1
+		echo "memcheck exit $?" | tee -a "$OUT/summary.txt"
+		grep -E "ERROR SUMMARY|Synthesis" "$OUT/memcheck-pipeline.log" | tail -2 |
+			tee -a "$OUT/summary.txt"
+	fi
+	log pipeline benchmarks
+	for k in $(seq 1 "${PIPE_CALLS:-4}") reps15; do
+		args=(--json --trace)
+		[ "$k" = reps15 ] && args=(--json --reps 15)
+		timeout 180 $B/perf/tandem-bench pipeline "${args[@]}" >"$OUT/pipeline-$k.jsonl" \
+			2>"$OUT/pipeline-$k.err"
+		echo "pipeline $k (${args[*]}): exit $?" | tee -a "$OUT/summary.txt"
+		grep '"impl":"tandem"' "$OUT/pipeline-$k.jsonl" | grep -o \
+			'"config":"[a-z-]*"\|"vs_[a-z_]*":[0-9.]*\|"overlap_efficiency":[0-9.]*' |
+			tr '\n' ' ' | tee -a "$OUT/summary.txt"
+		echo | tee -a "$OUT/summary.txt"
+	done
+	timeout 120 $B/perf/tandem-bench pinned --json >"$OUT/pinned.jsonl" 2>&1
+	echo "pinned: exit $?" | tee -a "$OUT/summary.txt"
+	exit 0
 fi
 
 if [ "$what" != bench ]; then
