@@ -201,4 +201,23 @@ static inline void tdm_test_assert_usable(tdm_executor *ex)
 	cr_assert_eq(atomic_load(&ran), 1, "the task did not run before tdm_group_wait returned");
 }
 
+/*
+ * What a task saw, for the test thread to assert (Criterion's assertions are not safe on worker
+ * threads): SEE records the first failing call's result and line in any struct with `int rc,
+ * line` members, SEE_TRUE a condition that must hold (-EPROTO when it did not), and ASSERT_SEEN
+ * asserts, on the test thread once the wait for the task returned, that nothing failed.
+ */
+#define SEE(sn, call)                                                                              \
+	do {                                                                                       \
+		int rc_ = (call);                                                                  \
+		if (rc_ != 0 && (sn)->rc == 0) {                                                   \
+			(sn)->rc = rc_;                                                            \
+			(sn)->line = __LINE__;                                                     \
+		}                                                                                  \
+	} while (0)
+#define SEE_TRUE(sn, cond) SEE(sn, (cond) ? 0 : -EPROTO)
+#define ASSERT_SEEN(sn)                                                                            \
+	cr_assert_eq((sn)->rc, 0, "a task's call at line %d returned %d (%s)", (sn)->line,         \
+	             (sn)->rc, tdm_strerror((sn)->rc))
+
 #endif /* TDM_TESTS_COMMON_H */

@@ -67,33 +67,11 @@ static int run_one(struct env *e, tdm_resume_fn fn, void *arg)
 	return tdm_group_wait(&g);
 }
 
-/*
- * What a task saw: the first failing call's result and its line. Tasks run on worker threads,
- * where Criterion's assertions are not safe (common.h): they record here, and the test thread
- * asserts with assert_seen once the wait for them has returned.
- */
+/* What a task saw (SEE, common.h). */
 struct seen {
 	int rc;
 	int line;
 };
-
-#define SEE(sn, call)                                                                              \
-	do {                                                                                       \
-		int rc_ = (call);                                                                  \
-		if (rc_ != 0 && (sn)->rc == 0) {                                                   \
-			(sn)->rc = rc_;                                                            \
-			(sn)->line = __LINE__;                                                     \
-		}                                                                                  \
-	} while (0)
-
-/* As SEE, for a condition that must hold; -EPROTO stands for "it did not". */
-#define SEE_TRUE(sn, cond) SEE(sn, (cond) ? 0 : -EPROTO)
-
-static void assert_seen(const struct seen *sn)
-{
-	cr_assert_eq(sn->rc, 0, "a task's call at line %d returned %d (%s)", sn->line, sn->rc,
-	             tdm_strerror(sn->rc));
-}
 
 /* ---- the behaviours, each written once ---- */
 
@@ -135,7 +113,7 @@ static void await_stream_sees_work_done(struct env *e)
 	for (int i = 0; i < LEN; i++)
 		c.host[i] = i * 7;
 	cr_assert_eq(run_one(e, copy_task, &c), 0);
-	assert_seen(&c.sn);
+	ASSERT_SEEN(&c.sn);
 	cr_assert_eq(c.steps, 2, "the task ran to its end, past both awaits");
 	cr_assert_eq(c.results[0], 0);
 	cr_assert_eq(c.results[1], 0);
@@ -180,7 +158,7 @@ static void resumes_in_order_after_each_await(struct env *e)
 	cr_assert_eq(tdm_host_alloc(e->gpu, 2 * sizeof(int), (void **)&c.host), 0);
 	cr_assert_eq(tdm_device_alloc(e->gpu, 0, sizeof(int), (void **)&c.dev), 0);
 	cr_assert_eq(run_one(e, chain_task, &c), 0);
-	assert_seen(&c.sn);
+	ASSERT_SEEN(&c.sn);
 	for (int i = 0; i < 32; i++)
 		cr_assert_eq(c.seen[i], i + 100, "step %d resumed after its own copy", i);
 	tdm_device_free(e->gpu, 0, c.dev);
@@ -222,7 +200,7 @@ static void await_event(struct env *e)
 {
 	struct event_state c = {.gpu = e->gpu, .result = 1};
 	cr_assert_eq(run_one(e, event_task, &c), 0);
-	assert_seen(&c.sn);
+	ASSERT_SEEN(&c.sn);
 	cr_assert_eq(c.result, 0, "the recorded event's work succeeded");
 	cr_assert_eq(c.first, 0, "a completed event does not suspend");
 	cr_assert_eq(c.second, TDM_SUSPENDED, "a pending event suspends");
@@ -303,7 +281,7 @@ static void many_awaits_outstanding(struct env *e)
 	}
 	cr_assert_eq(tdm_group_wait(&g), 0);
 	for (int i = 0; i < MANY; i++)
-		assert_seen(&st[i].sn);
+		ASSERT_SEEN(&st[i].sn);
 	cr_assert_eq(atomic_load(&many_done), MANY);
 	cr_assert_eq(atomic_load(&many_bad), 0);
 	free(st);
@@ -348,11 +326,11 @@ static void fault_reaches_the_right_task(struct env *e, int inject, bool sticky)
 	if (!sticky) {
 		/* The bystander runs first: a sticky fault would fail it too, by design. */
 		cr_assert_eq(run_one(e, fault_task, &good), 0);
-		assert_seen(&good.sn);
+		ASSERT_SEEN(&good.sn);
 		cr_assert_eq(good.rc, 0);
 	}
 	cr_assert_eq(run_one(e, fault_task, &bad), 0);
-	assert_seen(&bad.sn);
+	ASSERT_SEEN(&bad.sn);
 	cr_assert_eq(bad.rc, -EIO, "the faulting task resumed with the error");
 	if (sticky) {
 		cr_assert_eq(bad.after, -EIO, "a failed device fails new awaits at once");
@@ -362,7 +340,7 @@ static void fault_reaches_the_right_task(struct env *e, int inject, bool sticky)
 		cr_assert_eq(bad.after, 0, "the stream works again after an operation's error");
 		struct fault_state again = {.gpu = e->gpu};
 		cr_assert_eq(run_one(e, fault_task, &again), 0);
-		assert_seen(&again.sn);
+		ASSERT_SEEN(&again.sn);
 		cr_assert_eq(again.rc, 0);
 	}
 }
@@ -427,8 +405,8 @@ static void copy_running_when_the_device_dies(tdm_completion completion)
 	struct fault_state bad = {.gpu = e.gpu, .inject = TDM_SIM_FAULT_STICKY};
 	cr_assert_eq(tdm_spawn(e.ex, fault_task, &bad, &grp), 0);
 	cr_assert_eq(tdm_group_wait(&grp), 0);
-	assert_seen(&c.sn);
-	assert_seen(&bad.sn);
+	ASSERT_SEEN(&c.sn);
+	ASSERT_SEEN(&bad.sn);
 	cr_assert_eq(bad.rc, -EIO);
 	cr_assert(c.rc == -EIO || c.rc == 0, "the copy's await: %d", c.rc);
 	(void)tdm_host_unregister(e.gpu, c.dst); /* the dead device may refuse */
@@ -848,7 +826,7 @@ Test(gpu_memory, peer_copy_moves_data_between_devices)
 	for (int i = 0; i < LEN; i++)
 		c.host[i] = 3 * i + 1;
 	cr_assert_eq(run_one(&e, peer_task, &c), 0);
-	assert_seen(&c.sn);
+	ASSERT_SEEN(&c.sn);
 	cr_assert_eq(c.rc_in, 0, "copy to device 0: %s", tdm_strerror(c.rc_in));
 	cr_assert_eq(c.rc_peer, 0, "peer copy to device 1: %s", tdm_strerror(c.rc_peer));
 	cr_assert_eq(c.rc_out, 0, "copy from device 1: %s", tdm_strerror(c.rc_out));
@@ -900,7 +878,7 @@ static void pageable_copies(int policy)
 	for (int i = 0; i < LEN; i++)
 		st.in[i] = i ^ 0x5a5a;
 	cr_assert_eq(run_one(&e, pageable_task, &st), 0);
-	assert_seen(&st.sn);
+	ASSERT_SEEN(&st.sn);
 	if (policy == TDM_PAGEABLE_STAGE) {
 		cr_assert_eq(st.rc_in, 0);
 		cr_assert_eq(st.rc_out, 0);
@@ -969,7 +947,7 @@ static void stream_ordered_free_after_last_use(struct env *e)
 		c.host[LEN + i] = -1;
 	}
 	cr_assert_eq(run_one(e, ordered_free_task, &c), 0);
-	assert_seen(&c.sn);
+	ASSERT_SEEN(&c.sn);
 	cr_assert_eq(c.rc_alloc, 0);
 	cr_assert_eq(c.rc_free, 0);
 	for (int i = 0; i < LEN; i++)
@@ -1109,7 +1087,7 @@ Test(gpu_memory, managed_memory_is_prefetched_and_advised, .timeout = 30)
 		c.host[LEN + i] = -1;
 	}
 	cr_assert_eq(run_one(&e, managed_task, &c), 0);
-	assert_seen(&c.sn);
+	ASSERT_SEEN(&c.sn);
 	cr_assert_eq(c.rc_to_dev, 0, "prefetch to device 0: %s", tdm_strerror(c.rc_to_dev));
 	cr_assert_eq(c.rc_to_peer, 0, "prefetch to device 1: %s", tdm_strerror(c.rc_to_peer));
 	cr_assert_eq(c.rc_to_host, 0, "prefetch to the host: %s", tdm_strerror(c.rc_to_host));
@@ -1163,7 +1141,7 @@ Test(gpu_memory, prefetch_and_advise_refuse_bad_arguments, .timeout = 30)
 	for (int i = 0; i < LEN; i++)
 		c.host[i] = i ^ 0x3c3c;
 	cr_assert_eq(run_one(&e, copy_task, &c), 0);
-	assert_seen(&c.sn);
+	ASSERT_SEEN(&c.sn);
 	cr_assert_eq(c.steps, 2);
 	cr_assert_eq(c.results[0], 0);
 	cr_assert_eq(c.results[1], 0);
@@ -1190,7 +1168,7 @@ Test(gpu_memory, prefetch_on_a_failed_device_is_refused, .timeout = 30)
 	cr_assert_eq(tdm_mem_prefetch(s, p, bytes, 0), 0, "the device still works");
 	struct fault_state bad = {.gpu = e.gpu, .inject = TDM_SIM_FAULT_STICKY};
 	cr_assert_eq(run_one(&e, fault_task, &bad), 0);
-	assert_seen(&bad.sn);
+	ASSERT_SEEN(&bad.sn);
 	cr_assert_eq(bad.rc, -EIO);
 	cr_assert_eq(tdm_mem_prefetch(s, p, bytes, 0), -EIO);
 	cr_assert_eq(tdm_mem_prefetch(s, p, bytes, -1), -EIO);
@@ -1315,7 +1293,7 @@ Test(gpu_sim_adaptive, mechanism_follows_how_long_awaits_wait, .timeout = 60)
 	    .gpu = e.gpu, .nsteps = 6, .ns = {1000, 1000, 1000, 600000000, 1000, 1000}};
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &a.s), 0);
 	cr_assert_eq(run_one(&e, adapt_task, &a), 0);
-	assert_seen(&a.sn);
+	ASSERT_SEEN(&a.sn);
 	cr_assert_eq(a.rc, 0);
 	cr_assert_eq(tdm_gpu_stats_get(e.gpu, &a.last), 0);
 	/* The mechanism of step k: what changed between before[k] and before[k+1] (or last). */
@@ -1352,7 +1330,7 @@ static void poller_spins_when_an_await_is_due(tdm_completion completion)
 		a.ns[k] = 20000000u;
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &a.s), 0);
 	cr_assert_eq(run_one(&e, adapt_task, &a), 0);
-	assert_seen(&a.sn);
+	ASSERT_SEEN(&a.sn);
 	cr_assert_eq(a.rc, 0);
 	cr_assert_eq(tdm_gpu_stats_get(e.gpu, &a.last), 0);
 	cr_assert_geq(a.last.due_spins, 1, "due spins: %llu, sleeps: %llu",
@@ -1428,7 +1406,7 @@ static tdm_gpu_stats short_awaits_alone(const char *watch)
 		a.ns[k] = 1000;
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &a.s), 0);
 	cr_assert_eq(run_one(&e, adapt_task, &a), 0);
-	assert_seen(&a.sn);
+	ASSERT_SEEN(&a.sn);
 	cr_assert_eq(a.rc, 0);
 	cr_assert_eq(tdm_gpu_stats_get(e.gpu, &a.last), 0);
 	tdm_stream_release(a.s);
@@ -1529,7 +1507,7 @@ static void hold_run(struct hold_state *h, tdm_resume_fn fn)
 	cr_assert_eq(tdm_spawn(h->ex, fn, h, &g), 0);
 	cr_assert_eq(tdm_group_wait(&g), 0);
 	tdm_test_destroy(h->ex);
-	assert_seen(&h->sn);
+	ASSERT_SEEN(&h->sn);
 }
 
 Test(executor_hold, held_await_is_handed_off_before_other_work, .timeout = 30)
@@ -1620,7 +1598,7 @@ Test(gpu_sim_words, await_inside_a_group_wait_is_not_held, .timeout = 30)
 	cr_assert_eq(tdm_group_init(&g, e.ex), 0);
 	cr_assert_eq(tdm_group_spawn(&g, nested_parent, &n), 0);
 	cr_assert_eq(tdm_group_wait(&g), 0);
-	assert_seen(&n.sn);
+	ASSERT_SEEN(&n.sn);
 	cr_assert_eq(n.rc, 0);
 	tdm_gpu_stats st;
 	cr_assert_eq(tdm_gpu_stats_get(e.gpu, &st), 0);
@@ -1649,8 +1627,8 @@ Test(gpu_sim_words, forced_mechanisms_never_mix, .timeout = 60)
 		struct adapt_state a = {.gpu = e.gpu, .nsteps = 3, .ns = {1000, 1000, 1000}};
 		cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &a.s), 0);
 		cr_assert_eq(run_one(&e, adapt_task, &a), 0);
-		assert_seen(&a.sn);
-		assert_seen(&a.sn);
+		ASSERT_SEEN(&a.sn);
+		ASSERT_SEEN(&a.sn);
 		cr_assert_eq(tdm_gpu_stats_get(e.gpu, &a.last), 0);
 		cr_assert_eq(m == 0 ? a.last.awaits_word : a.last.awaits_event, 3);
 		cr_assert_eq(m == 0 ? a.last.awaits_event : a.last.awaits_word, 0);
@@ -1738,8 +1716,8 @@ Test(gpu_sim_adaptive, an_error_behind_a_later_word_reaches_its_task, .timeout =
 	}
 	cr_assert_eq(tdm_spawn(e.ex, mixed_faulted_task, NULL, &grp), 0);
 	cr_assert_eq(tdm_group_wait(&grp), 0);
-	assert_seen(&mixed_quick_seen);
-	assert_seen(&mixed_faulted_seen);
+	ASSERT_SEEN(&mixed_quick_seen);
+	ASSERT_SEEN(&mixed_faulted_seen);
 	cr_assert_eq(mixed_first, 0);
 	cr_assert_eq(mixed_second, 0,
 	             "the word after the fault is not the fault's completion point");

@@ -64,27 +64,12 @@ static void on_worker(struct env *e, tdm_fn fn, void *arg)
 	cr_assert_eq(tdm_group_wait(&g), 0);
 }
 
-/* What a task saw: the first failing call's result and where it came. */
+/* What a task saw (SEE, common.h), and the pool it works on. */
 struct seen {
 	tdm_gpu *gpu;
 	int rc;
 	int line;
 };
-
-#define SEE(sn, call)                                                                              \
-	do {                                                                                       \
-		int rc_ = (call);                                                                  \
-		if (rc_ != 0 && (sn)->rc == 0) {                                                   \
-			(sn)->rc = rc_;                                                            \
-			(sn)->line = __LINE__;                                                     \
-		}                                                                                  \
-	} while (0)
-
-static void assert_seen(const struct seen *sn)
-{
-	cr_assert_eq(sn->rc, 0, "a task's call at line %d returned %d (%s)", sn->line, sn->rc,
-	             tdm_strerror(sn->rc));
-}
 
 /* ---- reuse without growth ---- */
 
@@ -128,7 +113,7 @@ static void reuse_after_warm_up_pins_nothing_more(tdm_backend backend, bool work
 		on_worker(&e, rounds_task, &r);
 	else
 		do_rounds(&r);
-	assert_seen(&r.sn);
+	ASSERT_SEEN(&r.sn);
 	tdm_pinned_stats warm = stats(&e);
 	cr_assert_gt(warm.chunks, 0);
 	cr_assert_eq(warm.bytes_in_use, 0);
@@ -138,7 +123,7 @@ static void reuse_after_warm_up_pins_nothing_more(tdm_backend backend, bool work
 		on_worker(&e, rounds_task, &r);
 	else
 		do_rounds(&r);
-	assert_seen(&r.sn);
+	ASSERT_SEEN(&r.sn);
 	tdm_pinned_stats after = stats(&e);
 	cr_assert_eq(after.chunks, warm.chunks, "chunks %llu after warm-up, then %llu",
 	             (unsigned long long)warm.chunks, (unsigned long long)after.chunks);
@@ -206,7 +191,7 @@ static void allocations_past_the_cap_fail_until_blocks_are_freed(tdm_backend bac
 		on_worker(&e, cap_task, &c);
 	else
 		do_cap(&c);
-	assert_seen(&c.sn);
+	ASSERT_SEEN(&c.sn);
 	cr_assert_eq(c.got, 32, "2 MiB hold 32 blocks of 64 KiB, got %u", c.got);
 	cr_assert_eq(c.fail_rc, -ENOMEM, "past the cap: %d", c.fail_rc);
 	cr_assert_eq(c.small_rc, -ENOMEM, "a small block at the cap: %d", c.small_rc);
@@ -284,7 +269,7 @@ static void blocks_freed_on_other_threads_return_to_the_pool(tdm_backend backend
 
 	/* Allocated on workers, freed here. */
 	spawn_all(&e, cross_alloc_task, x);
-	assert_seen(&x->sn);
+	ASSERT_SEEN(&x->sn);
 	tdm_pinned_stats s = stats(&e);
 	cr_assert_geq(s.bytes_in_use, want, "in use %llu, asked for %llu",
 	              (unsigned long long)s.bytes_in_use, (unsigned long long)want);
@@ -303,14 +288,14 @@ static void blocks_freed_on_other_threads_return_to_the_pool(tdm_backend backend
 		for (unsigned i = 0; i < XBLOCKS; i++)
 			cr_assert_eq(tdm_pinned_alloc(e.gpu, cross_size(t, i), &x->p[t][i]), 0);
 	spawn_all(&e, cross_free_task, x);
-	assert_seen(&x->sn);
+	ASSERT_SEEN(&x->sn);
 	cr_assert_eq(stats(&e).bytes_in_use, 0);
 
 	/* Allocated on workers, freed on (other) workers. */
 	memset(x->p, 0, sizeof(x->p));
 	spawn_all(&e, cross_alloc_task, x);
 	spawn_all(&e, cross_free_task, x);
-	assert_seen(&x->sn);
+	ASSERT_SEEN(&x->sn);
 	s = stats(&e);
 	cr_assert_eq(s.bytes_in_use, 0);
 	cr_assert_geq(s.high_water, want);
@@ -373,7 +358,7 @@ static void blocks_hold_the_requested_bytes_aligned_to_256(tdm_backend backend, 
 		on_worker(&e, usable_task, &u);
 	else
 		do_usable(&u);
-	assert_seen(&u.sn);
+	ASSERT_SEEN(&u.sn);
 	cr_assert_eq(u.bad_align, 0, "%u blocks not aligned to 256 bytes", u.bad_align);
 	cr_assert_eq(u.bad_bytes, 0, "%u blocks overlapped another", u.bad_bytes);
 	tdm_pinned_stats s = stats(&e);
@@ -463,7 +448,7 @@ static void high_water_is_the_largest_in_use(tdm_backend backend, bool worker)
 		on_worker(&e, high_water_task, &h);
 	else
 		do_high_water(&h);
-	assert_seen(&h.sn);
+	ASSERT_SEEN(&h.sn);
 	s = stats(&e);
 	/* Peaks: 10 x 4 KiB = 40 KiB, then 5 x 4 KiB + 64 KiB = 84 KiB. */
 	cr_assert_eq(s.high_water, 84 * KIB, "high water %llu", (unsigned long long)s.high_water);
@@ -500,7 +485,7 @@ static void high_water_holds_when_workers_allocate_and_others_free(tdm_backend b
 		round += one_way_sizes[i];
 	for (int r = 0; r < 50; r++) {
 		on_worker(&e, one_way_task, &w);
-		assert_seen(&w.sn);
+		ASSERT_SEEN(&w.sn);
 		for (size_t i = 0; i < NONE_WAY; i++)
 			cr_assert_eq(tdm_pinned_free(e.gpu, w.p[i]), 0);
 	}
@@ -563,7 +548,7 @@ static void concurrent_alloc_and_free_keep_the_counts_exact(tdm_backend backend)
 		cr_assert_eq(tdm_group_spawn(&g, stress_task, st), 0);
 	stress_task(st); /* this thread too: the shared lists under contention */
 	cr_assert_eq(tdm_group_wait(&g), 0);
-	assert_seen(&st->sn);
+	ASSERT_SEEN(&st->sn);
 	for (int i = 0; i < SLOTS; i++) {
 		void *p = atomic_load(&st->slot[i]);
 		if (p != NULL)
