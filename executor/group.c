@@ -143,10 +143,15 @@ int tdm_await_group(tdm_task *pub, tdm_group *g)
 	 * the acquire pairs with the acq_rel decrements in tdm__group_task_done (the tasks' work is
 	 * seen when it returns at once); the release orders the owner's earlier accesses to the
 	 * group before the last decrement, whose acquire reads this one's in the RMW chain. */
-	if (atomic_fetch_sub_explicit(&ig->pending, 1, memory_order_acq_rel) == 1)
+	if (atomic_fetch_sub_explicit(&ig->pending, 1, memory_order_acq_rel) == 1) {
+		/* Over already, and no task touches the group again: mark it awaited, as finish()
+		 * does, so that a second await is -EBUSY rather than a wait for a finisher that
+		 * never comes. Relaxed: only this owner reads it from here on. */
+		atomic_store_explicit(&ig->waiter, TDM__GROUP_DONE, memory_order_relaxed);
 		return t->result = atomic_load_explicit(&ig->cancelled, memory_order_relaxed)
 		                       ? -ECANCELED
 		                       : 0;
+	}
 	tdm__task_suspend(t);
 	uintptr_t expected = 0;
 	/* Release: publishes the suspended task to finish(). On failure the group is DONE: the

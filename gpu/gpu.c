@@ -159,6 +159,8 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 			cfg.completion = TDM_COMPLETION_EVENT;
 		else if (env != NULL && strcmp(env, "adaptive") == 0)
 			cfg.completion = TDM_COMPLETION_ADAPTIVE;
+		else if (env != NULL && *env != '\0')
+			return -EINVAL; /* a typo must not silently pick another mechanism */
 	}
 	const struct tdm__backend_ops *ops;
 	int rc = pick_backend(&cfg, &ops);
@@ -663,6 +665,7 @@ int tdm__event_take(struct tdm__gdev *d, struct tdm_event **out)
 	struct tdm_event *e = d->free_events;
 	if (e != NULL) {
 		d->free_events = e->next_free;
+		e->pooled = false;
 		pthread_mutex_unlock(&d->ev_lock);
 		*out = e;
 		return 0;
@@ -702,13 +705,24 @@ int tdm__event_take(struct tdm__gdev *d, struct tdm_event **out)
 	return 0;
 }
 
-void tdm__event_give(struct tdm_event *e)
+/* Back to the free list; false (and nothing done) when it is there already. */
+static bool event_push(struct tdm_event *e)
 {
 	struct tdm__gdev *d = e->dev;
 	pthread_mutex_lock(&d->ev_lock);
-	e->next_free = d->free_events;
-	d->free_events = e;
+	bool was = e->pooled;
+	if (!was) {
+		e->next_free = d->free_events;
+		d->free_events = e;
+		e->pooled = true;
+	}
 	pthread_mutex_unlock(&d->ev_lock);
+	return !was;
+}
+
+void tdm__event_give(struct tdm_event *e)
+{
+	(void)event_push(e);
 }
 
 int tdm_event_get(tdm_gpu *gpu, int device, tdm_event **out)
@@ -726,8 +740,8 @@ int tdm_event_put(tdm_event *e)
 {
 	if (e == NULL)
 		return -EINVAL;
-	tdm__event_give(e);
-	return 0;
+	/* A second put would put it on the free list twice, for two owners to take. */
+	return event_push(e) ? 0 : -EINVAL;
 }
 
 int tdm_event_record(tdm_event *e, tdm_stream *s)

@@ -56,6 +56,7 @@ struct tdm_event {
 	void *be; /* the backend's event */
 	struct tdm_event *next_free;
 	uint64_t seq; /* while a stream await holds it: the await's place on the stream */
+	bool pooled;  /* in the device's free list (ev_lock): a second tdm_event_put is refused */
 };
 
 struct tdm__gdev {

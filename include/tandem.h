@@ -66,7 +66,7 @@ typedef struct tdm_config {
 	void *on_cancel_user;
 } tdm_config;
 
-/* Fills *cfg with the defaults documented above. */
+/* Fills *cfg with the defaults documented above; does nothing when cfg is NULL. */
 void tdm_config_init(tdm_config *cfg);
 
 /*
@@ -112,7 +112,8 @@ typedef struct tdm_group {
 /* -EINVAL: g or ex is NULL. */
 int tdm_group_init(tdm_group *g, tdm_executor *ex);
 
-/* Like tdm_submit(), counted in g. Same errors; -EINVAL also for an uninitialised group. */
+/* Like tdm_submit(), counted in g. Same errors; -EINVAL also when g is NULL or not
+ * initialised. */
 int tdm_group_spawn(tdm_group *g, tdm_fn fn, void *arg);
 
 /*
@@ -180,25 +181,30 @@ unsigned *tdm__task_pc(tdm_task *t);
 /*
  * Starts a resumable task: fn(t, arg) runs on a worker and again after each await until it
  * returns something other than TDM_PENDING. g may be NULL; else the task counts in g until it
- * finishes, and the group's wait or await sees it. Errors as tdm_submit().
+ * finishes, and the group's wait or await sees it. Errors as tdm_submit(); -EINVAL also when g
+ * is not a group initialised on ex (one of another executor, or one not initialised).
  */
 int tdm_spawn(tdm_executor *ex, tdm_resume_fn fn, void *arg, tdm_group *g);
 
 /*
  * The outcome of the task's last await: 0, or the negative errno it resumed with (-EIO for a
  * failed GPU operation, -ECANCELED for cancelled tasks of an awaited group or a shutdown,
- * -ETIMEDOUT is never an error for deadlines: they resume with 0).
+ * -ETIMEDOUT is never an error for deadlines: they resume with 0). An await call that fails at
+ * once (a tdm_await_* here or in tandem_gpu.h that returns a negative errno) sets it to that
+ * errno. -EINVAL: t is NULL.
  */
 int tdm_task_result(const tdm_task *t);
 
-/* The executor running t. */
+/* The executor running t; NULL when t is NULL. */
 tdm_executor *tdm_task_executor(const tdm_task *t);
 
 /*
  * Awaits a task group: resumes t once every task spawned into g finished (result 0, or
  * -ECANCELED if some were cancelled). Returns TDM_SUSPENDED, or, when that already holds, the
  * result at once (the task continues without suspending). Afterwards the group must be
- * re-initialised before it is used again. -EINVAL: bad t or g.
+ * re-initialised before it is used again. -EINVAL: t is NULL or not the task running on the
+ * calling thread, or g is NULL or not initialised.  -EBUSY: another task already awaits g (or
+ * awaited it, and g was not re-initialised since).
  */
 int tdm_await_group(tdm_task *t, tdm_group *g);
 
@@ -212,10 +218,10 @@ typedef struct tdm_notify {
 
 /* -EINVAL: n or ex is NULL. */
 int tdm_notify_init(tdm_notify *n, tdm_executor *ex);
-/* Fires n, resuming its awaiting task if there is one. -EINVAL: n not initialised. */
+/* Fires n, resuming its awaiting task if there is one. -EINVAL: n is NULL or not initialised. */
 int tdm_notify_fire(tdm_notify *n);
-/* TDM_SUSPENDED, or 0 at once when n has fired. -EINVAL: bad t or n. -EBUSY: another task
- * already awaits n. */
+/* TDM_SUSPENDED, or 0 at once when n has fired. -EINVAL: t is NULL or not the task running on
+ * the calling thread, or n is NULL or not initialised.  -EBUSY: another task already awaits n. */
 int tdm_await_notify(tdm_task *t, tdm_notify *n);
 
 /* Per-worker counters, each written only by its worker and read without stopping it. */

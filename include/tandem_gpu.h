@@ -112,12 +112,19 @@ enum {
 	TDM_PAGEABLE_REFUSE = 1,
 };
 
+/* Fills *cfg with the defaults (all zero); does nothing when cfg is NULL. */
 void tdm_gpu_config_init(tdm_gpu_config *cfg);
 
 /*
  * Starts the GPU layer for ex: backend, poller thread, pools. cfg may be NULL for defaults.
- * -EINVAL: bad argument.  -ENODEV: the backend asked for (or cuda by default) has no device or
- * is not built in.  -ENOMEM, -EAGAIN: resources.
+ * -EINVAL: out or ex is NULL; backend, completion, placement or pageable is not one of its
+ * values; streams_per_device or launch_limit above 1024; sim_devices above 1024 (sim);
+ * pinned_chunk_bytes above 64 GiB; with TDM_BACKEND_AUTO, TANDEM_GPU set to something other
+ * than cuda, sim or none; with TDM_COMPLETION_AUTO, TANDEM_COMPLETION set to something other
+ * than word, event or adaptive.  -ENODEV: the backend asked for (or cuda by default) has no device
+ * or is not built in.  -ENOTSUP: TDM_COMPLETION_WORD or _ADAPTIVE asked for (in cfg or by
+ * TANDEM_COMPLETION) on a device that cannot write completion words.  -ENOMEM, -EAGAIN:
+ * resources.  -EIO: the driver failed while the devices were set up (cuda).
  */
 int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg);
 
@@ -130,12 +137,12 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg);
  */
 int tdm_gpu_destroy(tdm_gpu *gpu);
 
-/* "cuda", "sim" or "none". */
+/* "cuda", "sim" or "none" ("none" also for a NULL gpu). */
 const char *tdm_gpu_backend_name(const tdm_gpu *gpu);
-/* Devices the backend sees, or a negative errno. */
+/* Devices the backend sees (0 for TDM_BACKEND_NONE). -EINVAL: gpu is NULL. */
 int tdm_gpu_device_count(const tdm_gpu *gpu);
-/* The completion mechanism in use on a device: TDM_COMPLETION_WORD, _EVENT or _ADAPTIVE, or
- * -EINVAL. */
+/* The completion mechanism in use on a device: TDM_COMPLETION_WORD, _EVENT or _ADAPTIVE.
+ * -EINVAL: gpu is NULL or device is out of range (any device, on a GPU layer without devices). */
 int tdm_gpu_completion(const tdm_gpu *gpu, int device);
 
 /* Counts since tdm_gpu_create, read with relaxed loads (a snapshot, not a consistent cut). */
@@ -172,20 +179,25 @@ enum {
  * Leases a stream of `device` (or of the device the placement policy picks, for TDM_DEVICE_ANY)
  * from the calling worker's slice of the device's bounded set. A task keeps its device across
  * its awaits by keeping its lease; tdm_stream_device() says which device it got.
- * Shared leases never wait. -EINVAL: bad gpu, device or flags.  -ENODEV: device failed or no
- * device.  -EBUSY: an exclusive lease was asked for and every stream of the set is in use.
- * -ESHUTDOWN: the GPU layer is being destroyed.
+ * Shared leases never wait. -EINVAL: gpu or out is NULL, device out of range (and not
+ * TDM_DEVICE_ANY), or an unknown flag.  -ENODEV: device failed or no device.  -EBUSY: an
+ * exclusive lease was asked for and every stream of the set is in use.  -ESHUTDOWN: the GPU
+ * layer is being destroyed.  -ENOMEM, -EAGAIN, -EIO: the stream (made on its first lease) could
+ * not be created: no memory, no thread for it (sim), or the driver failed.
  */
 int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out);
-/* Gives a lease back; call it after the last await on the stream. -EINVAL: bad stream. */
+/* Gives a lease back; call it after the last await on the stream. -EINVAL: s is NULL or holds
+ * no lease. */
 int tdm_stream_release(tdm_stream *s);
-/* The backend's stream: a cudaStream_t on cuda, NULL on sim. */
+/* The backend's stream: a cudaStream_t on cuda, NULL on sim (and for a NULL s). */
 void *tdm_stream_native(const tdm_stream *s);
+/* The device of s. -EINVAL: s is NULL. */
 int tdm_stream_device(const tdm_stream *s);
 
 /*
  * Bounds the threads launching on a stream's device at once (tdm_gpu_config.launch_limit).
- * Wrap your own launches in these; tandem's own launch and copy calls do it already.
+ * Wrap your own launches in these; tandem's own launch and copy calls do it already. s must be
+ * a leased stream, never NULL: these return nothing, so they cannot refuse one.
  */
 void tdm_launch_begin(tdm_stream *s);
 void tdm_launch_end(tdm_stream *s);
@@ -206,6 +218,11 @@ typedef enum tdm_copy_kind {
  * backend without host functions).
  */
 int tdm_memcpy_async(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind);
+/*
+ * Kernels. Each of them: -EINVAL: s is NULL (or, for tdm_launch_scale, y or x).  -EIO: s's
+ * device failed (a trapping kernel, say), or the launch did.  -ENOMEM: no memory to queue it
+ * (sim).
+ */
 /* A kernel that runs about `ns` nanoseconds (0: an empty kernel). */
 int tdm_launch_spin(tdm_stream *s, uint32_t ns);
 /*
@@ -219,9 +236,16 @@ int tdm_launch_scale(tdm_stream *s, float *y, const float *x, float a, size_t n)
 /* A kernel that traps: a sticky device error, for tests of error handling. */
 int tdm_launch_fault(tdm_stream *s);
 
-/* Device memory (cudaMalloc) and pinned host memory pinned anew on each call (cudaHostAlloc:
+/*
+ * Device memory (cudaMalloc) and pinned host memory pinned anew on each call (cudaHostAlloc:
  * milliseconds for large sizes); prefer tdm_pinned_alloc and tdm_device_alloc_async on hot paths.
- * -ENOMEM, -ENODEV, -EINVAL. */
+ * tdm_device_alloc: -EINVAL: gpu or out is NULL, zero bytes, device out of range; -ENODEV: no
+ * devices; -ENOMEM: more than the device has free; -EIO: the device failed (cuda).
+ * tdm_device_free: -EINVAL: gpu is NULL or device out of range (any device, on a GPU layer
+ * without devices). tdm_host_alloc: -EINVAL: gpu or out is NULL, zero bytes; -ENODEV: no
+ * backend (TDM_BACKEND_NONE); -ENOMEM; -EIO from the driver. tdm_host_free: -EINVAL: gpu is
+ * NULL; -ENODEV: no backend. Freeing NULL is 0.
+ */
 int tdm_device_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out);
 int tdm_device_free(tdm_gpu *gpu, int device, void *p);
 int tdm_host_alloc(tdm_gpu *gpu, size_t bytes, void **out);
@@ -295,19 +319,34 @@ int tdm_memcpy_peer_async(tdm_stream *s, void *dst, int dst_device, const void *
 
 /* ---- events (pooled, timing disabled) ---- */
 
+/* An event of `device` from its pool (made when the pool has none). -EINVAL: gpu or out is NULL,
+ * device out of range.  -ENODEV: no devices.  -ENOMEM, -EIO: a new event could not be made (no
+ * memory; the device or driver failed). */
 int tdm_event_get(tdm_gpu *gpu, int device, tdm_event **out);
+/* Gives e back to its pool; once, after its last await. -EINVAL: e is NULL, or back in the pool
+ * already (a second put, refused: the pool stays as it was). */
 int tdm_event_put(tdm_event *e);
-/* Captures the work enqueued on s so far. -EINVAL: bad args or devices differ. */
+/* Captures the work enqueued on s so far. -EINVAL: e or s is NULL, or their devices differ.
+ * -EIO: the device failed, or the driver refused the record.  -ENOMEM: no memory to queue it
+ * (sim). */
 int tdm_event_record(tdm_event *e, tdm_stream *s);
 
 /* ---- awaits ---- */
 
-/* Resumes t once all work enqueued on s so far has finished; result 0 or -EIO. */
+/*
+ * Each await below fails at once, setting the task's result to the same errno, with -EINVAL: t
+ * is NULL or not the task running on the calling thread, or its stream, event or gpu is NULL or
+ * belongs to a GPU layer of another executor; -ESHUTDOWN: the GPU layer is being destroyed.
+ */
+/* Resumes t once all work enqueued on s so far has finished; result 0 or -EIO. At once also
+ * -EIO: s's device failed, or the completion could not be enqueued; -ENOMEM: no memory for
+ * it. */
 int tdm_await_stream(tdm_task *t, tdm_stream *s);
-/* Resumes t once the work captured by e has finished; result 0 or -EIO. */
+/* Resumes t once the work captured by e has finished; result 0 or -EIO. At once: 0 when that
+ * work is done already (or e was never recorded), -EIO when it or the device failed. */
 int tdm_await_event(tdm_task *t, tdm_event *e);
 /* Resumes t at `deadline_ns` on CLOCK_MONOTONIC (0 at once if passed; -ECANCELED if the GPU
- * layer is destroyed first). */
+ * layer is destroyed first; -ENOMEM if the poller had no memory to keep the deadline). */
 int tdm_await_deadline(tdm_task *t, tdm_gpu *gpu, uint64_t deadline_ns);
 
 /* ---- pipelines ---- */
@@ -493,7 +532,7 @@ typedef enum tdm_sim_fault {
 	TDM_SIM_FAULT_STICKY = 2,
 } tdm_sim_fault;
 
-/* -EINVAL: s is not a sim stream or fault is unknown. */
+/* -EINVAL: s is NULL or not a sim stream, or fault is unknown. */
 int tdm_sim_inject(tdm_stream *s, tdm_sim_fault fault);
 
 #ifdef __cplusplus

@@ -26,6 +26,14 @@ Test(errors, config_init_fills_the_documented_defaults)
 	cr_assert_null(cfg.on_cancel_user);
 }
 
+Test(errors, config_init_with_null_does_nothing, .timeout = 30)
+{
+	tdm_config_init(NULL); /* documented to do nothing: it must not write through NULL */
+	tdm_executor *ex = tdm_test_create(1);
+	tdm_test_assert_usable(ex);
+	tdm_test_destroy(ex);
+}
+
 Test(errors, zero_workers_means_one_per_cpu_of_the_affinity_mask, .timeout = 30)
 {
 	tdm_config cfg;
@@ -209,6 +217,26 @@ Test(errors, strerror_gives_a_distinct_message_for_each_code)
 		const char *m = tdm_strerror(codes[i]);
 		cr_assert_not_null(m, "no message for %d", codes[i]);
 		cr_assert_gt(strlen(m), 0, "empty message for %d", codes[i]);
+		for (size_t j = 0; j < i; j++)
+			cr_assert_str_neq(m, tdm_strerror(codes[j]), "%d and %d share \"%s\"",
+			                  codes[i], codes[j], m);
+	}
+}
+
+/* Every code any call of tandem.h or tandem_gpu.h documents has a message of its own, not the
+ * one for codes tandem never returns. */
+Test(errors, strerror_names_every_documented_code)
+{
+	const int codes[] = {0,      -EINVAL, -ENOMEM, -EAGAIN,  -ESHUTDOWN, -ECANCELED, -EDEADLK,
+	                     -EBUSY, -ENODEV, -EIO,    -ENOTSUP, -EEXIST,    -EFAULT};
+	const size_t n = sizeof codes / sizeof codes[0];
+	const char *unknown = tdm_strerror(-12345);
+	cr_assert_not_null(unknown);
+	for (size_t i = 0; i < n; i++) {
+		const char *m = tdm_strerror(codes[i]);
+		cr_assert_not_null(m, "no message for %d", codes[i]);
+		cr_assert_str_neq(m, unknown, "%d has only the message of an unknown code",
+		                  codes[i]);
 		for (size_t j = 0; j < i; j++)
 			cr_assert_str_neq(m, tdm_strerror(codes[j]), "%d and %d share \"%s\"",
 			                  codes[i], codes[j], m);

@@ -213,6 +213,26 @@ Test(executor, worker_index_is_minus_one_outside_the_workers, .timeout = 30)
 	tdm_test_destroy(ex);
 }
 
+static void null_index_task(void *arg)
+{
+	atomic_store((atomic_int *)arg, tdm_worker_index(NULL));
+}
+
+/* Asked on a worker, where the calling thread is a worker of some executor, but not of NULL. */
+Test(executor, worker_index_of_a_null_executor_is_minus_one, .timeout = 30)
+{
+	tdm_executor *ex = tdm_test_create(1);
+	cr_assert_eq(tdm_worker_index(NULL), -1);
+	atomic_int seen = 7;
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	cr_assert_eq(tdm_group_spawn(&g, null_index_task, &seen), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(atomic_load(&seen), -1, "a worker's index for a NULL executor");
+	tdm_test_assert_usable(ex);
+	tdm_test_destroy(ex);
+}
+
 Test(executor, worker_index_inside_a_task_is_within_the_worker_count, .timeout = 30)
 {
 	idx.ex = tdm_test_create(IDX_WORKERS);

@@ -2,14 +2,19 @@
  * Resumable tasks and the awaitables of the executor itself: host notifications and task
  * groups. The GPU awaitables are specified in test_gpu.c.
  */
+#include "common.h" /* tdm_test_assert_usable */
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tandem.h"
+
+TDM_TEST_SUITE(resumable);
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 #define MANY 2000
@@ -278,5 +283,172 @@ Test(resumable, awaits_outside_a_running_task_are_refused)
 	cr_assert_eq(tdm_spawn(NULL, wait_task, NULL, NULL), -EINVAL);
 	cr_assert_eq(tdm_spawn(ex, NULL, NULL, NULL), -EINVAL);
 	cr_assert_eq(tdm_task_result(NULL), -EINVAL);
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
+
+/* ---- bad arguments ---- */
+
+static int flag_task(tdm_task *t, void *arg)
+{
+	(void)t;
+	atomic_store((atomic_int *)arg, 1);
+	return 0;
+}
+
+Test(resumable, spawn_into_a_foreign_or_uninitialised_group_returns_einval, .timeout = 30)
+{
+	tdm_executor *ex = make(1, TDM_SHUTDOWN_DRAIN, NULL);
+	tdm_executor *other = make(1, TDM_SHUTDOWN_DRAIN, NULL);
+	tdm_group foreign, zero;
+	cr_assert_eq(tdm_group_init(&foreign, other), 0);
+	memset(&zero, 0, sizeof zero);
+	atomic_int ran = 0;
+	cr_assert_eq(tdm_spawn(ex, flag_task, &ran, &foreign), -EINVAL,
+	             "a group of another executor");
+	cr_assert_eq(tdm_spawn(ex, flag_task, &ran, &zero), -EINVAL, "a group never initialised");
+	/* Nothing was counted in the group: its wait returns at once. */
+	cr_assert_eq(tdm_group_wait(&foreign), 0);
+	tdm_test_assert_usable(ex);
+	tdm_test_assert_usable(other);
+	cr_assert_eq(atomic_load(&ran), 0, "a refused spawn ran its task anyway");
+	cr_assert_eq(tdm_executor_destroy(other), 0);
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
+
+struct bad_awaits {
+	tdm_group zero_group;
+	tdm_notify zero_notify;
+	tdm_notify fired; /* awaiting it sets the result back to 0 between the bad awaits */
+	int rc[4], res[4];
+	tdm_executor *exec;
+};
+
+/* Each bad await fails at once with -EINVAL, which is also the task's result. */
+static int bad_await_task(tdm_task *t, void *arg)
+{
+	struct bad_awaits *b = arg;
+	TDM_BEGIN(t);
+	TDM_AWAIT(t, b->rc[0] = tdm_await_group(t, NULL));
+	b->res[0] = tdm_task_result(t);
+	TDM_AWAIT(t, tdm_await_notify(t, &b->fired));
+	TDM_AWAIT(t, b->rc[1] = tdm_await_group(t, &b->zero_group));
+	b->res[1] = tdm_task_result(t);
+	TDM_AWAIT(t, tdm_await_notify(t, &b->fired));
+	TDM_AWAIT(t, b->rc[2] = tdm_await_notify(t, NULL));
+	b->res[2] = tdm_task_result(t);
+	TDM_AWAIT(t, tdm_await_notify(t, &b->fired));
+	TDM_AWAIT(t, b->rc[3] = tdm_await_notify(t, &b->zero_notify));
+	b->res[3] = tdm_task_result(t);
+	b->exec = tdm_task_executor(t);
+	TDM_END(t);
+}
+
+Test(resumable, awaits_of_null_or_uninitialised_objects_return_einval_as_the_result, .timeout = 30)
+{
+	tdm_executor *ex = make(1, TDM_SHUTDOWN_DRAIN, NULL);
+	struct bad_awaits b;
+	memset(&b, 0, sizeof b);
+	cr_assert_eq(tdm_notify_init(&b.fired, ex), 0);
+	cr_assert_eq(tdm_notify_fire(&b.fired), 0);
+	cr_assert_eq(tdm_notify_fire(NULL), -EINVAL);
+	cr_assert_null(tdm_task_executor(NULL));
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	cr_assert_eq(tdm_spawn(ex, bad_await_task, &b, &g), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(b.rc[i], -EINVAL, "await %d returned %d", i, b.rc[i]);
+		cr_assert_eq(b.res[i], -EINVAL, "await %d left the result %d", i, b.res[i]);
+	}
+	cr_assert_eq(b.exec, ex);
+	tdm_test_assert_usable(ex);
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
+
+/* A resumable child that finishes once the gate fires. */
+static int gated_child(tdm_task *t, void *arg)
+{
+	TDM_BEGIN(t);
+	TDM_AWAIT(t, tdm_await_notify(t, (tdm_notify *)arg));
+	TDM_END(t);
+}
+
+struct group_awaiter {
+	tdm_group *g;
+	int first, result, again, again_result;
+	int registered; /* the first await call returned */
+};
+
+static int await_group_and_flag(tdm_task *t, struct group_awaiter *a)
+{
+	int rc = tdm_await_group(t, a->g);
+	__atomic_store_n(&a->registered, 1, __ATOMIC_RELEASE);
+	return rc;
+}
+
+static int group_awaiter_task(tdm_task *t, void *arg)
+{
+	struct group_awaiter *a = arg;
+	TDM_BEGIN(t);
+	TDM_AWAIT(t, a->first = await_group_and_flag(t, a));
+	a->result = tdm_task_result(t);
+	TDM_AWAIT(t, a->again = tdm_await_group(t, a->g));
+	a->again_result = tdm_task_result(t);
+	TDM_END(t);
+}
+
+/* A group that one task awaits is refused to a second, and, once its await is over, to the same
+ * task until the group is initialised again. */
+Test(resumable, awaiting_a_group_already_awaited_returns_ebusy, .timeout = 30)
+{
+	tdm_executor *ex = make(2, TDM_SHUTDOWN_DRAIN, NULL);
+	tdm_notify gate;
+	cr_assert_eq(tdm_notify_init(&gate, ex), 0);
+	tdm_group g, ha, hb;
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	cr_assert_eq(tdm_spawn(ex, gated_child, &gate, &g), 0);
+	struct group_awaiter a = {.g = &g}, b = {.g = &g};
+	cr_assert_eq(tdm_group_init(&ha, ex), 0);
+	cr_assert_eq(tdm_spawn(ex, group_awaiter_task, &a, &ha), 0);
+	/* The child waits for the gate, so a's await suspends. */
+	while (!__atomic_load_n(&a.registered, __ATOMIC_ACQUIRE))
+		sched_yield();
+	cr_assert_eq(tdm_group_init(&hb, ex), 0);
+	cr_assert_eq(tdm_spawn(ex, group_awaiter_task, &b, &hb), 0);
+	cr_assert_eq(tdm_group_wait(&hb), 0);
+	cr_assert_eq(b.first, -EBUSY, "a second awaiter got %d", b.first);
+	cr_assert_eq(b.result, -EBUSY);
+	cr_assert_eq(tdm_notify_fire(&gate), 0);
+	cr_assert_eq(tdm_group_wait(&ha), 0);
+	cr_assert_eq(a.first, TDM_SUSPENDED);
+	cr_assert_eq(a.result, 0, "the first awaiter resumed once the child finished");
+	cr_assert_eq(a.again, -EBUSY, "the group awaited to its end, not re-initialised: %d",
+	             a.again);
+	cr_assert_eq(a.again_result, -EBUSY);
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0, "re-initialised, the group works again");
+	tdm_test_assert_usable(ex);
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
+
+/* A group that is over when it is awaited (here: it never had a task) resumes at once, and is
+ * then refused to a second await as a group awaited to its end is; that second await used to
+ * suspend for good. */
+Test(resumable, awaiting_a_group_over_at_once_twice_returns_ebusy, .timeout = 30)
+{
+	tdm_executor *ex = make(2, TDM_SHUTDOWN_DRAIN, NULL);
+	tdm_group g, h;
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	struct group_awaiter a = {.g = &g};
+	cr_assert_eq(tdm_group_init(&h, ex), 0);
+	cr_assert_eq(tdm_spawn(ex, group_awaiter_task, &a, &h), 0);
+	cr_assert_eq(tdm_group_wait(&h), 0);
+	cr_assert_eq(a.first, 0, "over already: the result at once, not %d", a.first);
+	cr_assert_eq(a.result, 0);
+	cr_assert_eq(a.again, -EBUSY, "awaited again: %d", a.again);
+	cr_assert_eq(a.again_result, -EBUSY);
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0, "re-initialised, the group works again");
+	tdm_test_assert_usable(ex);
 	cr_assert_eq(tdm_executor_destroy(ex), 0);
 }
