@@ -431,6 +431,18 @@ static void drain_step(uint64_t since)
 		tdm__sleep_ns(DRAIN_POLL_NS);
 }
 
+/* Waits until e's work is done, and gives e back; 0 or the work's error. */
+static int event_finish(struct tdm_event *e)
+{
+	struct tdm_gpu *gpu = e->dev->gpu;
+	uint64_t since = tdm_now_ns();
+	int rc;
+	while ((rc = gpu->ops->event_query(gpu->b, e->be)) == -EAGAIN)
+		drain_step(since);
+	tdm__event_give(e);
+	return rc;
+}
+
 /*
  * Waits until the work enqueued on s so far is done: an event recorded now and polled (the
  * poller may be stopping). A failed device refuses the record: it runs nothing more. It spins
@@ -452,9 +464,9 @@ static void stream_drain(tdm_stream *s)
 		return;
 	}
 	if (tdm_event_record(e, s) == 0)
-		while (gpu->ops->event_query(gpu->b, e->be) == -EAGAIN)
-			drain_step(since);
-	tdm__event_give(e);
+		(void)event_finish(e);
+	else
+		tdm__event_give(e);
 }
 
 /*
@@ -502,18 +514,6 @@ static int slot_setup(struct pipe *p, unsigned k)
 	else if ((rc = slot_device_alloc(s, p->cfg.out_bytes, &b->dev_out)) != 0)
 		return rc;
 	return 0;
-}
-
-/* Waits until e's work is done, and gives e back; 0 or the work's error. */
-static int event_finish(struct tdm_event *e)
-{
-	struct tdm_gpu *gpu = e->dev->gpu;
-	uint64_t since = tdm_now_ns();
-	int rc;
-	while ((rc = gpu->ops->event_query(gpu->b, e->be)) == -EAGAIN)
-		drain_step(since);
-	tdm__event_give(e);
-	return rc;
 }
 
 /* Gives back what slot_setup took (any part of it). Before the streams' leases: while a lease

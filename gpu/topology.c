@@ -23,8 +23,8 @@
  *   about 4 threads on an H200 (../shared/docs/gpu-facts.md), but tasks do more than launch:
  *   16 workers running 10 us tasks measured 0.85-0.96x of one thread per stream with 4
  *   launchers, 0.88-1.02x with 8 and 0.98-1.07x with 16 (tandem-bench gpu-throughput
- *   --launch-limit, 2026-11-30, three runs); 1 us tasks likewise. More than 16 was not measured, so
- * 16 stays the bound.
+ *   --launch-limit, 2026-11-30, three runs); 1 us tasks likewise. More than 16 was not
+ *   measured, so 16 stays the bound.
  * - pool release threshold: half the device's (or the instance's own) memory; 0 if unknown.
  *   Each CUDA device, a MIG instance included, is its own entry with its own pool: never shared.
  * - pinning: the device's nearest CPUs (local_cpulist) within the process's affinity, and its

@@ -51,6 +51,16 @@ static bool env_open(struct env *e, tdm_backend backend, tdm_completion completi
 	return env_open_cfg(e, workers, &g);
 }
 
+/* The simulator with two devices (device 1 for the checks that need a second one). */
+static void env_open_sim2(struct env *e, unsigned workers)
+{
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	g.sim_devices = 2;
+	cr_assert(env_open_cfg(e, workers, &g));
+}
+
 static void env_close(struct env *e)
 {
 	tdm_test_destroy(e->ex);
@@ -73,6 +83,15 @@ struct seen {
 	int line;
 };
 
+/* In a task whose state c has gpu, s and sn: leases a stream of device 0 into c->s, or records
+ * why not and ends the task (nothing else of it can run without the stream). */
+#define LEASE_OR_END(c, flags)                                                                     \
+	do {                                                                                       \
+		SEE(&(c)->sn, tdm_stream_lease((c)->gpu, 0, (flags), &(c)->s));                    \
+		if ((c)->sn.rc != 0)                                                               \
+			return 0;                                                                  \
+	} while (0)
+
 /* ---- the behaviours, each written once ---- */
 
 #define LEN 4096
@@ -91,9 +110,7 @@ static int copy_task(tdm_task *t, void *arg)
 {
 	struct copy_state *c = arg;
 	TDM_BEGIN(t);
-	SEE(&c->sn, tdm_stream_lease(c->gpu, 0, 0, &c->s));
-	if (c->sn.rc != 0)
-		return 0;
+	LEASE_OR_END(c, 0);
 	SEE(&c->sn, tdm_memcpy_async(c->s, c->dev, c->host, LEN * sizeof(int), TDM_COPY_H2D));
 	TDM_AWAIT(t, tdm_await_stream(t, c->s));
 	c->results[c->steps++] = tdm_task_result(t);
@@ -123,6 +140,15 @@ static void await_stream_sees_work_done(struct env *e)
 	tdm_host_free(e->gpu, c.host);
 }
 
+/* After a test's bad calls: the layer still moves data through a stream, and the executor
+ * still runs tasks; then both are closed. */
+static void close_usable(struct env *e)
+{
+	await_stream_sees_work_done(e);
+	tdm_test_assert_usable(e->ex);
+	env_close(e);
+}
+
 struct chain_state {
 	tdm_gpu *gpu;
 	tdm_stream *s;
@@ -137,9 +163,7 @@ static int chain_task(tdm_task *t, void *arg)
 {
 	struct chain_state *c = arg;
 	TDM_BEGIN(t);
-	SEE(&c->sn, tdm_stream_lease(c->gpu, 0, TDM_STREAM_EXCLUSIVE, &c->s));
-	if (c->sn.rc != 0)
-		return 0;
+	LEASE_OR_END(c, TDM_STREAM_EXCLUSIVE);
 	for (c->i = 0; c->i < 32; c->i++) {
 		c->host[0] = c->i + 100;
 		SEE(&c->sn, tdm_memcpy_async(c->s, c->dev, c->host, sizeof(int), TDM_COPY_H2D));
@@ -177,9 +201,7 @@ static int event_task(tdm_task *t, void *arg)
 {
 	struct event_state *c = arg;
 	TDM_BEGIN(t);
-	SEE(&c->sn, tdm_stream_lease(c->gpu, 0, 0, &c->s));
-	if (c->sn.rc != 0)
-		return 0;
+	LEASE_OR_END(c, 0);
 	SEE(&c->sn, tdm_event_get(c->gpu, 0, &c->ev));
 	if (c->sn.rc != 0) {
 		tdm_stream_release(c->s);
@@ -245,9 +267,7 @@ static int many_task(tdm_task *t, void *arg)
 {
 	struct many_state *c = arg;
 	TDM_BEGIN(t);
-	SEE(&c->sn, tdm_stream_lease(c->gpu, 0, 0, &c->s));
-	if (c->sn.rc != 0)
-		return 0;
+	LEASE_OR_END(c, 0);
 	SEE(&c->sn, tdm_launch_spin(c->s, 1000));
 	TDM_AWAIT(t, tdm_await_stream(t, c->s));
 	if (tdm_task_result(t) != 0)
@@ -299,9 +319,7 @@ static int fault_task(tdm_task *t, void *arg)
 {
 	struct fault_state *c = arg;
 	TDM_BEGIN(t);
-	SEE(&c->sn, tdm_stream_lease(c->gpu, 0, TDM_STREAM_EXCLUSIVE, &c->s));
-	if (c->sn.rc != 0)
-		return 0;
+	LEASE_OR_END(c, TDM_STREAM_EXCLUSIVE);
 	if (c->inject > 0)
 		SEE(&c->sn, tdm_sim_inject(c->s, (tdm_sim_fault)c->inject));
 	if (c->inject < 0)
@@ -362,9 +380,7 @@ static int dying_copy_task(tdm_task *t, void *arg)
 {
 	struct dying_copy *c = arg;
 	TDM_BEGIN(t);
-	SEE(&c->sn, tdm_stream_lease(c->gpu, 0, TDM_STREAM_EXCLUSIVE, &c->s));
-	if (c->sn.rc != 0)
-		return 0;
+	LEASE_OR_END(c, TDM_STREAM_EXCLUSIVE);
 	SEE(&c->sn, tdm_memcpy_async(c->s, c->dst, c->src, DYING_COPY, TDM_COPY_D2H));
 	TDM_AWAIT(t, tdm_await_stream(t, c->s));
 	c->rc = tdm_task_result(t);
@@ -728,9 +744,7 @@ Test(gpu_errors, create_refuses_each_bad_config_field, .timeout = 30)
 	cr_assert_eq(tdm_gpu_completion(gpu, 0), TDM_COMPLETION_WORD);
 	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
 	cr_assert_eq(unsetenv("TANDEM_COMPLETION"), 0);
-	await_stream_sees_work_done(&e);
-	tdm_test_assert_usable(e.ex);
-	env_close(&e);
+	close_usable(&e);
 }
 
 Test(gpu_errors, queries_and_leases_refuse_null_and_out_of_range_arguments, .timeout = 30)
@@ -755,9 +769,7 @@ Test(gpu_errors, queries_and_leases_refuse_null_and_out_of_range_arguments, .tim
 	cr_assert_null(tdm_stream_native(s), "the sim has no native stream");
 	cr_assert_eq(tdm_stream_release(s), 0);
 	cr_assert_eq(tdm_stream_release(s), -EINVAL, "its lease was given back already");
-	await_stream_sees_work_done(&e);
-	tdm_test_assert_usable(e.ex);
-	env_close(&e);
+	close_usable(&e);
 }
 
 struct await_state {
@@ -777,11 +789,7 @@ static int await_stream_task(tdm_task *t, void *arg)
 Test(gpu_errors, kernels_events_and_faults_refuse_bad_arguments, .timeout = 30)
 {
 	struct env e;
-	tdm_gpu_config g;
-	tdm_gpu_config_init(&g);
-	g.backend = TDM_BACKEND_SIM;
-	g.sim_devices = 2;
-	cr_assert(env_open_cfg(&e, 1, &g));
+	env_open_sim2(&e, 1);
 	tdm_stream *s;
 	float *y, *x;
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &s), 0);
@@ -830,9 +838,7 @@ Test(gpu_errors, kernels_events_and_faults_refuse_bad_arguments, .timeout = 30)
 	cr_assert_eq(tdm_stream_release(s), 0);
 	cr_assert_eq(tdm_device_free(e.gpu, 0, y), 0);
 	cr_assert_eq(tdm_device_free(e.gpu, 0, x), 0);
-	await_stream_sees_work_done(&e);
-	tdm_test_assert_usable(e.ex);
-	env_close(&e);
+	close_usable(&e);
 }
 
 Test(gpu_errors, device_and_host_memory_calls_refuse_bad_arguments, .timeout = 30)
@@ -844,9 +850,11 @@ Test(gpu_errors, device_and_host_memory_calls_refuse_bad_arguments, .timeout = 3
 	cr_assert_eq(tdm_device_alloc(e.gpu, -1, 64, &p), -EINVAL);
 	cr_assert_eq(tdm_device_alloc(e.gpu, 1, 64, &p), -EINVAL);
 	cr_assert_eq(tdm_device_alloc(e.gpu, 0, 64, NULL), -EINVAL);
-	/* A simulated device has 80 GiB: one byte more than all of it is refused, and so is a size
-	 * that would wrap around if it were rounded up to the device's alignment. */
-	cr_assert_eq(tdm_device_alloc(e.gpu, 0, ((size_t)80 << 30) + 1, &p), -ENOMEM);
+	/* One byte more than all of the device is refused, and so is a size that would wrap
+	 * around if it were rounded up to the device's alignment. */
+	tdm_device_info info;
+	cr_assert_eq(tdm_gpu_device_info(e.gpu, 0, &info), 0);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, (size_t)info.memory_bytes + 1, &p), -ENOMEM);
 	cr_assert_eq(tdm_device_alloc(e.gpu, 0, SIZE_MAX, &p), -ENOMEM);
 	cr_assert_null(p, "a refused allocation handed out memory");
 	cr_assert_eq(tdm_device_free(NULL, 0, NULL), -EINVAL);
@@ -859,9 +867,7 @@ Test(gpu_errors, device_and_host_memory_calls_refuse_bad_arguments, .timeout = 3
 	cr_assert_null(p, "a refused allocation handed out memory");
 	cr_assert_eq(tdm_host_free(NULL, NULL), -EINVAL);
 	cr_assert_eq(tdm_host_free(e.gpu, NULL), 0, "freeing NULL");
-	await_stream_sees_work_done(&e);
-	tdm_test_assert_usable(e.ex);
-	env_close(&e);
+	close_usable(&e);
 }
 
 Test(gpu_errors, none_backend_refuses_device_calls, .timeout = 30)
@@ -909,9 +915,7 @@ Test(gpu_errors, destroy_refuses_null_and_the_executors_own_workers, .timeout = 
 	cr_assert_eq(tdm_group_wait(&g), 0);
 	cr_assert_eq(atomic_load(&d.rc), -EDEADLK, "tdm_gpu_destroy on a worker: %d",
 	             atomic_load(&d.rc));
-	await_stream_sees_work_done(&e);
-	tdm_test_assert_usable(e.ex);
-	env_close(&e);
+	close_usable(&e);
 }
 
 /* Awaits of this executor's task on NULL objects and on another executor's GPU layer. Between
@@ -1062,11 +1066,7 @@ static int dead_await_task(tdm_task *t, void *arg)
 Test(gpu_errors, a_failed_device_refuses_new_work_while_another_goes_on, .timeout = 30)
 {
 	struct env e;
-	tdm_gpu_config g;
-	tdm_gpu_config_init(&g);
-	g.backend = TDM_BACKEND_SIM;
-	g.sim_devices = 2;
-	cr_assert(env_open_cfg(&e, 2, &g));
+	env_open_sim2(&e, 2);
 	struct dead_awaits b = {0};
 	float *y, *x;
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &b.s), 0);
@@ -1230,9 +1230,7 @@ static int peer_task(tdm_task *t, void *arg)
 {
 	struct peer_state *c = arg;
 	TDM_BEGIN(t);
-	SEE(&c->sn, tdm_stream_lease(c->gpu, 0, 0, &c->s));
-	if (c->sn.rc != 0)
-		return 0;
+	LEASE_OR_END(c, 0);
 	c->rc_in = tdm_memcpy_async(c->s, c->d0, c->host, LEN * sizeof(int), TDM_COPY_H2D);
 	c->rc_peer = tdm_memcpy_peer_async(c->s, c->d1, 1, c->d0, 0, LEN * sizeof(int));
 	memset(c->host + LEN, 0, LEN * sizeof(int));
@@ -1279,9 +1277,7 @@ static int pageable_task(tdm_task *t, void *arg)
 {
 	struct pageable_state *c = arg;
 	TDM_BEGIN(t);
-	SEE(&c->sn, tdm_stream_lease(c->gpu, 0, 0, &c->s));
-	if (c->sn.rc != 0)
-		return 0;
+	LEASE_OR_END(c, 0);
 	c->rc_in = tdm_memcpy_async(c->s, c->dev, c->in, LEN * sizeof(int), TDM_COPY_H2D);
 	c->rc_out = tdm_memcpy_async(c->s, c->out, c->dev, LEN * sizeof(int), TDM_COPY_D2H);
 	TDM_AWAIT(t, tdm_await_stream(t, c->s));
@@ -1348,9 +1344,7 @@ static int ordered_free_task(tdm_task *t, void *arg)
 {
 	struct ordered_free_state *c = arg;
 	TDM_BEGIN(t);
-	SEE(&c->sn, tdm_stream_lease(c->gpu, 0, 0, &c->s));
-	if (c->sn.rc != 0)
-		return 0;
+	LEASE_OR_END(c, 0);
 	c->rc_alloc = tdm_device_alloc_async(c->s, LEN * sizeof(int), (void **)&c->dev);
 	if (c->rc_alloc == 0) {
 		SEE(&c->sn,
@@ -1479,9 +1473,7 @@ static int managed_task(tdm_task *t, void *arg)
 {
 	struct managed_state *c = arg;
 	TDM_BEGIN(t);
-	SEE(&c->sn, tdm_stream_lease(c->gpu, 0, TDM_STREAM_EXCLUSIVE, &c->s));
-	if (c->sn.rc != 0)
-		return 0;
+	LEASE_OR_END(c, TDM_STREAM_EXCLUSIVE);
 	c->rc_to_dev = tdm_mem_prefetch(c->s, c->managed, LEN * sizeof(int), 0);
 	SEE(&c->sn, tdm_memcpy_async(c->s, c->managed, c->host, LEN * sizeof(int), TDM_COPY_H2D));
 	c->rc_to_peer = tdm_mem_prefetch(c->s, c->managed, LEN * sizeof(int), 1);

@@ -8,6 +8,8 @@
  *
  *   nvcc -O2 -arch=sm_90 -o /tmp/pfl perf/probes/probe_first_launch.cu && /tmp/pfl [ROUNDS]
  */
+#include "probe.h"
+
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,22 +18,6 @@
 #include <unistd.h>
 #include <algorithm>
 #include <vector>
-
-#define CK(x)                                                                                      \
-	do {                                                                                       \
-		cudaError_t e_ = (x);                                                              \
-		if (e_ != cudaSuccess) {                                                           \
-			fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-			exit(1);                                                                   \
-		}                                                                                  \
-	} while (0)
-
-static uint64_t now_ns()
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 __device__ __forceinline__ uint64_t gt()
 {

@@ -14,6 +14,8 @@
  * after 1000 untimed ones. Results of 2026-11-30:
  * perf/results/2026-11-30/run1-probe-pending-ops.txt.
  */
+#include "probe.h"
+
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -23,14 +25,6 @@
 #include <time.h>
 #include <vector>
 #include <algorithm>
-#define CK(x)                                                                                      \
-	do {                                                                                       \
-		cudaError_t e_ = (x);                                                              \
-		if (e_ != cudaSuccess) {                                                           \
-			fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-			exit(1);                                                                   \
-		}                                                                                  \
-	} while (0)
 #define DK(x)                                                                                      \
 	do {                                                                                       \
 		CUresult e_ = (x);                                                                 \
@@ -39,12 +33,6 @@
 			exit(1);                                                                   \
 		}                                                                                  \
 	} while (0)
-static uint64_t now()
-{
-	timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1000000000ull + t.tv_nsec;
-}
 __global__ void empty()
 {
 }
@@ -111,7 +99,7 @@ int main(int argc, char **argv)
 	volatile uint64_t *w0 = words;
 	uint64_t seq = 0;
 	for (int i = 0; i < n + 1000; i++) {
-		uint64_t t0 = now();
+		uint64_t t0 = now_ns();
 		seq++;
 		if (mech[0] == 'K') {
 			empty_store<<<1, 1, 0, s>>>(dw, seq);
@@ -129,7 +117,7 @@ int main(int argc, char **argv)
 				}
 			}
 		}
-		uint64_t t1 = now();
+		uint64_t t1 = now_ns();
 		if (i >= 1000)
 			t[i - 1000] = t1 - t0;
 	}
