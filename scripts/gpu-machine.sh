@@ -108,4 +108,4 @@ pipeline)
 issue4) tests; pipeline_benches ;;
 *) echo "unknown mode: $what (all|test|bench|scaling|pipeline|issue4)" >&2; exit 2 ;;
 esac
-log done
+log finished
