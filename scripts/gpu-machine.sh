@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build with CUDA, then run what the mode asks for; logs go to $OUT.
+# $OUT ends with summary.txt and logs.tgz (everything else), as the device tool returns 8 files.
 # Prepare here first: ../shared/device/prepare-deps.sh; then run with carry [".devdeps"]:
 #   bash scripts/gpu-machine.sh [all|test|bench|scaling|pipeline|issue4]
 # all:      every test (the cuda suites included), the cuda tests under compute-sanitizer, the GPU
@@ -109,3 +110,6 @@ issue4) tests; pipeline_benches ;;
 *) echo "unknown mode: $what (all|test|bench|scaling|pipeline|issue4)" >&2; exit 2 ;;
 esac
 log finished
+# The device tool brings back at most 8 files: keep summary.txt beside one archive of the rest.
+tar czf /tmp/logs.tgz -C "$OUT" --exclude summary.txt . && find "$OUT" -mindepth 1 \
+	! -name summary.txt -delete && mv /tmp/logs.tgz "$OUT/logs.tgz"
