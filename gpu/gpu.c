@@ -13,7 +13,11 @@
  * when the difference is more than 2 plus 1/16 of the own stream's leases. Without
  * it the work on each stream follows how many tasks each worker happened to start: with 20,000
  * tasks of 100 us kernels on 8 streams, the most loaded stream decided the run's length
- * (perf/README.md, gpu-throughput). Exclusive leases take any stream with no lease at all.
+ * (perf/README.md, gpu-throughput). Only while the own stream is not quick, though (adaptive
+ * completion: its awaits complete soon after reaching the head): a quick stream drains as fast
+ * as its worker fills it, so the worker, not the GPU, sets the pace, and a move only puts two
+ * workers' launches on one stream (1 us kernels at 8 workers on the H200: 324k tasks/s with
+ * moves, 401k-453k without; 2026-12-01). Exclusive leases take any stream with no lease at all.
  */
 #include <errno.h>
 #include <sched.h>
@@ -162,6 +166,14 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 		else if (env != NULL && *env != '\0')
 			return -EINVAL; /* a typo must not silently pick another mechanism */
 	}
+	/* A diagnostic switch, for measuring what the shared leases' two choices change. */
+	const char *bal = getenv("TANDEM_LEASE_BALANCE");
+	int balance = bal == NULL || *bal == '\0'  ? TDM__BALANCE_SLOW
+	              : strcmp(bal, "never") == 0  ? TDM__BALANCE_NEVER
+	              : strcmp(bal, "always") == 0 ? TDM__BALANCE_ALWAYS
+	                                           : -1;
+	if (balance < 0)
+		return -EINVAL; /* as TANDEM_COMPLETION */
 	const struct tdm__backend_ops *ops;
 	int rc = pick_backend(&cfg, &ops);
 	if (rc != 0)
@@ -178,6 +190,7 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	/* A diagnostic switch, for measuring what the workers' own watching changes. */
 	const char *watch = getenv("TANDEM_WORKER_WATCH");
 	gpu->direct = watch == NULL || strcmp(watch, "0") != 0;
+	gpu->balance = balance;
 	gpu->cfg = cfg;
 	gpu->ops = ops;
 	ck_ec32_init(&gpu->ec, 0);
@@ -430,8 +443,15 @@ static unsigned two_choices(struct tdm__gdev *d, int c, unsigned k)
 	unsigned other = (k + 1 + turn++ % (d->nstreams - 1)) % d->nstreams;
 	/* Acquire: pair with the release that publishes a made stream (stream_at). */
 	struct tdm_stream *mine = atomic_load_explicit(&d->streams[c][k], memory_order_acquire);
+	if (mine == NULL || d->gpu->balance == TDM__BALANCE_NEVER)
+		return k;
+	/* A quick stream keeps its worker's leases (the top of this file). Relaxed: the poller's
+	 * hint, as for the completion mechanism. */
+	if (d->gpu->balance == TDM__BALANCE_SLOW &&
+	    atomic_load_explicit(&mine->quick, memory_order_relaxed))
+		return k;
 	struct tdm_stream *s = atomic_load_explicit(&d->streams[c][other], memory_order_acquire);
-	if (mine == NULL || s == NULL)
+	if (s == NULL)
 		return k;
 	int lm = atomic_load_explicit(&mine->leases, memory_order_relaxed);
 	int lo = atomic_load_explicit(&s->leases, memory_order_relaxed);

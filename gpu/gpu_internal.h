@@ -51,6 +51,13 @@ struct tdm_stream {
 
 #define TDM__EXCLUSIVE (1 << 30)
 
+/* When a shared lease may leave its worker's own stream for a less loaded one (two choices). */
+enum {
+	TDM__BALANCE_NEVER,  /* TANDEM_LEASE_BALANCE=never: always the own stream */
+	TDM__BALANCE_ALWAYS, /* TANDEM_LEASE_BALANCE=always: whatever the own stream's pace */
+	TDM__BALANCE_SLOW,   /* default: unless the own stream is quick (adaptive completion) */
+};
+
 struct tdm_event {
 	struct tdm__gdev *dev;
 	void *be; /* the backend's event */
@@ -93,6 +100,8 @@ struct tdm__pinned; /* pinned.c */
 struct tdm_gpu {
 	tdm_executor *ex;
 	bool direct; /* workers may watch their own word awaits (TANDEM_WORKER_WATCH=0: never) */
+	/* Shared leases' two choices (TANDEM_LEASE_BALANCE): TDM__BALANCE_SLOW by default. */
+	int balance;
 	struct tdm__pinned *pinned; /* the pinned host pool */
 	struct tdm__topology *topo; /* facts and decisions per device (topology.h); immutable */
 	tdm_gpu_config cfg;

@@ -744,6 +744,10 @@ Test(gpu_errors, create_refuses_each_bad_config_field, .timeout = 30)
 	cr_assert_eq(tdm_gpu_completion(gpu, 0), TDM_COMPLETION_WORD);
 	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
 	cr_assert_eq(unsetenv("TANDEM_COMPLETION"), 0);
+	/* TANDEM_LEASE_BALANCE, the same. */
+	cr_assert_eq(setenv("TANDEM_LEASE_BALANCE", "sometimes", 1), 0);
+	assert_gpu_create_fails(e.ex, &g, -EINVAL, "TANDEM_LEASE_BALANCE=sometimes");
+	cr_assert_eq(unsetenv("TANDEM_LEASE_BALANCE"), 0);
 	close_usable(&e);
 }
 
@@ -1732,6 +1736,64 @@ Test(gpu_sim_adaptive, mechanism_follows_how_long_awaits_wait, .timeout = 60)
 	cr_assert_eq(a.last.switches, 3, "to words, to events, to words");
 	tdm_stream_release(a.s);
 	env_close(&e);
+}
+
+/*
+ * The same two streams, but the worker's own one has turned quick first (adaptive completion:
+ * an await that completed soon after reaching the head): its worker sets the stream's pace, so
+ * its shared leases stay on it, however many it holds. TANDEM_LEASE_BALANCE=always balances
+ * them still, as a stream that is not quick.
+ */
+static void quick_stream_leases(const char *balance, int *on_a, int *on_b)
+{
+	struct env e;
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	g.streams_per_device = 2;
+	g.completion = TDM_COMPLETION_ADAPTIVE;
+	g.stall_us = 200000; /* only a stall of 200 ms counts: sanitized builds run slowly */
+	if (balance != NULL)
+		cr_assert_eq(setenv("TANDEM_LEASE_BALANCE", balance, 1), 0);
+	bool opened = env_open_cfg(&e, 1, &g);
+	cr_assert_eq(unsetenv("TANDEM_LEASE_BALANCE"), 0); /* read once, at tdm_gpu_create */
+	cr_assert(opened);
+	tdm_stream *a, *b;
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &a), 0);
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &b), 0);
+	cr_assert_neq(a, b);
+	cr_assert_eq(tdm_stream_release(b), 0);
+	/* Two short awaits on a, the worker's own stream: the first turns it quick. */
+	struct adapt_state q = {.gpu = e.gpu, .s = a, .nsteps = 2, .ns = {1000, 1000}};
+	cr_assert_eq(run_one(&e, adapt_task, &q), 0);
+	ASSERT_SEEN(&q.sn);
+	cr_assert_eq(q.rc, 0);
+	cr_assert_eq(tdm_gpu_stats_get(e.gpu, &q.last), 0);
+	cr_assert_eq(q.last.switches, 1, "a turned quick");
+	cr_assert_eq(run_one(&e, balance_task, e.gpu), 0);
+	cr_assert_eq(balance_rc, 0);
+	*on_a = 1; /* a's own lease counts */
+	*on_b = 0;
+	for (int i = 0; i < BALANCE_LEASES; i++) {
+		cr_assert(balance_held[i] == a || balance_held[i] == b);
+		*on_a += balance_held[i] == a;
+		*on_b += balance_held[i] == b;
+	}
+	for (int i = 0; i < BALANCE_LEASES; i++)
+		cr_assert_eq(tdm_stream_release(balance_held[i]), 0);
+	cr_assert_eq(tdm_stream_release(a), 0);
+	env_close(&e);
+}
+
+Test(gpu_placement, a_quick_stream_keeps_its_workers_shared_leases, .timeout = 60)
+{
+	int on_a, on_b;
+	quick_stream_leases(NULL, &on_a, &on_b);
+	cr_assert_eq(on_a, BALANCE_LEASES + 1, "leases: %d on the quick stream, %d on the other",
+	             on_a, on_b);
+	quick_stream_leases("always", &on_a, &on_b);
+	cr_assert_leq(abs(on_a - on_b), 3, "always: %d on the quick stream, %d on the other", on_a,
+	              on_b);
 }
 
 /*
