@@ -16,8 +16,10 @@
  * (perf/README.md, gpu-throughput). Only while the own stream is not quick, though (adaptive
  * completion: its awaits complete soon after reaching the head): a quick stream drains as fast
  * as its worker fills it, so the worker, not the GPU, sets the pace, and a move only puts two
- * workers' launches on one stream (1 us kernels at 8 workers on the H200: 324k tasks/s with
- * moves, 401k-453k without; 2026-12-01). Exclusive leases take any stream with no lease at all.
+ * workers' launches on one stream (1 us kernels at 8 workers on the H200: 324k-351k tasks/s with
+ * moves, 401k-453k without; perf/README.md, 2026-12-01). A slow stream's leases may still move
+ * onto a quick one: that stream drains fast, which is where a GPU-bound worker's work should go.
+ * Exclusive leases take any stream with no lease at all.
  */
 #include <errno.h>
 #include <sched.h>

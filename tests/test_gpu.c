@@ -1742,7 +1742,7 @@ Test(gpu_sim_adaptive, mechanism_follows_how_long_awaits_wait, .timeout = 60)
  * The same two streams, but the worker's own one has turned quick first (adaptive completion:
  * an await that completed soon after reaching the head): its worker sets the stream's pace, so
  * its shared leases stay on it, however many it holds. TANDEM_LEASE_BALANCE=always balances
- * them still, as a stream that is not quick.
+ * them still, as a stream that is not quick; =never keeps them, as the default does here.
  */
 static void quick_stream_leases(const char *balance, int *on_a, int *on_b)
 {
@@ -1755,6 +1755,9 @@ static void quick_stream_leases(const char *balance, int *on_a, int *on_b)
 	g.stall_us = 200000; /* only a stall of 200 ms counts: sanitized builds run slowly */
 	if (balance != NULL)
 		cr_assert_eq(setenv("TANDEM_LEASE_BALANCE", balance, 1), 0);
+	else
+		cr_assert_eq(unsetenv("TANDEM_LEASE_BALANCE"),
+		             0); /* the default, whatever the shell */
 	bool opened = env_open_cfg(&e, 1, &g);
 	cr_assert_eq(unsetenv("TANDEM_LEASE_BALANCE"), 0); /* read once, at tdm_gpu_create */
 	cr_assert(opened);
@@ -1794,6 +1797,9 @@ Test(gpu_placement, a_quick_stream_keeps_its_workers_shared_leases, .timeout = 6
 	quick_stream_leases("always", &on_a, &on_b);
 	cr_assert_leq(abs(on_a - on_b), 3, "always: %d on the quick stream, %d on the other", on_a,
 	              on_b);
+	quick_stream_leases("never", &on_a, &on_b);
+	cr_assert_eq(on_a, BALANCE_LEASES + 1, "never: %d on the own stream, %d on the other", on_a,
+	             on_b);
 }
 
 /*
