@@ -35,18 +35,33 @@ void tdm_gpu_config_init(tdm_gpu_config *cfg)
 		memset(cfg, 0, sizeof(*cfg));
 }
 
+/*
+ * The index in names[0..n) of environment variable `name`'s value; dflt when it is unset or
+ * empty; -1 for any other value: a typo must not silently pick another setting. Every TANDEM_*
+ * switch tdm_gpu_create reads goes through here, so they all refuse bad values alike.
+ */
+static int env_choice(const char *name, const char *const *names, int n, int dflt)
+{
+	const char *v = getenv(name);
+	if (v == NULL || *v == '\0')
+		return dflt;
+	for (int i = 0; i < n; i++)
+		if (strcmp(v, names[i]) == 0)
+			return i;
+	return -1;
+}
+
 static int pick_backend(tdm_gpu_config *cfg, const struct tdm__backend_ops **out)
 {
 	tdm_backend kind = cfg->backend;
 	if (kind == TDM_BACKEND_AUTO) {
-		const char *env = getenv("TANDEM_GPU");
-		kind = TDM_BACKEND_CUDA;
-		if (env != NULL && strcmp(env, "sim") == 0)
-			kind = TDM_BACKEND_SIM;
-		else if (env != NULL && strcmp(env, "none") == 0)
-			kind = TDM_BACKEND_NONE;
-		else if (env != NULL && *env != '\0' && strcmp(env, "cuda") != 0)
+		static const char *const names[] = {"cuda", "sim", "none"};
+		static const tdm_backend kinds[] = {TDM_BACKEND_CUDA, TDM_BACKEND_SIM,
+		                                    TDM_BACKEND_NONE};
+		int k = env_choice("TANDEM_GPU", names, 3, 0);
+		if (k < 0)
 			return -EINVAL;
+		kind = kinds[k];
 	}
 	cfg->backend = kind;
 	switch (kind) {
@@ -158,24 +173,25 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	    cfg.launch_limit > 1024)
 		return -EINVAL;
 	if (cfg.completion == TDM_COMPLETION_AUTO) {
-		const char *env = getenv("TANDEM_COMPLETION");
-		if (env != NULL && strcmp(env, "word") == 0)
-			cfg.completion = TDM_COMPLETION_WORD;
-		else if (env != NULL && strcmp(env, "event") == 0)
-			cfg.completion = TDM_COMPLETION_EVENT;
-		else if (env != NULL && strcmp(env, "adaptive") == 0)
-			cfg.completion = TDM_COMPLETION_ADAPTIVE;
-		else if (env != NULL && *env != '\0')
-			return -EINVAL; /* a typo must not silently pick another mechanism */
+		/* Unset: modes[3], automatic (adaptive where words can be written). */
+		static const char *const names[] = {"word", "event", "adaptive"};
+		static const tdm_completion modes[] = {TDM_COMPLETION_WORD, TDM_COMPLETION_EVENT,
+		                                       TDM_COMPLETION_ADAPTIVE,
+		                                       TDM_COMPLETION_AUTO};
+		int k = env_choice("TANDEM_COMPLETION", names, 3, 3);
+		if (k < 0)
+			return -EINVAL;
+		cfg.completion = modes[k];
 	}
-	/* A diagnostic switch, for measuring what the shared leases' two choices change. */
-	const char *bal = getenv("TANDEM_LEASE_BALANCE");
-	int balance = bal == NULL || *bal == '\0'  ? TDM__BALANCE_SLOW
-	              : strcmp(bal, "never") == 0  ? TDM__BALANCE_NEVER
-	              : strcmp(bal, "always") == 0 ? TDM__BALANCE_ALWAYS
-	                                           : -1;
-	if (balance < 0)
-		return -EINVAL; /* as TANDEM_COMPLETION */
+	/* Diagnostic switches, for measuring what the shared leases' two choices and the workers'
+	 * own watching of their awaits change. */
+	static const char *const balances[] = {
+	    [TDM__BALANCE_NEVER] = "never", [TDM__BALANCE_ALWAYS] = "always"};
+	int balance = env_choice("TANDEM_LEASE_BALANCE", balances, 2, TDM__BALANCE_SLOW);
+	static const char *const watches[] = {"0", "1"};
+	int watch = env_choice("TANDEM_WORKER_WATCH", watches, 2, 1);
+	if (balance < 0 || watch < 0)
+		return -EINVAL;
 	const struct tdm__backend_ops *ops;
 	int rc = pick_backend(&cfg, &ops);
 	if (rc != 0)
@@ -189,9 +205,7 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	if (cfg.stall_us == 0)
 		cfg.stall_us = 50;
 	gpu->ex = ex;
-	/* A diagnostic switch, for measuring what the workers' own watching changes. */
-	const char *watch = getenv("TANDEM_WORKER_WATCH");
-	gpu->direct = watch == NULL || strcmp(watch, "0") != 0;
+	gpu->direct = watch == 1;
 	gpu->balance = balance;
 	gpu->cfg = cfg;
 	gpu->ops = ops;
