@@ -279,6 +279,7 @@ int tdm_executor_stats(const tdm_executor *ex, unsigned worker, tdm_worker_stats
 	TDM__READ(inbox);
 	TDM__READ(parks);
 	TDM__READ(wakeups);
+	TDM__READ(parks_last);
 #undef TDM__READ
 	return 0;
 }

@@ -131,7 +131,7 @@ void tdm__group_task_done(struct tdm__group *g, bool cancelled);
 
 struct tdm__worker_counters {
 	_Atomic uint64_t tasks_run, tasks_cancelled, steals_tried, steals_won, injected, inbox,
-	    parks, wakeups;
+	    parks, wakeups, parks_last;
 };
 
 /* Owner-only increment: a plain load and store, readers see a possibly stale value. */

@@ -288,6 +288,8 @@ bool tdm__park(struct tdm__worker *w)
 	bool last_searcher = w->searching && tdm__idle_searching(prev) == 1;
 	bool last_unparked = tdm__idle_unparked(prev) == 1;
 	w->searching = false;
+	if (last_unparked)
+		tdm__count(w, parks_last);
 
 	if (last_searcher || last_unparked) {
 		/* Seq_cst fence: the idle_state RMW above is ordered before these queue loads;

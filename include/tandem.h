@@ -234,6 +234,8 @@ typedef struct tdm_worker_stats {
 	uint64_t inbox;           /* tasks taken from an inbox */
 	uint64_t parks;           /* times the worker went to sleep */
 	uint64_t wakeups;         /* times it was woken to look for work */
+	uint64_t parks_last;      /* parks that left every worker asleep: the next task (a GPU
+	                             completion among them) waits for a futex wake-up */
 } tdm_worker_stats;
 
 /* -EINVAL: ex or out is NULL, or worker >= tdm_executor_workers(ex). */

@@ -149,6 +149,7 @@ static inline tdm_worker_stats tdm_test_stats_total(const tdm_executor *ex)
 		total.injected += s.injected;
 		total.inbox += s.inbox;
 		total.parks += s.parks;
+		total.parks_last += s.parks_last;
 		total.wakeups += s.wakeups;
 	}
 	return total;

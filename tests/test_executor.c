@@ -469,6 +469,20 @@ Test(park, idle_workers_park, .timeout = 30)
 	tdm_test_destroy(ex);
 }
 
+/* Of two idle workers, the second to park is the one that leaves every worker asleep. */
+Test(park, the_last_worker_to_sleep_is_counted, .timeout = 30)
+{
+	tdm_executor *ex = tdm_test_create(2);
+	tdm_worker_stats total = wait_for_parks(ex);
+	for (int i = 0; i < 1000 && total.parks_last == 0; i++) {
+		tdm_test_sleep_us(10000);
+		total = tdm_test_stats_total(ex);
+	}
+	cr_assert_geq(total.parks_last, 1, "both workers idle, none counted as the last to sleep");
+	cr_assert_lt(total.parks_last, total.parks, "the first worker to park left one awake");
+	tdm_test_destroy(ex);
+}
+
 Test(park, parked_worker_counts_a_wakeup_when_work_arrives, .timeout = 30)
 {
 	tdm_executor *ex = tdm_test_create(2);
