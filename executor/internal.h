@@ -268,7 +268,8 @@ bool tdm__work_pending(struct tdm_executor *ex);
 void tdm__try_terminate(struct tdm_executor *ex);
 /* Drops the suspended count by n (tasks woken); the caller's last access to the executor. */
 void tdm__suspended_done(struct tdm_executor *ex, unsigned n);
-bool tdm__transition_to_searching(struct tdm__worker *w);
+/* bounded: at most max_searching searchers; the keeper of an awake hold passes unbounded. */
+bool tdm__transition_to_searching(struct tdm__worker *w, bool bounded);
 void tdm__transition_from_searching(struct tdm__worker *w);
 bool tdm__park(struct tdm__worker *w);
 
@@ -302,8 +303,8 @@ bool tdm__expect_wake(struct tdm_executor *ex, unsigned home);
  * hold is taken, as a thread spinning in cudaStreamSynchronize does. Taking a hold wakes a
  * worker if none is looking for work, so that a keeper is awake before the holder's first task.
  * Every hold taken must be released: while one is taken the executor does not terminate
- * (which also keeps it alive for the release, the holder's last access to it), and a worker
- * holding the keeper role does not park (it can lose the role to max_searching, and then park).
+ * (which also keeps it alive for the release, the holder's last access to it), and the worker
+ * holding the keeper role does not park: it searches even when max_searching others already do.
  */
 void tdm__awake_hold(struct tdm_executor *ex);
 void tdm__awake_release(struct tdm_executor *ex);

@@ -5,7 +5,8 @@
  * publisher of work wakes one sleeper only when nobody is searching (a searcher would find the
  * work); a searcher that finds work and was the last searcher wakes one more (so parallelism
  * ramps up one worker at a time, without a thundering herd); the last searcher to park looks at
- * every queue once more before sleeping. At most max_searching workers search at once.
+ * every queue once more before sleeping. At most max_searching workers search at once,
+ * and the keeper of an awake hold besides (tdm__awake_hold).
  *
  * No lost wake-up, by a Dekker argument: a publisher stores its work, then a seq_cst fence, then
  * loads idle_state; a parking worker changes idle_state with a seq_cst RMW, then a seq_cst
@@ -138,7 +139,7 @@ bool tdm__work_pending(struct tdm_executor *ex)
 	return false;
 }
 
-bool tdm__transition_to_searching(struct tdm__worker *w)
+bool tdm__transition_to_searching(struct tdm__worker *w, bool bounded)
 {
 	if (w->searching)
 		return true;
@@ -146,7 +147,7 @@ bool tdm__transition_to_searching(struct tdm__worker *w)
 	/* The bound is approximate (load, then add), as in Tokio: it limits contention, it is
 	 * not needed for correctness. */
 	uint32_t s = atomic_load_explicit(&ex->idle_state, memory_order_relaxed);
-	if (tdm__idle_searching(s) >= ex->max_searching)
+	if (bounded && tdm__idle_searching(s) >= ex->max_searching)
 		return false;
 	/* Seq_cst like every idle_state RMW (the file comment): a publisher whose seq_cst load
 	 * in tdm__notify_parked sees this searcher wakes nobody; the searcher's way out
@@ -262,7 +263,7 @@ void tdm__awake_release(struct tdm_executor *ex)
 	/*
 	 * A taken hold keeps the executor from terminating (terminate_locked), so a concurrent
 	 * destroy cannot free it before this access, even when every worker parked meanwhile (the
-	 * keeper can lose its role to max_searching). The drop to zero happens under idle_lock,
+	 * role may not be taken yet). The drop to zero happens under idle_lock,
 	 * with the decision, as in tdm__suspended_done: destroy takes the lock once after its
 	 * joins, so it frees the executor only after this unlock. Release: pairs with the acquire
 	 * load in terminate_locked.

@@ -266,6 +266,13 @@ static bool keeper_claim(struct tdm__worker *w)
 	                                               memory_order_relaxed);
 }
 
+/* Whether w holds the keeper role and a hold is still taken. Relaxed, as keeper_claim. */
+static bool keeper_held(const struct tdm__worker *w)
+{
+	return atomic_load_explicit(&w->ex->keeper, memory_order_relaxed) == w->index + 1 &&
+	       awake_held(w->ex);
+}
+
 static void keeper_drop(struct tdm__worker *w)
 {
 	unsigned me = w->index + 1;
@@ -316,7 +323,10 @@ void *tdm__worker_main(void *arg)
 		struct tdm__task *t = tdm__find_task(w, false);
 		if (t == NULL)
 			t = held_take(w);
-		if (t == NULL && tdm__transition_to_searching(w)) {
+		/* The keeper of an awake hold searches past the bound: were it to park because
+		 * others search, and they park after their spin (the role still its own when they
+		 * looked), every worker would sleep while the hold is taken. */
+		if (t == NULL && tdm__transition_to_searching(w, !keeper_held(w))) {
 			t = tdm__find_task(w, true);
 			/* Tasks await the GPU: one will be woken soon, likely into this worker's
 			 * inbox, or it is the await this worker holds. Looking for a while costs

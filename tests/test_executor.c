@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h" /* tdm__awake_hold: the keeper's role and the searching count */
+
 TDM_TEST_SUITE(executor);
 TDM_TEST_SUITE(park);
 
@@ -494,6 +496,86 @@ Test(park, parked_worker_counts_a_wakeup_when_work_arrives, .timeout = 30)
 		total = tdm_test_stats_total(ex);
 	}
 	cr_assert_gt(total.wakeups, 0, "a task ran after every worker parked, yet no wake-up");
+	tdm_test_destroy(ex);
+}
+
+/*
+ * The keeper of an awake hold does not park, even when it goes idle while another worker
+ * searches and max_searching (1 of 2 workers) is taken: were it to park, and the other worker
+ * park after its spin (the role still the keeper's when it looked), every worker would sleep
+ * while the hold is taken. The keeper runs task t until the other worker, woken for task s, ran
+ * s and searches; then the keeper idles with the bound taken.
+ */
+struct keeper_case {
+	tdm_executor *ex;
+	atomic_int k;      /* the worker that ran t */
+	atomic_bool s_ran; /* s ran (on the other worker) */
+};
+
+static void keeper_t(void *arg)
+{
+	struct keeper_case *c = arg;
+	atomic_store(&c->k, tdm_worker_index(c->ex));
+	/* A bound for a clear failure, not a timing assertion. */
+	uint64_t until = tdm_now_ns() + 10000000000ull;
+	while (
+	    !(atomic_load(&c->s_ran) && tdm__idle_searching(atomic_load(&c->ex->idle_state)) > 0) &&
+	    tdm_now_ns() < until)
+		sched_yield();
+}
+
+static void keeper_s(void *arg)
+{
+	struct keeper_case *c = arg;
+	atomic_store(&c->s_ran, true);
+}
+
+static uint64_t worker_parks(tdm_executor *ex, unsigned w)
+{
+	tdm_worker_stats s;
+	cr_assert_eq(tdm_executor_stats(ex, w, &s), 0);
+	return s.parks;
+}
+
+Test(park, the_keeper_of_a_hold_searches_past_the_bound, .timeout = 30)
+{
+	tdm_config cfg;
+	tdm_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.max_searching = 1;
+	tdm_executor *ex = tdm_test_create_cfg(&cfg);
+	static struct keeper_case c;
+	c.ex = ex;
+	atomic_store(&c.k, -1);
+	atomic_store(&c.s_ran, false);
+	tdm__awake_hold(ex);
+	/* A keeper, and the other worker asleep after its spin. */
+	unsigned keeper = 0;
+	for (int i = 0; i < 3000; i++) {
+		keeper = atomic_load(&ex->keeper);
+		if (keeper != 0 && worker_parks(ex, 2 - keeper) > 0)
+			break;
+		tdm_test_sleep_us(1000);
+	}
+	cr_assert_neq(keeper, 0, "a hold taken, no keeper");
+	unsigned k = keeper - 1, other = 1 - k;
+	cr_assert_gt(worker_parks(ex, other), 0, "the other worker never parked");
+
+	uint64_t k_parks = worker_parks(ex, k), other_parks = worker_parks(ex, other);
+	cr_assert_eq(tdm_submit(ex, keeper_t, &c), 0);
+	for (int i = 0; i < 10000 && atomic_load(&c.k) < 0; i++)
+		tdm_test_sleep_us(100);
+	cr_assert_eq(atomic_load(&c.k), (int)k, "t ran on worker %d, not on the keeper %u",
+	             atomic_load(&c.k), k);
+	cr_assert_eq(tdm_submit(ex, keeper_s, &c), 0);
+	/* The other worker parks again after its spin, the keeper being awake. */
+	for (int i = 0;
+	     i < 10000 && worker_parks(ex, other) == other_parks && worker_parks(ex, k) == k_parks;
+	     i++)
+		tdm_test_sleep_us(100);
+	cr_assert_eq(worker_parks(ex, k), k_parks, "the keeper parked while the hold was taken");
+	cr_assert_eq(atomic_load(&ex->keeper), keeper, "the keeper lost its role");
+	tdm__awake_release(ex);
 	tdm_test_destroy(ex);
 }
 
