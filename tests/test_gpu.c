@@ -1771,9 +1771,8 @@ static void quick_stream_leases(const char *balance, int *on_a, int *on_b)
 	g.stall_us = 200000; /* only a stall of 200 ms counts: sanitized builds run slowly */
 	if (balance != NULL)
 		cr_assert_eq(setenv("TANDEM_LEASE_BALANCE", balance, 1), 0);
-	else
-		cr_assert_eq(unsetenv("TANDEM_LEASE_BALANCE"),
-		             0); /* the default, whatever the shell */
+	else /* the default, whatever the shell */
+		cr_assert_eq(unsetenv("TANDEM_LEASE_BALANCE"), 0);
 	bool opened = env_open_cfg(&e, 1, &g);
 	cr_assert_eq(unsetenv("TANDEM_LEASE_BALANCE"), 0); /* read once, at tdm_gpu_create */
 	cr_assert(opened);
