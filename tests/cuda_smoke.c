@@ -2,23 +2,12 @@
  * Smoke test of the cuda backend (gpu/cuda.c + gpu/kernels.cu) on a real GPU: every op of
  * tdm__backend_cuda once, through the ops table alone (no executor, no poller), the memory ops
  * (stream-ordered allocation, registration, managed memory, host functions, peer copies) after the
- * others, and the sticky fault last since it ends the device's context. Kept as .txt so that no
- * build picks it up.
+ * others, and the sticky fault last since it ends the device's context. Plain C, not Criterion:
+ * the sticky fault must come last, in the one process.
  *
- * Build and run from the repository root (H200: sm_90):
- *
- *   nvcc -std=c++17 -gencode arch=compute_90,code=sm_90 \
- *        -Xcompiler -fPIC,-fno-exceptions,-fno-threadsafe-statics \
- *        -Iinclude -Igpu -c gpu/kernels.cu -o /tmp/kernels.o
- *   F="-std=c11 -D_GNU_SOURCE -DTANDEM_HAVE_CUDA=1 -Wall -Wextra -Wpedantic -Werror \
- *      -Iinclude -Igpu -isystem /usr/local/cuda/include"
- *   gcc $F -c gpu/cuda.c -o /tmp/cuda.o
- *   gcc $F -x c -c gpu/smoke_cuda.c.txt -o /tmp/smoke.o
- *   gcc /tmp/smoke.o /tmp/cuda.o /tmp/kernels.o /usr/local/cuda/lib64/libcudart_static.a \
- *       -ldl -lrt -lpthread -o /tmp/smoke_cuda
- *   /tmp/smoke_cuda            # exit 0 and "ALL PASS", or the failed checks and exit 1
- *
- * Without a GPU (or driver) it prints "open: -ENODEV (no device)" and exits 77 (skip).
+ * ctest runs it as cuda_smoke in every build with CUDA (CMakeLists.txt): exit 0 and "ALL PASS",
+ * or the failed checks and exit 1. Without a GPU (or driver) it prints "open: -ENODEV (no
+ * device)" and exits 77, which ctest reports as skipped.
  */
 #include <errno.h>
 #include <stdbool.h>
