@@ -250,11 +250,15 @@ void tdm__suspended_done(struct tdm_executor *ex, unsigned n)
 
 void tdm__awake_hold(struct tdm_executor *ex)
 {
-	/* Relaxed: a hint for idle workers; the count's drop to zero is what termination waits
-	 * for, and that happens under idle_lock (tdm__awake_release). */
+	/* Relaxed: the count's drop to zero is what termination waits for, and that happens under
+	 * idle_lock (tdm__awake_release); the fence below orders the increment for the rest. */
 	atomic_fetch_add_explicit(&ex->awake_holds, 1, memory_order_relaxed);
 	/* With every worker asleep nobody would take the role until work came: wake one now, so
-	 * that the keeper is awake (and its CPU running) before the holder's first task. */
+	 * that the keeper is awake (and its CPU running) before the holder's first task.
+	 * Seq_cst fence: the increment is ordered before expect_wake's load of idle_state; pairs
+	 * with the fence in tdm__park after its idle_state RMW. Either this load sees the last
+	 * worker's park, and wakes it, or that worker's load sees the hold, and it wakes one. */
+	atomic_thread_fence(memory_order_seq_cst);
 	tdm__expect_wake(ex, UINT_MAX);
 }
 
@@ -289,16 +293,25 @@ bool tdm__park(struct tdm__worker *w)
 	bool last_searcher = w->searching && tdm__idle_searching(prev) == 1;
 	bool last_unparked = tdm__idle_unparked(prev) == 1;
 	w->searching = false;
-	if (last_unparked)
-		tdm__count(w, parks_last);
 
+	bool rewoke = false;
 	if (last_searcher || last_unparked) {
-		/* Seq_cst fence: the idle_state RMW above is ordered before these queue loads;
-		 * pairs with the fence in tdm__notify_parked (Dekker, see the file comment). */
+		/* Seq_cst fence: the idle_state RMW above is ordered before these queue loads
+		 * and the load of awake_holds; pairs with the fence in tdm__notify_parked (Dekker,
+		 * see the file comment) and with the one in tdm__awake_hold: the last worker to
+		 * park while a hold is taken wakes one (itself, perhaps) to be the keeper, in case
+		 * the hold was taken after it looked (idle_spin) and its wake-up found it awake. */
 		atomic_thread_fence(memory_order_seq_cst);
-		if (tdm__work_pending(ex))
+		if (tdm__work_pending(ex) ||
+		    (last_unparked &&
+		     atomic_load_explicit(&ex->awake_holds, memory_order_relaxed) != 0)) {
 			tdm__notify_parked(ex);
+			rewoke = true;
+		}
 	}
+	/* Every worker asleep, and nothing seen that wakes one. */
+	if (last_unparked && !rewoke)
+		tdm__count(w, parks_last);
 	if (last_unparked)
 		tdm__try_terminate(ex);
 
