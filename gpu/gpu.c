@@ -205,6 +205,13 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	if (cfg.stall_us == 0)
 		cfg.stall_us = 50;
 	gpu->ex = ex;
+	gpu->nentries = (unsigned)tdm_executor_workers(ex) + 1;
+	gpu->entries = aligned_alloc(TDM__CACHELINE, gpu->nentries * sizeof(*gpu->entries));
+	if (gpu->entries == NULL) {
+		free(gpu);
+		return -ENOMEM;
+	}
+	memset(gpu->entries, 0, gpu->nentries * sizeof(*gpu->entries));
 	gpu->direct = watch == 1;
 	gpu->balance = balance;
 	gpu->cfg = cfg;
@@ -213,6 +220,7 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	if (ops != NULL) {
 		rc = ops->open(&gpu->b, &cfg);
 		if (rc != 0) {
+			free(gpu->entries);
 			free(gpu);
 			return rc;
 		}
@@ -258,6 +266,7 @@ fail:
 	if (gpu->b != NULL)
 		ops->close(gpu->b);
 	tdm__topology_free(gpu->topo);
+	free(gpu->entries);
 	free(gpu);
 	return rc;
 }
@@ -271,6 +280,13 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 	/* Seq_cst: pairs with the registration in register_await (Dekker on active/stopping):
 	 * either the registrant sees stopping, or the poller sees its count. */
 	atomic_store_explicit(&gpu->stopping, 1, memory_order_seq_cst);
+	/* Leases in progress: let them finish, so that the scan of leases below sees theirs.
+	 * Seq_cst loads: pair with the seq_cst increment and stopping load in tdm_stream_lease
+	 * (Dekker on entries/stopping): either the lease sees stopping and backs out, or this sees
+	 * its count and waits. Nothing a lease waits for depends on this thread. */
+	for (unsigned i = 0; i < gpu->nentries; i++)
+		while (atomic_load_explicit(&gpu->entries[i].n, memory_order_seq_cst) != 0)
+			sched_yield();
 	/* Write barrier, pairing with ck_ec32_value in tdm__poller_main: a poller asleep on ec
 	 * wakes, and its next loads of stopping see the store above. */
 	ck_ec32_inc(&gpu->ec, &tdm__ec_mode);
@@ -299,6 +315,7 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 		gpu->ops->close(gpu->b);
 	}
 	tdm__topology_free(gpu->topo);
+	free(gpu->entries);
 	free(gpu);
 	return 0;
 }
@@ -477,6 +494,8 @@ static unsigned two_choices(struct tdm__gdev *d, int c, unsigned k)
 	return lo + 2 + lm / 16 < lm ? other : k;
 }
 
+static int lease(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm_stream **out);
+
 int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 {
 	if (gpu == NULL || out == NULL ||
@@ -484,18 +503,31 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 		return -EINVAL;
 	if (gpu->ndev == 0)
 		return -ENODEV;
+	if (device != TDM_DEVICE_ANY && (device < 0 || device >= gpu->ndev))
+		return -EINVAL;
+	int wi = tdm_worker_index(gpu->ex);
+	_Atomic unsigned *entry = &gpu->entries[wi >= 0 ? (unsigned)wi : gpu->nentries - 1].n;
+	/* Seq_cst, the increment and the load of stopping: pair with tdm_gpu_destroy's store of
+	 * stopping and its loads of the entries (Dekker): a lease that does not see stopping is
+	 * waited for, and its stream lease is then seen by destroy's scan of the leases. */
+	atomic_fetch_add_explicit(entry, 1, memory_order_seq_cst);
+	int rc = -ESHUTDOWN;
+	if (!atomic_load_explicit(&gpu->stopping, memory_order_seq_cst))
+		rc = lease(gpu, device, flags, wi, out);
+	/* Release: the lease's reads of the layer happen before destroy's acquire of the zero. */
+	atomic_fetch_sub_explicit(entry, 1, memory_order_release);
+	return rc;
+}
+
+static int lease(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm_stream **out)
+{
 	if (device == TDM_DEVICE_ANY)
 		device = place(gpu);
-	if (device < 0 || device >= gpu->ndev)
-		return -EINVAL;
-	if (atomic_load_explicit(&gpu->stopping, memory_order_relaxed))
-		return -ESHUTDOWN;
 	struct tdm__gdev *d = &gpu->devs[device];
 	/* Acquire: pairs with the release in tdm__device_fail. */
 	if (atomic_load_explicit(&d->failed, memory_order_acquire))
 		return -ENODEV;
 	int c = (flags & TDM_STREAM_HIGH_PRIORITY) ? 1 : 0;
-	int wi = tdm_worker_index(gpu->ex);
 	unsigned first =
 	    wi >= 0 ? (unsigned)wi : atomic_fetch_add_explicit(&d->rr, 1, memory_order_relaxed);
 	if (!(flags & TDM_STREAM_EXCLUSIVE) && d->nstreams > 1)
@@ -836,20 +868,27 @@ static int held_poll(struct tdm__task *t, int *rc)
 	return 1;
 }
 
-static void held_handoff(struct tdm__task *t)
+/*
+ * tdm__poller_submit for an await that holds nothing tdm_gpu_destroy waits for besides its count
+ * in active. Once pushed, t is the poller's: its await can complete (a deadline cancelled by a
+ * destroy, an event already done, a held await's word), the poller end and the layer be freed
+ * before tdm__poller_submit's bump of the event count returns. One more count in active keeps
+ * the poller, and so the layer, alive until then; the await's own count is still there, so the
+ * poller cannot have ended before it. Release: pairs with the poller's seq_cst load of active
+ * before it ends. A stream await submitted by its own task needs none of this: the task's lease
+ * holds tdm_gpu_destroy back (it waits for every lease), and the task is still running here.
+ */
+static void submit_guarded(struct tdm_gpu *gpu, struct tdm__task *t)
 {
-	struct tdm_gpu *gpu = ((struct tdm_stream *)TDM__AW_PTR(t))->dev->gpu;
-	/*
-	 * Once pushed, t is the poller's and parked: its await can complete, t run elsewhere and
-	 * the layer be destroyed before tdm__poller_submit's bump of the event count returns (at
-	 * tdm_await_stream's own submit t is still running here, which holds all that back). One
-	 * more count in active keeps the poller, and so the layer, alive until then; the held
-	 * await's own count is still there, so the poller cannot have ended. Release: pairs with
-	 * the poller's seq_cst load of active before it ends.
-	 */
 	atomic_fetch_add_explicit(&gpu->active, 1, memory_order_relaxed);
 	tdm__poller_submit(gpu, t);
 	atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_release);
+}
+
+static void held_handoff(struct tdm__task *t)
+{
+	/* The handing worker is not t's runner: t may have returned and released its lease. */
+	submit_guarded(((struct tdm_stream *)TDM__AW_PTR(t))->dev->gpu, t);
 }
 
 int tdm_await_stream(tdm_task *pub, tdm_stream *s)
@@ -926,16 +965,21 @@ int tdm_await_event(tdm_task *pub, tdm_event *e)
 	struct tdm_gpu *gpu = e->dev->gpu;
 	if (tdm__task_executor(t) != gpu->ex)
 		return fail_now(t, -EINVAL);
-	/* Already done: go on without a round trip through the poller. */
-	int q = gpu->ops->event_query(gpu->b, e->be);
-	if (q != -EAGAIN)
-		return fail_now(t, q);
+	/* Counted first: the count keeps the poller, and so the backend, alive for the query
+	 * even when tdm_gpu_destroy runs meanwhile. */
 	int rc = register_await(gpu);
 	if (rc != 0)
 		return fail_now(t, rc);
+	/* Already done: go on without a round trip through the poller. Release: the query
+	 * happens before the poller's seq_cst load of active that lets it end. */
+	int q = gpu->ops->event_query(gpu->b, e->be);
+	if (q != -EAGAIN) {
+		atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_release);
+		return fail_now(t, q);
+	}
 	t->await_obj = (void *)((uintptr_t)e | TDM__AW_EVENT);
 	tdm__task_suspend(t);
-	tdm__poller_submit(gpu, t);
+	submit_guarded(gpu, t);
 	return TDM_SUSPENDED;
 }
 
@@ -954,6 +998,6 @@ int tdm_await_deadline(tdm_task *pub, tdm_gpu *gpu, uint64_t deadline_ns)
 	t->await_obj = (void *)((uintptr_t)gpu | TDM__AW_DEADLINE);
 	t->await_seq = deadline_ns;
 	tdm__task_suspend(t);
-	tdm__poller_submit(gpu, t);
+	submit_guarded(gpu, t);
 	return TDM_SUSPENDED;
 }

@@ -97,6 +97,12 @@ struct tdm__gdev {
 
 struct tdm__pinned; /* pinned.c */
 
+/* Calls in tdm_stream_lease, one counter per worker (and one for other threads), each on its
+ * own line: tdm_gpu_destroy waits for them to leave after it set stopping. */
+struct tdm__gpu_entry {
+	_Alignas(TDM__CACHELINE) _Atomic unsigned n;
+};
+
 struct tdm_gpu {
 	tdm_executor *ex;
 	bool direct; /* workers may watch their own word awaits (TANDEM_WORKER_WATCH=0: never) */
@@ -109,6 +115,8 @@ struct tdm_gpu {
 	struct tdm__backend *b;
 	int ndev;
 	struct tdm__gdev *devs;
+	struct tdm__gpu_entry *entries; /* tdm_executor_workers(ex) + 1 of them */
+	unsigned nentries;
 
 	/* Awaits handed to the poller, newest first. */
 	_Alignas(TDM__CACHELINE) struct tdm__stack submit;

@@ -134,7 +134,11 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg);
  * Waits until every outstanding GPU await has completed and its task was handed back, resumes
  * tasks awaiting deadlines with -ECANCELED, stops the poller, waits until every stream lease was
  * released, and frees streams, events and the pools' memory. Leases and awaits after the call
- * began fail with -ESHUTDOWN. Either order of tdm_gpu_destroy and tdm_executor_destroy works.
+ * began fail with -ESHUTDOWN; a lease already in progress is waited for, and then its release.
+ * Tasks may go on leasing and awaiting while it runs; other calls on gpu (device, managed and
+ * pinned memory, events) must not race it: make them before it begins, or while holding a lease
+ * (it frees nothing before every lease is released). Either order of tdm_gpu_destroy and
+ * tdm_executor_destroy works.
  * -EINVAL: gpu is NULL.  -EDEADLK: called from a worker of the executor.
  */
 int tdm_gpu_destroy(tdm_gpu *gpu);

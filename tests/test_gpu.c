@@ -1065,6 +1065,61 @@ Test(gpu_errors, leases_and_awaits_during_destroy_fail_with_eshutdown, .timeout 
 	tdm_test_destroy(e.ex);
 }
 
+/*
+ * A lease that began before tdm_gpu_destroy is waited for (and then its release), not freed
+ * under: the test holds the lease inside, on its device's lock, under which the first lease of a
+ * stream creates it. Without the wait, destroy frees the device and its lock under the lease.
+ */
+struct lease_in_progress {
+	tdm_gpu *gpu;
+	atomic_int step; /* 1: about to lease, 2: leased (or refused) and released */
+	int rc, release_rc;
+};
+
+static void lease_in_progress_fn(void *arg)
+{
+	struct lease_in_progress *l = arg;
+	tdm_stream *s;
+	atomic_store(&l->step, 1);
+	l->rc = tdm_stream_lease(l->gpu, 0, 0, &s);
+	if (l->rc == 0)
+		l->release_rc = tdm_stream_release(s);
+	atomic_store(&l->step, 2);
+}
+
+Test(gpu_errors, destroy_waits_for_a_lease_in_progress, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
+	static struct lease_in_progress l;
+	l.gpu = e.gpu;
+	struct tdm__gdev *d = &e.gpu->devs[0];
+	for (unsigned k = 0; k < d->nstreams; k++)
+		cr_assert_null(atomic_load(&d->streams[0][k]), "stream %u made before a lease", k);
+	pthread_mutex_lock(&d->lock);
+	cr_assert_eq(tdm_submit(e.ex, lease_in_progress_fn, &l), 0);
+	while (atomic_load(&l.step) == 0)
+		sched_yield();
+	/* Pauses, not timing assertions: time for the lease to reach the lock (one that has not
+	 * by then is refused with -ESHUTDOWN, also right), then for destroy to get as far as it
+	 * goes. */
+	tdm_test_sleep_us(20000);
+	struct gpu_destroyer dd = {.gpu = e.gpu, .rc = 1};
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, destroy_gpu_thread, &dd), 0);
+	tdm_test_sleep_us(20000);
+	cr_assert_eq(atomic_load(&l.step), 1, "the lease returned while the test held the lock");
+	pthread_mutex_unlock(&d->lock);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(dd.rc, 0);
+	cr_assert_eq(atomic_load(&l.step), 2, "destroy returned before the lease did");
+	cr_assert(l.rc == 0 || l.rc == -ESHUTDOWN, "the lease: %d (%s)", l.rc, tdm_strerror(l.rc));
+	if (l.rc == 0)
+		cr_assert_eq(l.release_rc, 0);
+	tdm_test_assert_usable(e.ex);
+	tdm_test_destroy(e.ex);
+}
+
 /* Awaits on a dead device's stream and event. */
 struct dead_awaits {
 	tdm_stream *s;
