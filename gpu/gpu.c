@@ -103,8 +103,11 @@ static void destroy_devices(struct tdm_gpu *gpu)
 		free(d->all_events);
 		if (d->word_block != NULL)
 			gpu->ops->host_free(gpu->b, d->word_block);
+		tdm__staging_fini(
+		    d); /* after the streams: their host functions have run or never will */
 		pthread_mutex_destroy(&d->lock);
 		pthread_mutex_destroy(&d->ev_lock);
+		pthread_mutex_destroy(&d->stage_lock);
 	}
 	free(gpu->devs);
 	gpu->devs = NULL;
@@ -117,6 +120,7 @@ static int init_device(struct tdm_gpu *gpu, int i)
 	d->index = i;
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_mutex_init(&d->ev_lock, NULL);
+	pthread_mutex_init(&d->stage_lock, NULL);
 	int rc = gpu->ops->device_info(gpu->b, i, &d->info);
 	if (rc != 0)
 		return rc;
@@ -365,8 +369,10 @@ void tdm__device_fail(struct tdm__gdev *d)
 {
 	/* Release: pairs with the acquire loads of failed in tdm_stream_lease, tdm_await_stream,
 	 * and pipeline.c (batch_settle, slot_prime). Only the flag is read there; the launches'
-	 * and the poller's loads are relaxed. */
-	atomic_store_explicit(&d->failed, 1, memory_order_release);
+	 * and the poller's loads are relaxed. The first to fail it gives the staging blocks back;
+	 * the exchange only decides who (stage_lock orders the lists). */
+	if (atomic_exchange_explicit(&d->failed, 1, memory_order_release) == 0)
+		tdm__staging_orphan(d);
 }
 
 /* ---- streams ---- */

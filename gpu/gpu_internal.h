@@ -89,6 +89,11 @@ struct tdm__gdev {
 	struct tdm_event *free_events;
 	struct tdm_event **all_events; /* every event ever made, for destroy */
 	unsigned nall_events, cap_events;
+	/* Staged copies whose host function has not run yet (memory.c), under stage_lock, held
+	 * only for list work: a dead context skips host functions, so the device's failure gives
+	 * their pinned blocks back (tdm__staging_orphan). */
+	pthread_mutex_t stage_lock;
+	struct tdm__stage *staged;
 
 	/* Poller only, on a line of its own: written on every sweep that makes progress, it must
 	 * not share a line with what every lease, launch and await reads (failed, streams). */
@@ -213,5 +218,10 @@ void tdm__topology_free(struct tdm__topology *t);
 int tdm__event_take(struct tdm__gdev *d, struct tdm_event **out);
 void tdm__event_give(struct tdm_event *e);
 void tdm__device_fail(struct tdm__gdev *d);
+/* memory.c: the blocks of d's staged copies whose host functions have not run go back to the
+ * pinned pool (d failed: they never will); at destroy (the streams are gone: no host function
+ * runs any more), the bookkeeping goes too. */
+void tdm__staging_orphan(struct tdm__gdev *d);
+void tdm__staging_fini(struct tdm__gdev *d);
 
 #endif /* TDM_GPU_INTERNAL_H */

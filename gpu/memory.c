@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpu_internal.h"
@@ -35,17 +36,85 @@ int tdm__is_pinned(struct tdm_gpu *gpu, const void *p)
 	return gpu->ops->is_pinned == NULL || gpu->ops->is_pinned(gpu->b, p) == 1;
 }
 
+/*
+ * A staged copy's ticket, the host function's argument: on its device's list until the host
+ * function runs (or the enqueue fails). When the device fails first, tdm__staging_orphan gives
+ * the block back and leaves the ticket, blockless, for a host function that may still run (it
+ * then does nothing) or for destroy.
+ */
+struct tdm__stage {
+	struct tdm__gdev *d;
+	struct staging *st; /* NULL once the device's failure took the block back */
+	struct tdm__stage *prev, *next;
+};
+
+static void stage_link(struct tdm__stage *n)
+{
+	struct tdm__gdev *d = n->d;
+	pthread_mutex_lock(&d->stage_lock);
+	n->prev = NULL;
+	n->next = d->staged;
+	if (n->next != NULL)
+		n->next->prev = n;
+	d->staged = n;
+	pthread_mutex_unlock(&d->stage_lock);
+}
+
+/* Takes n off its list and frees it; returns its block, NULL if the device took it back. */
+static struct staging *stage_unlink(struct tdm__stage *n)
+{
+	struct tdm__gdev *d = n->d;
+	pthread_mutex_lock(&d->stage_lock);
+	if (n->prev != NULL)
+		n->prev->next = n->next;
+	else
+		d->staged = n->next;
+	if (n->next != NULL)
+		n->next->prev = n->prev;
+	struct staging *st = n->st;
+	pthread_mutex_unlock(&d->stage_lock);
+	free(n);
+	return st;
+}
+
+void tdm__staging_orphan(struct tdm__gdev *d)
+{
+	pthread_mutex_lock(&d->stage_lock);
+	for (struct tdm__stage *n = d->staged; n != NULL; n = n->next)
+		if (n->st != NULL) {
+			tdm_pinned_free(d->gpu, n->st);
+			n->st = NULL;
+		}
+	pthread_mutex_unlock(&d->stage_lock);
+}
+
+void tdm__staging_fini(struct tdm__gdev *d)
+{
+	while (d->staged != NULL) {
+		struct staging *st = stage_unlink(d->staged);
+		if (st != NULL)
+			tdm_pinned_free(d->gpu, st);
+	}
+}
+
 static void staging_release(void *arg)
 {
-	struct staging *st = arg;
-	tdm_pinned_free(st->gpu, st);
+	struct tdm__stage *n = arg;
+	struct tdm_gpu *gpu = n->d->gpu;
+	struct staging *st = stage_unlink(n);
+	if (st != NULL)
+		tdm_pinned_free(gpu, st);
 }
 
 static void staging_copy_out(void *arg)
 {
-	struct staging *st = arg;
+	struct tdm__stage *n = arg;
+	struct tdm_gpu *gpu = n->d->gpu;
+	struct staging *st = stage_unlink(n);
+	if (st == NULL)
+		return;
 	memcpy(st->dst, st + 1, st->bytes);
-	tdm_pinned_free(st->gpu, st);
+	tdm_pinned_free(gpu, st);
 }
 
 int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind)
@@ -62,24 +131,38 @@ int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, 
 	int rc = tdm_pinned_alloc(gpu, sizeof(*st) + bytes, (void **)&st);
 	if (rc != 0)
 		return rc;
+	struct tdm__stage *n = malloc(sizeof(*n));
+	if (n == NULL) {
+		tdm_pinned_free(gpu, st);
+		return -ENOMEM;
+	}
+	n->d = s->dev;
+	n->st = st;
 	st->gpu = gpu;
 	st->bytes = bytes;
-	if (kind == TDM_COPY_H2D) {
+	if (kind == TDM_COPY_H2D)
 		memcpy(st + 1, src, bytes);
+	else
+		st->dst = dst;
+	stage_link(n);
+	if (kind == TDM_COPY_H2D) {
 		rc = ops->memcpy_async(gpu->b, s->bs, dst, st + 1, bytes, kind);
 		if (rc == 0)
-			rc = ops->host_fn(gpu->b, s->bs, staging_release, st);
+			rc = ops->host_fn(gpu->b, s->bs, staging_release, n);
 	} else {
-		st->dst = dst;
 		rc = ops->memcpy_async(gpu->b, s->bs, st + 1, src, bytes, kind);
 		if (rc == 0)
-			rc = ops->host_fn(gpu->b, s->bs, staging_copy_out, st);
+			rc = ops->host_fn(gpu->b, s->bs, staging_copy_out, n);
 	}
 	/* Only a failed enqueue leaves the block with us; once the host function is queued it
-	 * owns the block. A copy enqueued before a failed host function may still read the
-	 * block: the device has failed then (both calls fail together), so it never runs. */
-	if (rc != 0)
-		tdm_pinned_free(gpu, st);
+	 * owns the ticket (and n may be gone already). A copy enqueued before a failed host
+	 * function may still read the block: the device has failed then (both calls fail
+	 * together), so it never runs. The device's failure may have taken the block back. */
+	if (rc != 0) {
+		struct staging *back = stage_unlink(n);
+		if (back != NULL)
+			tdm_pinned_free(gpu, back);
+	}
 	return rc;
 }
 

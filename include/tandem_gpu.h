@@ -83,7 +83,12 @@ typedef struct tdm_gpu_config {
 	/* Sim backend: simulated devices (0: 1). */
 	unsigned sim_devices;
 	/* Pinned host pool: size of each chunk pinned at once (0: 64 MiB), and the most it may
-	 * pin in all (0: no cap). Past the cap, allocations fail with -ENOMEM. */
+	 * pin in all (0: no cap). Past the cap, allocations fail with -ENOMEM. Leave room in a
+	 * cap for the workers' caches: a block of up to 256 KiB freed on a worker stays in that
+	 * worker's cache, and keeps the run of 64 KiB pages it was carved from, until that worker
+	 * reaches the cap itself (then it empties its cache) or the tdm_gpu is destroyed. Such
+	 * blocks count in no one's bytes_in_use, so another thread can get -ENOMEM with
+	 * bytes_in_use well under the cap. */
 	size_t pinned_chunk_bytes;
 	size_t pinned_cap_bytes;
 	/* Copies from or to pageable host memory: TDM_PAGEABLE_STAGE or _REFUSE. */
@@ -221,7 +226,8 @@ typedef enum tdm_copy_kind {
  * directly; pageable host memory is staged or refused (tdm_gpu_config.pageable; -EFAULT).
  * -EINVAL: a NULL stream or pointer, or an unknown kind; -EIO: the device failed (or the copy
  * was refused by the driver); staging adds -ENOMEM (the pinned pool at its cap) and -ENOTSUP (a
- * backend without host functions).
+ * backend without host functions). A staged copy's pinned block goes back to the pool when the
+ * copy is done, or when its device fails first (a dead device runs no more host functions).
  */
 int tdm_memcpy_async(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind);
 /*

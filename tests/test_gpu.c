@@ -1344,7 +1344,7 @@ struct pageable_state {
 	tdm_gpu *gpu;
 	tdm_stream *s;
 	int *in, *out, *dev; /* in and out: plain malloc, pageable */
-	int rc_in, rc_out;
+	int rc_in, rc_out, res, after;
 	struct seen sn;
 };
 
@@ -1404,6 +1404,55 @@ Test(gpu_memory, pageable_copies_are_staged_through_the_pinned_pool, .timeout = 
 Test(gpu_memory, pageable_copies_are_refused_when_asked, .timeout = 30)
 {
 	pageable_copies(TDM_PAGEABLE_REFUSE);
+}
+
+/*
+ * A device that dies with staged copies queued skips their host functions, as CUDA does after a
+ * context error, so nothing else would give their pinned blocks back: the device's failure does,
+ * and the pool (its cap shared by every device) has them again.
+ */
+static int dead_staging_task(tdm_task *t, void *arg)
+{
+	struct pageable_state *c = arg;
+	TDM_BEGIN(t);
+	LEASE_OR_END(c, TDM_STREAM_EXCLUSIVE);
+	/* 20 ms of work ahead: the copies and their host functions wait in the queue. */
+	SEE(&c->sn, tdm_launch_spin(c->s, 20000000));
+	SEE(&c->sn, tdm_sim_inject(c->s, TDM_SIM_FAULT_STICKY));
+	c->rc_in = tdm_memcpy_async(c->s, c->dev, c->in, LEN * sizeof(int), TDM_COPY_H2D);
+	c->rc_out = tdm_memcpy_async(c->s, c->out, c->dev, LEN * sizeof(int), TDM_COPY_D2H);
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	c->res = tdm_task_result(t);
+	/* Refused by the dead device, whoever noticed the death first. */
+	c->after = tdm_launch_spin(c->s, 1000);
+	tdm_stream_release(c->s);
+	TDM_END(t);
+}
+
+Test(gpu_memory, a_dead_devices_staged_copies_give_their_blocks_back, .timeout = 30)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
+	struct pageable_state st = {.gpu = e.gpu, .rc_in = 1, .rc_out = 1, .res = 1};
+	st.in = calloc(LEN, sizeof(int));
+	st.out = calloc(LEN, sizeof(int));
+	cr_assert_not_null(st.in);
+	cr_assert_not_null(st.out);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, LEN * sizeof(int), (void **)&st.dev), 0);
+	cr_assert_eq(run_one(&e, dead_staging_task, &st), 0);
+	ASSERT_SEEN(&st.sn);
+	cr_assert_eq(st.rc_in, 0, "enqueued before the device died");
+	cr_assert_eq(st.rc_out, 0);
+	cr_assert_eq(st.res, -EIO);
+	cr_assert_eq(st.after, -EIO);
+	tdm_pinned_stats ps;
+	cr_assert_eq(tdm_pinned_stats_get(e.gpu, &ps), 0);
+	cr_assert_eq(ps.bytes_in_use, 0, "%llu bytes of staging kept by the dead device",
+	             (unsigned long long)ps.bytes_in_use);
+	(void)tdm_device_free(e.gpu, 0, st.dev); /* the dead device may refuse: destroy frees it */
+	free(st.in);
+	free(st.out);
+	env_close(&e);
 }
 
 struct ordered_free_state {
