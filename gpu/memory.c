@@ -145,20 +145,24 @@ int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, 
 	else
 		st->dst = dst;
 	stage_link(n);
+	bool queued;
 	if (kind == TDM_COPY_H2D) {
 		rc = ops->memcpy_async(gpu->b, s->bs, dst, st + 1, bytes, kind);
-		if (rc == 0)
+		queued = rc == 0;
+		if (queued)
 			rc = ops->host_fn(gpu->b, s->bs, staging_release, n);
 	} else {
 		rc = ops->memcpy_async(gpu->b, s->bs, st + 1, src, bytes, kind);
-		if (rc == 0)
+		queued = rc == 0;
+		if (queued)
 			rc = ops->host_fn(gpu->b, s->bs, staging_copy_out, n);
 	}
-	/* Only a failed enqueue leaves the block with us; once the host function is queued it
-	 * owns the ticket (and n may be gone already). A copy enqueued before a failed host
-	 * function may still read the block: the device has failed then (both calls fail
-	 * together), so it never runs. The device's failure may have taken the block back. */
-	if (rc != 0) {
+	/* Once the host function is queued it owns the ticket (and n may be gone already). A
+	 * failed enqueue of the copy leaves the block with us. A failed host function after a
+	 * queued copy (a dead device, or no memory for the host function) does not: the copy may
+	 * still read or write the block, so the ticket stays listed, and the device's failure or
+	 * tdm_gpu_destroy gives the block back. The device's failure may have taken it already. */
+	if (rc != 0 && !queued) {
 		struct staging *back = stage_unlink(n);
 		if (back != NULL)
 			tdm_pinned_free(gpu, back);
