@@ -207,6 +207,16 @@ int tdm_executor_destroy(tdm_executor *ex)
 	 * terminate_locked, tdm__try_terminate and tdm__submit_to). Seq_cst is more than that
 	 * pairing needs: the termination decision itself is made under idle_lock. */
 	atomic_store_explicit(&ex->shutdown, 1, memory_order_seq_cst);
+	/* Outside submissions that missed the store: their tasks are pushed (to run, or to be
+	 * reported cancelled) before termination may be decided. Seq_cst loads: pair with the
+	 * increment and the shutdown load in tdm__submit_to (Dekker); a submission that comes
+	 * after a zero here sees shutdown. */
+	for (unsigned i = 0; i < TDM__SUBMIT_STRIPES; i++)
+		while (atomic_load_explicit(&ex->submitting[i].n, memory_order_seq_cst) != 0)
+			sched_yield();
+	pthread_mutex_lock(&ex->idle_lock);
+	ex->submit_closed = true;
+	pthread_mutex_unlock(&ex->idle_lock);
 	/* Workers that are all asleep already will not park again: decide for them. */
 	tdm__try_terminate(ex);
 	for (unsigned i = 0; i < ex->nworkers; i++)
@@ -233,13 +243,48 @@ int tdm_worker_index(const tdm_executor *ex)
 	return w != NULL ? (int)w->index : -1;
 }
 
+static int submit(struct tdm_executor *ex, struct tdm__worker *w, tdm_fn fn, tdm_resume_fn resume,
+                  void *arg, struct tdm__group *g);
+
+/* This thread's stripe of ex->submitting: threads take them in turn, once. */
+static unsigned submit_stripe(void)
+{
+	static _Atomic unsigned next;
+	static _Thread_local unsigned mine; /* stripe + 1; 0 until the first submission */
+	if (mine == 0)
+		mine = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) %
+		           TDM__SUBMIT_STRIPES +
+		       1;
+	return mine - 1;
+}
+
 int tdm__submit_to(struct tdm_executor *ex, tdm_fn fn, tdm_resume_fn resume, void *arg,
                    struct tdm__group *g)
 {
 	struct tdm__worker *w = tdm__self_of(ex);
-	/* Acquire: pairs with the store of shutdown in tdm_executor_destroy; only the flag. */
-	if (w == NULL && atomic_load_explicit(&ex->shutdown, memory_order_acquire))
-		return -ESHUTDOWN;
+	/* A worker runs a task of ex, which destroy's termination waits for. */
+	if (w != NULL)
+		return submit(ex, w, fn, resume, arg, g);
+	/*
+	 * From outside: counted in flight, so that destroy waits for the push (and its wake-up)
+	 * instead of terminating, or freeing ex, under it. Seq_cst, the increment and the load
+	 * of shutdown: pair with destroy's store of shutdown and its loads of the stripes
+	 * (Dekker): either this sees shutdown and backs out, or destroy sees the count.
+	 */
+	_Atomic unsigned *n = &ex->submitting[submit_stripe()].n;
+	atomic_fetch_add_explicit(n, 1, memory_order_seq_cst);
+	int rc = -ESHUTDOWN;
+	if (!atomic_load_explicit(&ex->shutdown, memory_order_seq_cst))
+		rc = submit(ex, NULL, fn, resume, arg, g);
+	/* Release: pairs with destroy's loads; the push happens before its termination
+	 * decision. The last access to ex. */
+	atomic_fetch_sub_explicit(n, 1, memory_order_release);
+	return rc;
+}
+
+static int submit(struct tdm_executor *ex, struct tdm__worker *w, tdm_fn fn, tdm_resume_fn resume,
+                  void *arg, struct tdm__group *g)
+{
 	struct tdm__task *t = tdm__task_alloc(ex, w);
 	if (t == NULL)
 		return -ENOMEM;

@@ -191,6 +191,8 @@ static inline struct tdm_executor *tdm__task_executor(const struct tdm__task *t)
 	return ((const struct tdm__slab *)((uintptr_t)t & ~(uintptr_t)(TDM__SLAB_BYTES - 1)))->ex;
 }
 
+#define TDM__SUBMIT_STRIPES 8
+
 struct tdm_executor {
 	struct tdm__worker *workers;
 	unsigned nworkers;
@@ -210,6 +212,7 @@ struct tdm_executor {
 	pthread_mutex_t idle_lock;
 	unsigned nsleepers; /* idle_lock */
 	unsigned *sleepers; /* idle_lock: stack of parked worker indices */
+	bool submit_closed; /* idle_lock: destroy saw no outside submission in flight */
 
 	_Alignas(TDM__CACHELINE) _Atomic int shutdown; /* destroy has begun */
 	_Atomic int cancelling;                        /* ... in TDM_SHUTDOWN_CANCEL mode */
@@ -219,6 +222,12 @@ struct tdm_executor {
 	 * index + 1, 0 when none. */
 	_Atomic unsigned awake_holds;
 	_Atomic unsigned keeper;
+
+	/* Submissions from outside threads in flight (tdm__submit_to), striped by thread so that
+	 * they do not all write one line; destroy waits for them after it set shutdown. */
+	struct {
+		_Alignas(TDM__CACHELINE) _Atomic unsigned n;
+	} submitting[TDM__SUBMIT_STRIPES];
 
 	/* Task memory: free tasks beyond the workers' caches, and every slab for destroy. */
 	_Alignas(TDM__CACHELINE) pthread_mutex_t pool_lock;

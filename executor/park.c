@@ -195,6 +195,10 @@ static bool terminate_locked(struct tdm_executor *ex)
 	if (!atomic_load_explicit(&ex->shutdown, memory_order_acquire) ||
 	    atomic_load_explicit(&ex->terminate, memory_order_relaxed))
 		return false;
+	/* Not before destroy saw every outside submission land: one that passed its shutdown
+	 * check may not have pushed its task yet. */
+	if (!ex->submit_closed)
+		return false;
 	/* Seq_cst fence: the loads of suspended and of the queues come after the caller's own
 	 * updates (a park, a drop of suspended); pairs with the fence in tdm__notify_parked.
 	 * Acquire loads of suspended and awake_holds: pair with the release drops in

@@ -14,6 +14,8 @@
 
 #include <stdlib.h>
 
+#include "internal.h" /* pool_lock: holds an outside submission inside */
+
 TDM_TEST_SUITE(shutdown);
 
 /* ---- bookkeeping: every task is run or cancelled, and we count which ------------------------ */
@@ -291,6 +293,68 @@ Test(shutdown, outside_submission_after_destroy_began_returns_eshutdown, .timeou
 	cr_assert_eq(atomic_load(&sd.probes_ran), atomic_load(&blk.accepted),
 	             "%zu submissions accepted before the shutdown, %zu ran",
 	             atomic_load(&blk.accepted), atomic_load(&sd.probes_ran));
+}
+
+/*
+ * An outside submission that passed its shutdown check before destroy began is waited for: its
+ * task runs (drain mode), and destroy neither terminates nor frees the executor under it. The
+ * test holds the submission inside, on the task pool's lock, under which an outside thread takes
+ * its task's memory. Without the wait, destroy frees the executor (and the lock) under it.
+ */
+struct in_flight {
+	tdm_executor *ex;
+	atomic_int step; /* 1: submitting, 2: returned */
+	int rc;
+};
+static atomic_int in_flight_ran;
+
+static void in_flight_task(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&in_flight_ran, 1);
+}
+
+static void *in_flight_submit(void *arg)
+{
+	struct in_flight *f = arg;
+	atomic_store(&f->step, 1);
+	f->rc = tdm_submit(f->ex, in_flight_task, NULL);
+	atomic_store(&f->step, 2);
+	return NULL;
+}
+
+static void *in_flight_destroy(void *arg)
+{
+	return (void *)(intptr_t)tdm_executor_destroy(arg);
+}
+
+Test(shutdown, destroy_waits_for_an_outside_submission_in_flight, .timeout = 30)
+{
+	tdm_executor *ex = create_executor(1, TDM_SHUTDOWN_DRAIN);
+	static struct in_flight f;
+	f.ex = ex;
+	pthread_mutex_lock(&ex->pool_lock);
+	pthread_t s, d;
+	cr_assert_eq(pthread_create(&s, NULL, in_flight_submit, &f), 0);
+	while (atomic_load(&f.step) == 0)
+		sched_yield();
+	/* Pauses, not timing assertions: time for the submission to reach the lock (one that has
+	 * not by then is refused with -ESHUTDOWN, also right), then for destroy to get as far as
+	 * it goes. */
+	tdm_test_sleep_us(20000);
+	cr_assert_eq(pthread_create(&d, NULL, in_flight_destroy, ex), 0);
+	tdm_test_sleep_us(20000);
+	cr_assert_eq(atomic_load(&f.step), 1,
+	             "the submission returned while the test held the lock");
+	pthread_mutex_unlock(&ex->pool_lock);
+	void *drc;
+	cr_assert_eq(pthread_join(d, &drc), 0);
+	cr_assert_eq(pthread_join(s, NULL), 0);
+	cr_assert_eq((int)(intptr_t)drc, 0);
+	cr_assert(f.rc == 0 || f.rc == -ESHUTDOWN, "the submission: %d (%s)", f.rc,
+	          tdm_strerror(f.rc));
+	cr_assert_eq(atomic_load(&in_flight_ran), f.rc == 0 ? 1 : 0,
+	             "accepted (%d), so it must run in drain mode", f.rc);
 }
 
 /* During the shutdown, the blocker spawns K children: with tdm_submit, then into a group. */
