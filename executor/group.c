@@ -68,7 +68,9 @@ static void finish(struct tdm__group *g)
 	/* Acq_rel: acquire the waiter's record (its CAS is release); release everything the
 	 * group's tasks did to the waiter's acquire load of DONE. Last access to g. */
 	uintptr_t w = atomic_exchange_explicit(&g->waiter, TDM__GROUP_DONE, memory_order_acq_rel);
-	if (w == 0)
+	/* Nobody waits yet, or an awaiting task is about to publish itself: its CAS fails on DONE
+	 * and it resumes itself (tdm_await_group). */
+	if (w == 0 || w == TDM__WAITER_CLAIMED)
 		return;
 	if (w & TDM__WAITER_TASK) {
 		tdm__task_wake((struct tdm__task *)(w & ~TDM__WAITER_TASK), result);
@@ -137,7 +139,13 @@ int tdm_await_group(tdm_task *pub, tdm_group *g)
 			t->result = -EINVAL;
 		return -EINVAL;
 	}
-	if (atomic_load_explicit(&ig->waiter, memory_order_relaxed) != 0)
+	/* Claim the waiter slot before the owner's reference is dropped: of two tasks awaiting g
+	 * at once, the second finds it taken. (A check alone let both drop a reference: one went
+	 * on before the group's tasks finished, the other was never woken.) Relaxed: the slot
+	 * carries nothing yet; the task is published by the CAS below. */
+	uintptr_t free_slot = 0;
+	if (!atomic_compare_exchange_strong_explicit(&ig->waiter, &free_slot, TDM__WAITER_CLAIMED,
+	                                             memory_order_relaxed, memory_order_relaxed))
 		return t->result = -EBUSY;
 	/* Drop the owner's reference; if it was the last, every task already finished. Acq_rel:
 	 * the acquire pairs with the acq_rel decrements in tdm__group_task_done (the tasks' work is
@@ -153,7 +161,7 @@ int tdm_await_group(tdm_task *pub, tdm_group *g)
 		                       : 0;
 	}
 	tdm__task_suspend(t);
-	uintptr_t expected = 0;
+	uintptr_t expected = TDM__WAITER_CLAIMED;
 	/* Release: publishes the suspended task to finish(). On failure the group is DONE: the
 	 * acquire pairs with finish()'s exchange, and the task goes on without suspending. */
 	if (atomic_compare_exchange_strong_explicit(&ig->waiter, &expected,

@@ -124,6 +124,8 @@ struct tdm__group {
 
 #define TDM__GROUP_DONE ((uintptr_t)1)
 #define TDM__WAITER_TASK ((uintptr_t)2) /* tag bit: waiter is a suspended resumable task */
+/* An awaiting task took the slot and has not published itself yet (tdm_await_group). */
+#define TDM__WAITER_CLAIMED ((uintptr_t)3)
 
 void tdm__group_task_done(struct tdm__group *g, bool cancelled);
 

@@ -431,6 +431,85 @@ Test(resumable, awaiting_a_group_already_awaited_returns_ebusy, .timeout = 30)
 	cr_assert_eq(tdm_executor_destroy(ex), 0);
 }
 
+/*
+ * Two tasks await one group at the same moment (let go together from a spin): one is refused with
+ * -EBUSY, the other suspends and resumes once the group's task finished, never before. The
+ * rounds repeat the race: a check of the waiter slot alone, before the owner's reference was
+ * dropped, let both through now and then (one went on at once, the other was never woken).
+ */
+enum { TWIN_ROUNDS = 300 };
+
+struct twin_round {
+	tdm_group g;
+	tdm_notify gate;
+	atomic_int ready, returned, child_done;
+};
+
+struct twin {
+	struct twin_round *r;
+	int first, result, saw_done;
+};
+
+static int twin_child(tdm_task *t, void *arg)
+{
+	struct twin_round *r = arg;
+	TDM_BEGIN(t);
+	TDM_AWAIT(t, tdm_await_notify(t, &r->gate));
+	atomic_store(&r->child_done, 1);
+	TDM_END(t);
+}
+
+static int twin_task(tdm_task *t, void *arg)
+{
+	struct twin *a = arg;
+	TDM_BEGIN(t);
+	atomic_fetch_add(&a->r->ready, 1);
+	/* Until the other one is here too (a bound, for when both landed on one worker). */
+	for (uint64_t until = tdm_now_ns() + 50000000;
+	     atomic_load(&a->r->ready) < 2 && tdm_now_ns() < until;)
+		;
+	a->first = tdm_await_group(t, &a->r->g);
+	atomic_fetch_add(&a->r->returned, 1);
+	TDM_AWAIT(t, a->first);
+	a->result = tdm_task_result(t);
+	a->saw_done = atomic_load(&a->r->child_done);
+	TDM_END(t);
+}
+
+Test(resumable, two_tasks_awaiting_one_group_at_once_one_gets_ebusy, .timeout = 120)
+{
+	tdm_executor *ex = make(3, TDM_SHUTDOWN_DRAIN, NULL);
+	static struct twin_round r;
+	for (int round = 0; round < TWIN_ROUNDS; round++) {
+		atomic_store(&r.ready, 0);
+		atomic_store(&r.returned, 0);
+		atomic_store(&r.child_done, 0);
+		cr_assert_eq(tdm_notify_init(&r.gate, ex), 0);
+		cr_assert_eq(tdm_group_init(&r.g, ex), 0);
+		cr_assert_eq(tdm_spawn(ex, twin_child, &r, &r.g), 0);
+		struct twin a = {.r = &r}, b = {.r = &r};
+		tdm_group h;
+		cr_assert_eq(tdm_group_init(&h, ex), 0);
+		cr_assert_eq(tdm_spawn(ex, twin_task, &a, &h), 0);
+		cr_assert_eq(tdm_spawn(ex, twin_task, &b, &h), 0);
+		while (atomic_load(&r.returned) < 2)
+			sched_yield();
+		/* The child still waits for the gate: neither await may be over. */
+		cr_assert((a.first == -EBUSY) != (b.first == -EBUSY),
+		          "round %d: the awaits returned %d and %d", round, a.first, b.first);
+		cr_assert(a.first == TDM_SUSPENDED || b.first == TDM_SUSPENDED,
+		          "round %d: %d and %d, and the group's task has not finished", round,
+		          a.first, b.first);
+		cr_assert_eq(tdm_notify_fire(&r.gate), 0);
+		cr_assert_eq(tdm_group_wait(&h), 0);
+		struct twin *in = a.first == TDM_SUSPENDED ? &a : &b;
+		cr_assert_eq(in->result, 0);
+		cr_assert_eq(in->saw_done, 1, "round %d: resumed before the group's task finished",
+		             round);
+	}
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
+
 /* A group that is over when it is awaited (here: it never had a task) resumes at once, and is
  * then refused to a second await as a group awaited to its end is; that second await used to
  * suspend for good. */
