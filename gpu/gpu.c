@@ -739,7 +739,7 @@ int tdm__event_take(struct tdm__gdev *d, struct tdm_event **out)
 	struct tdm_event *e = d->free_events;
 	if (e != NULL) {
 		d->free_events = e->next_free;
-		e->pooled = false;
+		atomic_store_explicit(&e->pooled, false, memory_order_relaxed);
 		pthread_mutex_unlock(&d->ev_lock);
 		*out = e;
 		return 0;
@@ -784,11 +784,11 @@ static bool event_push(struct tdm_event *e)
 {
 	struct tdm__gdev *d = e->dev;
 	pthread_mutex_lock(&d->ev_lock);
-	bool was = e->pooled;
+	bool was = atomic_load_explicit(&e->pooled, memory_order_relaxed);
 	if (!was) {
 		e->next_free = d->free_events;
 		d->free_events = e;
-		e->pooled = true;
+		atomic_store_explicit(&e->pooled, true, memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&d->ev_lock);
 	return !was;
@@ -818,9 +818,16 @@ int tdm_event_put(tdm_event *e)
 	return event_push(e) ? 0 : -EINVAL;
 }
 
+/* Whether e is back in its pool: its owner put it. Relaxed: a check of misuse (a record or an
+ * await racing the owner's own put is not caught). */
+static bool event_put_back(const struct tdm_event *e)
+{
+	return atomic_load_explicit(&e->pooled, memory_order_relaxed);
+}
+
 int tdm_event_record(tdm_event *e, tdm_stream *s)
 {
-	if (e == NULL || s == NULL || e->dev != s->dev)
+	if (e == NULL || s == NULL || e->dev != s->dev || event_put_back(e))
 		return -EINVAL;
 	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
 		return -EIO;
@@ -966,7 +973,7 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *s)
 int tdm_await_event(tdm_task *pub, tdm_event *e)
 {
 	struct tdm__task *t = tdm__task_cast(pub);
-	if (t == NULL || e == NULL)
+	if (t == NULL || e == NULL || event_put_back(e))
 		return fail_now(t, -EINVAL);
 	struct tdm_gpu *gpu = e->dev->gpu;
 	if (tdm__task_executor(t) != gpu->ex)

@@ -63,7 +63,9 @@ struct tdm_event {
 	void *be; /* the backend's event */
 	struct tdm_event *next_free;
 	uint64_t seq; /* while a stream await holds it: the await's place on the stream */
-	bool pooled;  /* in the device's free list (ev_lock): a second tdm_event_put is refused */
+	/* In the device's free list: a second tdm_event_put, and a record or await after a put,
+	 * are refused. Written under ev_lock; read relaxed outside it, as a check of misuse. */
+	_Atomic bool pooled;
 };
 
 struct tdm__gdev {

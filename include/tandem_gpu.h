@@ -338,7 +338,9 @@ int tdm_event_get(tdm_gpu *gpu, int device, tdm_event **out);
 /* Gives e back to its pool; once, after its last await. -EINVAL: e is NULL, or back in the pool
  * already (a second put, refused: the pool stays as it was). */
 int tdm_event_put(tdm_event *e);
-/* Captures the work enqueued on s so far. -EINVAL: e or s is NULL, or their devices differ.
+/* Captures the work enqueued on s so far. -EINVAL: e or s is NULL, their devices differ, or e
+ * was put back (while it is in the pool; once taken again, by another owner or by a stream
+ * await, a stale handle is not caught).
  * -EIO: the device failed, or the driver refused the record.  -ENOMEM: no memory to queue it
  * (sim). */
 int tdm_event_record(tdm_event *e, tdm_stream *s);
@@ -348,7 +350,8 @@ int tdm_event_record(tdm_event *e, tdm_stream *s);
 /*
  * Each await below fails at once, setting the task's result to the same errno, with -EINVAL: t
  * is NULL or not the task running on the calling thread, or its stream, event or gpu is NULL or
- * belongs to a GPU layer of another executor; -ESHUTDOWN: the GPU layer is being destroyed.
+ * belongs to a GPU layer of another executor, or its event was put back (tdm_event_record says
+ * how far that is caught); -ESHUTDOWN: the GPU layer is being destroyed.
  */
 /* Resumes t once all work enqueued on s so far has finished; result 0 or -EIO. At once also
  * -EIO: s's device failed, or the completion could not be enqueued; -ENOMEM: no memory for

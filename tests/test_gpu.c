@@ -849,6 +849,9 @@ Test(gpu_errors, kernels_events_and_faults_refuse_bad_arguments, .timeout = 30)
 	/* A second put is refused, and the pool still hands out distinct events (a list holding
 	 * ev twice would give it to two owners). */
 	cr_assert_eq(tdm_event_put(ev), -EINVAL, "a second put");
+	/* So is a record of a put event: the pool's next owner (or a stream await) would have
+	 * its capture moved. */
+	cr_assert_eq(tdm_event_record(ev, s), -EINVAL, "a record after the put");
 	tdm_event *p1, *p2;
 	cr_assert_eq(tdm_event_get(e.gpu, 0, &p1), 0);
 	cr_assert_eq(tdm_event_get(e.gpu, 0, &p2), 0);
@@ -945,7 +948,8 @@ struct bad_gpu_awaits {
 	tdm_stream *fs; /* a stream of the other executor's GPU layer */
 	tdm_event *fe;  /* an event of it */
 	tdm_gpu *foreign;
-	int rc[6], res[6];
+	tdm_event *put; /* an event of this layer, put back */
+	int rc[7], res[7];
 };
 
 static int bad_gpu_await_task(tdm_task *t, void *arg)
@@ -969,6 +973,9 @@ static int bad_gpu_await_task(tdm_task *t, void *arg)
 	TDM_AWAIT(t, tdm_await_deadline(t, b->gpu, 1));
 	TDM_AWAIT(t, b->rc[5] = tdm_await_deadline(t, b->foreign, tdm_now_ns() + 1000000));
 	b->res[5] = tdm_task_result(t);
+	TDM_AWAIT(t, tdm_await_deadline(t, b->gpu, 1));
+	TDM_AWAIT(t, b->rc[6] = tdm_await_event(t, b->put));
+	b->res[6] = tdm_task_result(t);
 	TDM_END(t);
 }
 
@@ -980,8 +987,10 @@ Test(gpu_errors, awaits_on_null_or_foreign_objects_fail_at_once_with_einval, .ti
 	struct bad_gpu_awaits b = {.gpu = e.gpu, .foreign = other.gpu};
 	cr_assert_eq(tdm_stream_lease(other.gpu, 0, 0, &b.fs), 0);
 	cr_assert_eq(tdm_event_get(other.gpu, 0, &b.fe), 0);
+	cr_assert_eq(tdm_event_get(e.gpu, 0, &b.put), 0);
+	cr_assert_eq(tdm_event_put(b.put), 0);
 	cr_assert_eq(run_one(&e, bad_gpu_await_task, &b), 0);
-	for (int i = 0; i < 6; i++) {
+	for (int i = 0; i < 7; i++) {
 		cr_assert_eq(b.rc[i], -EINVAL, "await %d returned %d", i, b.rc[i]);
 		cr_assert_eq(b.res[i], -EINVAL, "await %d left the result %d", i, b.res[i]);
 	}
