@@ -52,6 +52,9 @@ struct tdm__backend_ops {
 	/* 0: done; -EAGAIN: pending (on a failed device too, as stream_query); -EIO: the captured
 	 * work failed, or the device did. */
 	int (*event_query)(struct tdm__backend *b, void *ev);
+	/* Optional: forget the error of the event's last record, for a new owner (the sim keeps
+	 * one per event; a CUDA event has none). NULL: nothing to forget. */
+	void (*event_reset)(struct tdm__backend *b, void *ev);
 
 	/* Enqueues, after all earlier work on the stream, a store of `value` to `word`, which
 	 * lives in memory from host_alloc. Only where can_write_value64. */

@@ -807,7 +807,12 @@ int tdm_event_get(tdm_gpu *gpu, int device, tdm_event **out)
 		return -ENODEV;
 	if (device < 0 || device >= gpu->ndev)
 		return -EINVAL;
-	return tdm__event_take(&gpu->devs[device], out);
+	int rc = tdm__event_take(&gpu->devs[device], out);
+	/* A new owner's event is complete until it records it (tdm_await_event says so), even
+	 * when its last record, for a stream await, captured a failed operation. */
+	if (rc == 0 && gpu->ops->event_reset != NULL)
+		gpu->ops->event_reset(gpu->b, (*out)->be);
+	return rc;
 }
 
 int tdm_event_put(tdm_event *e)

@@ -853,6 +853,15 @@ static int sim_event_query(struct tdm__backend *b, void *ev)
 	return (done & 1) != 0 ? -EIO : 0;
 }
 
+/* The error of the last record goes; its generation stays, so that a record still pending is
+ * still waited for. Relaxed: the new owner got the event through the pool's lock. */
+static void sim_event_reset(struct tdm__backend *b, void *ev)
+{
+	(void)b;
+	struct sim_event *e = ev;
+	atomic_fetch_and_explicit(&e->done, ~(uint64_t)1, memory_order_relaxed);
+}
+
 /* ---- work ---- */
 
 static int sim_write_value(struct tdm__backend *b, void *stream, uint64_t *word, uint64_t value)
@@ -1004,6 +1013,7 @@ const struct tdm__backend_ops tdm__backend_sim = {
     .event_destroy = sim_event_destroy,
     .event_record = sim_event_record,
     .event_query = sim_event_query,
+    .event_reset = sim_event_reset,
     .write_value = sim_write_value,
     .word_status = sim_word_status,
     .host_alloc = sim_host_alloc,

@@ -1466,6 +1466,51 @@ Test(gpu_memory, a_dead_devices_staged_copies_give_their_blocks_back, .timeout =
 	env_close(&e);
 }
 
+/*
+ * In event completion a stream await records a pooled event; after an operation's fault that
+ * record failed. The event goes back to the pool, and its next owner's await, made before any
+ * record of its own, is complete with 0 (as tdm_await_event says), not the old -EIO. The pool
+ * hands the newest event out first, so the owner gets that very event.
+ */
+struct stale_event {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	tdm_event *ev;
+	int faulted, rc;
+	struct seen sn;
+};
+
+static int stale_event_task(tdm_task *t, void *arg)
+{
+	struct stale_event *c = arg;
+	TDM_BEGIN(t);
+	LEASE_OR_END(c, TDM_STREAM_EXCLUSIVE);
+	SEE(&c->sn, tdm_sim_inject(c->s, TDM_SIM_FAULT_OP));
+	SEE(&c->sn, tdm_launch_spin(c->s, 1000));
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	c->faulted = tdm_task_result(t);
+	tdm_stream_release(c->s);
+	SEE(&c->sn, tdm_event_get(c->gpu, 0, &c->ev));
+	if (c->sn.rc != 0)
+		return 0;
+	TDM_AWAIT(t, tdm_await_event(t, c->ev));
+	c->rc = tdm_task_result(t);
+	TDM_END(t);
+}
+
+Test(gpu_sim_events, a_pooled_event_forgets_a_failed_record_for_its_next_owner, .timeout = 30)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_EVENT, 1));
+	struct stale_event c = {.gpu = e.gpu, .faulted = 1, .rc = 1};
+	cr_assert_eq(run_one(&e, stale_event_task, &c), 0);
+	ASSERT_SEEN(&c.sn);
+	cr_assert_eq(c.faulted, -EIO, "the faulted operation's await");
+	cr_assert_eq(c.rc, 0, "a new owner's event, never recorded: %d", c.rc);
+	cr_assert_eq(tdm_event_put(c.ev), 0);
+	close_usable(&e);
+}
+
 struct ordered_free_state {
 	tdm_gpu *gpu;
 	tdm_stream *s;
