@@ -32,6 +32,11 @@ typedef void (*tdm_fn)(void *arg);
 /*
  * Called once for each task that shutdown cancels instead of running (TDM_SHUTDOWN_CANCEL), on
  * the thread that cancels it, so that the owner of `arg` can release it. It must not submit work.
+ * For a resumable task (tdm_spawn) fn is NULL and arg is its argument: one not yet started, or
+ * one woken from an await after the shutdown began (it is not resumed; whatever it held across
+ * the await, a stream lease included, is for on_cancel to release). It may fire tdm_notify
+ * handles: a task awaiting a notification that only a cancelled task would have fired keeps
+ * tdm_executor_destroy waiting until something fires it.
  */
 typedef void (*tdm_cancel_fn)(void *user, tdm_fn fn, void *arg);
 
