@@ -150,14 +150,37 @@ static void tandem_nop(void *arg)
 	(void)arg;
 }
 
+/* Tasks the workers ran so far; after a group wait, its tasks' counts are seen (tdm__run_task
+ * counts a task before the group learns it finished). */
+static uint64_t tandem_tasks_run(tdm_executor *ex)
+{
+	uint64_t sum = 0;
+	tdm_worker_stats st;
+
+	for (int i = 0; i < tdm_executor_workers(ex); i++)
+		if (tdm_executor_stats(ex, (unsigned)i, &st) == 0)
+			sum += st.tasks_run;
+	return sum;
+}
+
 static void tandem_spawn(void *ctx, uint64_t n)
 {
 	tdm_group g;
+	/* The check: the tasks do nothing, so a wait that returned early would only look fast.
+	 * A read of each worker's counter, before and after: nothing per task. */
+	uint64_t before = tandem_tasks_run(ctx), ran;
 
 	must(tdm_group_init(&g, ctx), "tdm_group_init");
 	for (uint64_t i = 0; i < n; i++)
 		must(tdm_group_spawn(&g, tandem_nop, NULL), "tdm_group_spawn");
 	must(tdm_group_wait(&g), "tdm_group_wait");
+	ran = tandem_tasks_run(ctx) - before;
+	if (ran != n) {
+		fprintf(stderr,
+		        "tandem-bench: spawn: %llu of %llu tasks ran before the wait returned\n",
+		        (unsigned long long)ran, (unsigned long long)n);
+		abort();
+	}
 }
 
 static const struct bench_impl tandem_impl = {

@@ -378,6 +378,7 @@ static int lat_task_fn(tdm_task *t, void *arg)
 
 struct lat_result {
 	struct lat_stats st;
+	unsigned stream_set; /* tandem's streams per set on device 0 in this configuration */
 	uint64_t bg_early;
 	unsigned bg_streams; /* distinct background streams */
 	double bg_setup_ms, bg_kernel_ms;
@@ -411,6 +412,14 @@ static unsigned bg_stream_count(uint64_t outstanding, unsigned connections)
 	return k > 0 ? (unsigned)k : 1;
 }
 
+/* The streams per set tandem chose on device 0: one per worker where there are more workers than
+ * work queues (gpu/topology.c), so it depends on the configuration. */
+static unsigned stream_set_of(tdm_gpu *gpu)
+{
+	tdm_device_info di;
+	return tdm_gpu_device_info(gpu, 0, &di) == 0 ? di.streams : 0;
+}
+
 static void tandem_latency(const struct bench_gpu_opts *o, unsigned workers, uint64_t outstanding,
                            unsigned nbg, unsigned nstreams, uint64_t *ns, struct lat_result *res)
 {
@@ -442,6 +451,7 @@ static void tandem_latency(const struct bench_gpu_opts *o, unsigned workers, uin
 	}
 
 	env_open(&e, o, workers, nstreams);
+	res->stream_set = stream_set_of(e.gpu);
 	watchdog_start(&wd, e.ex, STALL_NS, "gpu-latency workers=%u outstanding=%llu", workers,
 	               (unsigned long long)outstanding);
 	/* The measured stream first and exclusive: no other work is ever enqueued on it. The
@@ -602,7 +612,7 @@ static void lat_report(const struct lat_ctx *c, const char *impl, unsigned worke
 	putchar('"');
 	if (strcmp(impl, "tandem") == 0)
 		printf(",\"completion\":\"%s\",\"stream_set\":%u,\"launch_limit\":%u",
-		       c->info->completion, c->info->streams, c->info->launch_limit);
+		       c->info->completion, r->stream_set, c->info->launch_limit);
 	printf(",\"rounds\":%d", o->reps);
 	printf(",\"workers\":%u,\"outstanding\":%llu,\"bg_streams\":%u,"
 	       "\"kernel_us\":0,\"n\":%llu,\"warmup\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,"
@@ -848,6 +858,7 @@ struct tp_result {
 	int have;
 	double tps, tps_best, median_ms, min_ms;
 	unsigned streams;
+	unsigned stream_set; /* tandem: its streams per set on device 0 in this configuration */
 	uint64_t in_flight;
 	tdm_gpu_stats st; /* tandem: the poller's counts over the timed runs */
 };
@@ -874,6 +885,7 @@ static void tandem_throughput(const struct bench_gpu_opts *o, unsigned workers, 
 	if (tasks == NULL)
 		die("gpu-throughput", -ENOMEM);
 	env_open(&e, o, workers, 0);
+	res->stream_set = stream_set_of(e.gpu);
 	watchdog_start(&wd, e.ex, STALL_NS + 2ull * ns, "gpu-throughput workers=%u kernel_us=%u",
 	               workers, ns / 1000u);
 	r.gpu = e.gpu;
@@ -932,11 +944,12 @@ static const char *const tp_names[TP_NIMPL] = {"tandem", "cuda-sync", "cuda-host
 
 static void tp_header(const struct bench_gpu_opts *o, const struct gpu_info *info, int nimpl)
 {
-	printf(
-	    "\ngpu-throughput on %s (%s; tandem: completion %s, %u streams per set, launch limit "
-	    "%u): tasks/s, median of %d runs of %llu tasks (a kernel and its await each)\n",
-	    info->backend, info->device, info->completion, info->streams, info->launch_limit,
-	    o->reps, (unsigned long long)o->n);
+	printf("\ngpu-throughput on %s (%s; tandem: completion %s, %u streams per set (or one "
+	       "per worker where there are more workers, at most 32), launch limit %u): tasks/s, "
+	       "median of %d runs of %llu tasks (a "
+	       "kernel and its await each)\n",
+	       info->backend, info->device, info->completion, info->streams, info->launch_limit,
+	       o->reps, (unsigned long long)o->n);
 	printf("%7s %9s", "workers", "kernel_us");
 	for (int k = 0; k < nimpl; k++)
 		printf(" %14s", tp_names[k]);
@@ -976,7 +989,7 @@ static void tp_json(const struct bench_gpu_opts *o, const struct gpu_info *info,
 	putchar('"');
 	if (impl == TP_TANDEM) {
 		printf(",\"completion\":\"%s\",\"stream_set\":%u,\"launch_limit\":%u,",
-		       info->completion, info->streams, info->launch_limit);
+		       info->completion, r->stream_set, info->launch_limit);
 		bench_stats_json(&r->st);
 	}
 	printf(",\"workers\":%u,\"kernel_us\":%llu,\"n\":%llu,\"reps\":%d,"
