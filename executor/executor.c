@@ -55,7 +55,8 @@ int tdm__cpulist_parse(const char *l, cpu_set_t *set)
 			return -EINVAL;
 		for (long c = a; c <= b; c++)
 			CPU_SET((int)c, set);
-		if (*end == '\0' || *end == '\n')
+		/* One trailing newline (a list read from sysfs), nothing after it. */
+		if (*end == '\0' || (*end == '\n' && end[1] == '\0'))
 			return 0;
 		if (*end != ',')
 			return -EINVAL;
@@ -174,6 +175,9 @@ int tdm_executor_create(tdm_executor **out, const tdm_config *cfg_in)
 
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
+	/* Unpinned, the workers may still use only the CPUs of the list they were given. */
+	if (cfg.cpus != NULL && !cfg.pin_workers)
+		pthread_attr_setaffinity_np(&attr, sizeof(cpus), &cpus);
 	for (unsigned i = 0; i < n; i++) {
 		struct tdm__worker *w = &ex->workers[i];
 		int cpu = cfg.pin_workers ? nth_cpu(&cpus, i, ncpus) : -1;

@@ -174,7 +174,7 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	if ((unsigned)cfg.completion > TDM_COMPLETION_ADAPTIVE ||
 	    (unsigned)cfg.placement > TDM_PLACE_NEAREST ||
 	    (unsigned)cfg.pageable > TDM_PAGEABLE_REFUSE || cfg.streams_per_device > 1024 ||
-	    cfg.launch_limit > 1024)
+	    cfg.launch_limit > 1024 || cfg.pinned_chunk_bytes > ((size_t)64 << 30))
 		return -EINVAL;
 	if (cfg.completion == TDM_COMPLETION_AUTO) {
 		/* Unset: modes[3], automatic (adaptive where words can be written). */
@@ -194,7 +194,10 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	int balance = env_choice("TANDEM_LEASE_BALANCE", balances, 2, TDM__BALANCE_SLOW);
 	static const char *const watches[] = {"0", "1"};
 	int watch = env_choice("TANDEM_WORKER_WATCH", watches, 2, 1);
-	if (balance < 0 || watch < 0)
+	/* Read again where NVML is loaded (topology_discover.c); refused here like the others. */
+	static const char *const nvml[] = {"0", "off", "1", "on"};
+	int use_nvml = env_choice("TANDEM_NVML", nvml, 4, 2);
+	if (balance < 0 || watch < 0 || use_nvml < 0)
 		return -EINVAL;
 	const struct tdm__backend_ops *ops;
 	int rc = pick_backend(&cfg, &ops);

@@ -127,7 +127,8 @@ void tdm_gpu_config_init(tdm_gpu_config *cfg);
  * pinned_chunk_bytes above 64 GiB; with TDM_BACKEND_AUTO, TANDEM_GPU set to something other
  * than cuda, sim or none; with TDM_COMPLETION_AUTO, TANDEM_COMPLETION set to something other
  * than word, event or adaptive; TANDEM_LEASE_BALANCE set to something other than always or
- * never, or TANDEM_WORKER_WATCH to something other than 0 or 1 (README.md, "Streams").  -ENODEV:
+ * never, TANDEM_WORKER_WATCH to something other than 0 or 1, or TANDEM_NVML to something other
+ * than 0, off, 1 or on (README.md, "Streams").  -ENODEV:
  * the backend asked for (or cuda by default) has no device or is not built in.  -ENOTSUP:
  * TDM_COMPLETION_WORD or _ADAPTIVE asked for (in cfg or by TANDEM_COMPLETION) on a device that
  * cannot write completion words.  -ENOMEM, -EAGAIN: resources.  -EIO: the driver failed while the

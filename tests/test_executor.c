@@ -437,6 +437,33 @@ Test(executor, pinned_workers_run_on_the_cpus_of_the_given_list, .timeout = 30)
 	tdm_test_destroy(ex);
 }
 
+/* Without pinning, the workers still run only on the CPUs of the list. */
+static atomic_int unpinned_cpus;
+
+static void count_allowed_cpus(void *arg)
+{
+	(void)arg;
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+	atomic_store(&unpinned_cpus, CPU_COUNT(&set));
+}
+
+Test(executor, unpinned_workers_keep_to_the_given_list, .timeout = 30)
+{
+	char list[16];
+	first_allowed_cpu(list, sizeof list);
+	tdm_config cfg;
+	tdm_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.cpus = list; /* one CPU, not pinned: both workers share it */
+	tdm_executor *ex = tdm_test_create_cfg(&cfg);
+	cr_assert_eq(tdm_submit(ex, count_allowed_cpus, NULL), 0);
+	tdm_test_destroy(ex); /* drains */
+	cr_assert_eq(atomic_load(&unpinned_cpus), 1, "a worker may run on %d CPUs",
+	             atomic_load(&unpinned_cpus));
+}
+
 Test(executor, workers_default_to_one_per_cpu_of_the_given_list, .timeout = 30)
 {
 	char list[16];

@@ -751,11 +751,15 @@ Test(gpu_errors, create_refuses_each_bad_config_field, .timeout = 30)
 	cr_assert_eq(setenv("TANDEM_WORKER_WATCH", "off", 1), 0); /* 0 or 1 */
 	assert_gpu_create_fails(e.ex, &g, -EINVAL, "TANDEM_WORKER_WATCH=off");
 	cr_assert_eq(unsetenv("TANDEM_WORKER_WATCH"), 0);
+	cr_assert_eq(setenv("TANDEM_NVML", "no", 1), 0); /* 0, off, 1 or on */
+	assert_gpu_create_fails(e.ex, &g, -EINVAL, "TANDEM_NVML=no");
+	cr_assert_eq(unsetenv("TANDEM_NVML"), 0);
 	/* Each accepted value still opens: the unset default, and an explicit one of each. */
 	cr_assert_eq(setenv("TANDEM_GPU", "sim", 1), 0);
 	cr_assert_eq(setenv("TANDEM_COMPLETION", "event", 1), 0);
 	cr_assert_eq(setenv("TANDEM_LEASE_BALANCE", "never", 1), 0);
 	cr_assert_eq(setenv("TANDEM_WORKER_WATCH", "0", 1), 0);
+	cr_assert_eq(setenv("TANDEM_NVML", "off", 1), 0);
 	tdm_gpu_config_init(&g); /* backend and completion automatic: both read from the env */
 	cr_assert_eq(tdm_gpu_create(&gpu, e.ex, &g), 0, "every switch set to a value it knows");
 	cr_assert_eq(tdm_gpu_completion(gpu, 0), TDM_COMPLETION_EVENT);
@@ -764,6 +768,7 @@ Test(gpu_errors, create_refuses_each_bad_config_field, .timeout = 30)
 	cr_assert_eq(unsetenv("TANDEM_COMPLETION"), 0);
 	cr_assert_eq(unsetenv("TANDEM_LEASE_BALANCE"), 0);
 	cr_assert_eq(unsetenv("TANDEM_WORKER_WATCH"), 0);
+	cr_assert_eq(unsetenv("TANDEM_NVML"), 0);
 	close_usable(&e);
 }
 

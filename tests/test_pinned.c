@@ -663,6 +663,8 @@ Test(pinned_errors, a_chunk_size_past_64_gib_is_refused)
 	g.backend = TDM_BACKEND_SIM;
 	g.pinned_chunk_bytes = (size_t)1 << 40;
 	cr_assert_eq(tdm_gpu_create(&gpu, ex, &g), -EINVAL);
+	g.backend = TDM_BACKEND_NONE; /* no pool then, but the value is refused all the same */
+	cr_assert_eq(tdm_gpu_create(&gpu, ex, &g), -EINVAL);
 	tdm_test_destroy(ex);
 }
 
