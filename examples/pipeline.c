@@ -27,7 +27,8 @@
 #define FACTOR 2.0f
 
 /* What the callbacks share. prepare and (ordered) consume run one call at a time, so plain
- * fields are enough; the callbacks run on the executor's workers. */
+ * fields are enough; the callbacks run on the executor's workers, and each slot's first batch
+ * on the thread that called tdm_pipeline_run. */
 struct job {
 	uint64_t next_expected; /* consume: the batch index that must come next */
 	uint64_t wrong;         /* elements or batches that were not what they should be */

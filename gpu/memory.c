@@ -252,10 +252,12 @@ int tdm_mem_prefetch(tdm_stream *s, const void *p, size_t bytes, int device)
 int tdm_mem_advise(tdm_gpu *gpu, const void *p, size_t bytes, tdm_mem_advice advice, int device)
 {
 	if (gpu == NULL || p == NULL || bytes == 0 || advice < TDM_ADVISE_READ_MOSTLY ||
-	    advice > TDM_ADVISE_ACCESSED_BY || device >= gpu->ndev)
+	    advice > TDM_ADVISE_ACCESSED_BY)
 		return -EINVAL;
-	if (gpu->ndev == 0)
+	if (gpu->ndev == 0) /* before the range: on a layer without devices every device is out */
 		return -ENODEV;
+	if (device >= gpu->ndev)
+		return -EINVAL;
 	NEED(gpu, advise);
 	return gpu->ops->advise(gpu->b, p, bytes, advice, device < 0 ? -1 : device);
 }

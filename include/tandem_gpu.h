@@ -128,7 +128,7 @@ void tdm_gpu_config_init(tdm_gpu_config *cfg);
  * than cuda, sim or none; with TDM_COMPLETION_AUTO, TANDEM_COMPLETION set to something other
  * than word, event or adaptive; TANDEM_LEASE_BALANCE set to something other than always or
  * never, TANDEM_WORKER_WATCH to something other than 0 or 1, or TANDEM_NVML to something other
- * than 0, off, 1 or on (README.md, "Streams").  -ENODEV:
+ * than 0, off, 1 or on (README.md, "Async/await on the GPU").  -ENODEV:
  * the backend asked for (or cuda by default) has no device or is not built in.  -ENOTSUP:
  * TDM_COMPLETION_WORD or _ADAPTIVE asked for (in cfg or by TANDEM_COMPLETION) on a device that
  * cannot write completion words.  -ENOMEM, -EAGAIN: resources.  -EIO: the driver failed while the
@@ -283,6 +283,7 @@ typedef struct tdm_pinned_stats {
 	uint64_t chunks;
 } tdm_pinned_stats;
 
+/* -EINVAL: gpu or out is NULL; -ENODEV: a GPU layer without a backend (TDM_BACKEND_NONE). */
 int tdm_pinned_stats_get(tdm_gpu *gpu, tdm_pinned_stats *out);
 
 /* Page-locks (and unlocks) a buffer the caller owns, so copies from it are async. -EINVAL: a
@@ -477,7 +478,9 @@ typedef struct tdm_pipeline_stats {
  * NULL; it is zeroed first and filled in whenever the pipeline ran. Returns 0 when every batch
  * succeeded, else the first batch error (stats says which and how many); -ECANCELED when the
  * executor's shutdown (TDM_SHUTDOWN_CANCEL) cancelled the pipeline's tasks, whatever else failed;
- * -EINVAL for a bad config (streams beyond in_flight among them); -ENODEV: no device; -ENOMEM when
+ * -EINVAL for a bad config (streams beyond in_flight among them); -ENODEV: no device, or the
+ * device failed before the run could lease its streams; -EAGAIN: a stream could not be made (the
+ * simulator's stream thread did not start); -ENOMEM when
  * buffers cannot be had; -EIO when they cannot be had because the device failed; -ESHUTDOWN: the
  * executor or the GPU layer is being destroyed; -EBUSY: no stream of the device could be leased.
  */

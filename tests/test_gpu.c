@@ -913,6 +913,12 @@ Test(gpu_errors, none_backend_refuses_device_calls, .timeout = 30)
 	cr_assert_eq(tdm_host_alloc(e.gpu, 64, &p), -ENODEV);
 	cr_assert_eq(tdm_host_free(e.gpu, NULL), -ENODEV);
 	cr_assert_eq(tdm_event_get(e.gpu, 0, &ev), -ENODEV);
+	cr_assert_eq(tdm_managed_alloc(e.gpu, 0, 64, &p), -ENODEV);
+	int host = 0;
+	cr_assert_eq(tdm_mem_advise(e.gpu, &host, sizeof host, TDM_ADVISE_READ_MOSTLY, 0), -ENODEV,
+	             "no devices, device 0");
+	tdm_pinned_stats ps;
+	cr_assert_eq(tdm_pinned_stats_get(e.gpu, &ps), -ENODEV);
 	cr_assert_null(p);
 	await_deadline(&e); /* what the layer does without devices still works */
 	tdm_test_assert_usable(e.ex);
