@@ -87,12 +87,15 @@ static int grow(void **arr, unsigned *cap, size_t elem, unsigned need)
 
 static void add_wake(struct tdm_gpu *gpu, struct tdm__task *t, int rc)
 {
-	unsigned cap_rc = gpu->capwake;
-	if (grow((void **)&gpu->wake, &gpu->capwake, sizeof(*gpu->wake), gpu->nwake + 1) != 0 ||
-	    grow((void **)&gpu->wake_rc, &cap_rc, sizeof(*gpu->wake_rc), gpu->capwake) != 0) {
+	/* capwake is both arrays' capacity: it moves only once both have grown (were it to move
+	 * with wake alone, a failed growth of wake_rc would leave it short for good). */
+	unsigned cap = gpu->capwake, cap_rc = gpu->capwake;
+	if (grow((void **)&gpu->wake, &cap, sizeof(*gpu->wake), gpu->nwake + 1) != 0 ||
+	    grow((void **)&gpu->wake_rc, &cap_rc, sizeof(*gpu->wake_rc), cap) != 0) {
 		/* No memory for the batch: wake this one alone rather than lose it. */
 		tdm__task_wake(t, rc);
 	} else {
+		gpu->capwake = cap;
 		gpu->wake[gpu->nwake] = t;
 		gpu->wake_rc[gpu->nwake++] = rc;
 	}
@@ -302,8 +305,11 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 			count_one(&gpu->n_event_poll);
 			if (rc == -EAGAIN)
 				break;
-			if (e->seq > s->done)
-				s->done = e->seq; /* everything before it is done too */
+			/* Everything before it is done too, if it is: an event that says -EIO may
+			 * be a dead device's, whose work never ran (word awaits still complete
+			 * from their word). */
+			if (rc == 0 && e->seq > s->done)
+				s->done = e->seq;
 			tdm__event_give(e);
 		}
 		if (!progress) {
