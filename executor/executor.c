@@ -250,8 +250,7 @@ int tdm_worker_index(const tdm_executor *ex)
 static int submit(struct tdm_executor *ex, struct tdm__worker *w, tdm_fn fn, tdm_resume_fn resume,
                   void *arg, struct tdm__group *g);
 
-/* This thread's stripe of ex->submitting: threads take them in turn, once. */
-static unsigned submit_stripe(void)
+unsigned tdm__submit_stripe(void)
 {
 	static _Atomic unsigned next;
 	static _Thread_local unsigned mine; /* stripe + 1; 0 until the first submission */
@@ -275,7 +274,7 @@ int tdm__submit_to(struct tdm_executor *ex, tdm_fn fn, tdm_resume_fn resume, voi
 	 * of shutdown: pair with destroy's store of shutdown and its loads of the stripes
 	 * (Dekker): either this sees shutdown and backs out, or destroy sees the count.
 	 */
-	_Atomic unsigned *n = &ex->submitting[submit_stripe()].n;
+	_Atomic unsigned *n = &ex->submitting[tdm__submit_stripe()].n;
 	atomic_fetch_add_explicit(n, 1, memory_order_seq_cst);
 	int rc = -ESHUTDOWN;
 	if (!atomic_load_explicit(&ex->shutdown, memory_order_seq_cst))

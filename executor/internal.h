@@ -281,6 +281,8 @@ void tdm__try_terminate(struct tdm_executor *ex);
 void tdm__suspended_done(struct tdm_executor *ex, unsigned n);
 /* bounded: at most max_searching searchers; the keeper of an awake hold passes unbounded. */
 bool tdm__transition_to_searching(struct tdm__worker *w, bool bounded);
+/* This thread's stripe of ex->submitting: threads take them in turn, once. */
+unsigned tdm__submit_stripe(void);
 void tdm__transition_from_searching(struct tdm__worker *w);
 bool tdm__park(struct tdm__worker *w);
 
@@ -316,8 +318,10 @@ bool tdm__expect_wake(struct tdm_executor *ex, unsigned home);
  * Every hold taken must be released: while one is taken the executor does not terminate
  * (which also keeps it alive for the release, the holder's last access to it), and the worker
  * holding the keeper role does not park: it searches even when max_searching others already do.
+ * A hold is taken from outside the workers, so it counts itself as an outside submission does
+ * (destroy waits for it): -ESHUTDOWN, and no hold, once tdm_executor_destroy has begun.
  */
-void tdm__awake_hold(struct tdm_executor *ex);
+int tdm__awake_hold(struct tdm_executor *ex);
 void tdm__awake_release(struct tdm_executor *ex);
 
 /*

@@ -652,9 +652,14 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 	pthread_mutex_init(&p->lock, NULL);
 
 	/* A worker stays awake for the batches (unless cfg.no_spin), from before the set-up, so
-	 * that one is running when the slots' tasks start. */
-	if (!p->cfg.no_spin)
-		tdm__awake_hold(gpu->ex);
+	 * that one is running when the slots' tasks start. Refused once the executor's destroy
+	 * began: nothing has been set up yet. */
+	if (!p->cfg.no_spin && tdm__awake_hold(gpu->ex) != 0) {
+		pthread_mutex_destroy(&p->lock);
+		pthread_mutex_destroy(&p->prep_lock);
+		free(p);
+		return -ESHUTDOWN;
+	}
 	unsigned want = cfg->streams != 0     ? cfg->streams
 	                : n < DEFAULT_STREAMS ? n
 	                                      : DEFAULT_STREAMS;

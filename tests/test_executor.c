@@ -575,7 +575,7 @@ Test(park, the_keeper_of_a_hold_searches_past_the_bound, .timeout = 30)
 	c.ex = ex;
 	atomic_store(&c.k, -1);
 	atomic_store(&c.s_ran, false);
-	tdm__awake_hold(ex);
+	cr_assert_eq(tdm__awake_hold(ex), 0);
 	/* A keeper, and the other worker asleep after its spin. */
 	unsigned keeper = 0;
 	for (int i = 0; i < 3000; i++) {

@@ -843,26 +843,35 @@ static void nothing(void *arg)
 	(void)arg;
 }
 
+/* Starts an executor destroy (drain mode) that a running task holds in progress; returns once
+ * it has begun (an outside submission is refused). */
+static void destroy_in_progress(struct env *e, atomic_int *go, pthread_t *th)
+{
+	atomic_store(go, 0);
+	cr_assert_eq(tdm_submit(e->ex, block_until, go), 0);
+	cr_assert_eq(pthread_create(th, NULL, destroy_executor, e->ex), 0);
+	while (tdm_submit(e->ex, nothing, NULL) != -ESHUTDOWN)
+		tdm_test_sleep_us(100);
+}
+
 /*
  * The executor is shutting down (drain mode, a task still running), so a slot's task cannot be
  * started: tdm_spawn says -ESHUTDOWN right after the caller primed the first slot. That batch is
  * finished on the caller's thread (consumed, counted), not stranded, and the run says why it
- * stopped.
+ * stopped. no_spin: with the awake hold the run is refused before any slot is primed (the next
+ * test); without it, or when the destroy begins after the hold, the spawn is what fails.
  */
 Test(pipeline_sim, a_slot_whose_task_cannot_start_finishes_its_batch, .timeout = 60)
 {
 	struct env e;
 	cr_assert(env_open_cfg(&e, TDM_BACKEND_SIM, 2, TDM_SHUTDOWN_DRAIN, 0));
 	static atomic_int go;
-	atomic_store(&go, 0);
-	cr_assert_eq(tdm_submit(e.ex, block_until, &go), 0);
 	pthread_t th;
-	cr_assert_eq(pthread_create(&th, NULL, destroy_executor, e.ex), 0);
-	while (tdm_submit(e.ex, nothing, NULL) != -ESHUTDOWN)
-		tdm_test_sleep_us(100); /* until the destroy has begun */
+	destroy_in_progress(&e, &go, &th);
 	static struct rec r;
 	rec_init(&r, 20);
 	tdm_pipeline_config c = rec_config(&r, 3, 1);
+	c.no_spin = 1;
 	tdm_pipeline_stats st;
 	cr_assert_eq(tdm_pipeline_run(e.gpu, &c, &st), -ESHUTDOWN);
 	cr_assert_eq(atomic_load(&r.prepared), 1, "only the first slot was primed");
@@ -871,6 +880,29 @@ Test(pipeline_sim, a_slot_whose_task_cannot_start_finishes_its_batch, .timeout =
 	cr_assert_eq(atomic_load(&r.npos), 1);
 	cr_assert_eq(r.order[0], 0);
 	cr_assert_eq(atomic_load(&r.bad), 0);
+	atomic_store(&go, 1);
+	void *drc;
+	cr_assert_eq(pthread_join(th, &drc), 0);
+	cr_assert_eq((intptr_t)drc, 0);
+	cr_assert_eq(tdm_gpu_destroy(e.gpu), 0);
+}
+
+/* The awake hold is refused once the executor's destroy has begun (it would outlive the
+ * executor otherwise): the run says -ESHUTDOWN before it prepares anything, and the layer and
+ * the destroy go on. */
+Test(pipeline_sim, a_run_after_the_executors_destroy_began_is_refused_at_once, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open_cfg(&e, TDM_BACKEND_SIM, 2, TDM_SHUTDOWN_DRAIN, 0));
+	static atomic_int go;
+	pthread_t th;
+	destroy_in_progress(&e, &go, &th);
+	static struct rec r;
+	rec_init(&r, 20);
+	tdm_pipeline_config c = rec_config(&r, 3, 1);
+	tdm_pipeline_stats st;
+	cr_assert_eq(tdm_pipeline_run(e.gpu, &c, &st), -ESHUTDOWN);
+	cr_assert_eq(atomic_load(&r.prepared), 0, "nothing prepared");
 	atomic_store(&go, 1);
 	void *drc;
 	cr_assert_eq(pthread_join(th, &drc), 0);
