@@ -197,6 +197,26 @@ static cudaError_t tdm__cuda_use_exact(int dev)
 }
 
 /*
+ * For the calls that act on "the current device" and are not on a hot path (create, destroy,
+ * allocate, free, memory info): dev exactly current for the call, and the caller's own device
+ * given back after it. The caller is often the application's thread, whose later cudaMalloc or
+ * launch must not land on a device tandem chose. Workers pay one more cudaSetDevice at their
+ * next launch; the hot paths keep the cache (tdm__cuda_use).
+ */
+static cudaError_t tdm__cuda_enter(int dev, int *prev)
+{
+	if (cudaGetDevice(prev) != cudaSuccess)
+		*prev = -1;
+	return tdm__cuda_use_exact(dev);
+}
+
+static void tdm__cuda_leave(int dev, int prev)
+{
+	if (prev >= 0 && prev != dev)
+		(void)tdm__cuda_set(prev);
+}
+
+/*
  * After a hot-path call for `dev` failed with an error a wrong current device produces (a launch
  * into a stream of another device is cudaErrorInvalidResourceHandle): true when the cache had
  * lied, the device is now really current, and the call, which enqueued nothing, may be retried.
@@ -458,6 +478,7 @@ static int tdm__cuda_stream_create(struct tdm__backend *b, int dev, int priority
 {
 	struct tdm__cuda_stream *st;
 	cudaError_t e;
+	int prev;
 
 	if (out == NULL || tdm__cuda_bad_dev(b, dev))
 		return -EINVAL;
@@ -465,9 +486,10 @@ static int tdm__cuda_stream_create(struct tdm__backend *b, int dev, int priority
 	if (st == NULL)
 		return -ENOMEM;
 	/* The runtime clamps a priority outside the device's range; the caller stays within it. */
-	e = tdm__cuda_use_exact(dev);
+	e = tdm__cuda_enter(dev, &prev);
 	if (e == cudaSuccess)
 		e = cudaStreamCreateWithPriority(&st->s, cudaStreamNonBlocking, priority);
+	tdm__cuda_leave(dev, prev);
 	if (e != cudaSuccess) {
 		free(st);
 		return tdm__cuda_fail(e);
@@ -482,13 +504,16 @@ static void tdm__cuda_stream_destroy(struct tdm__backend *b, void *stream)
 {
 	struct tdm__cuda_stream *st = stream;
 
+	int prev;
+
 	(void)b;
 	if (st == NULL)
 		return;
-	(void)tdm__cuda_use_exact(st->dev);
+	(void)tdm__cuda_enter(st->dev, &prev);
 	(void)cudaStreamSynchronize(st->s);
 	(void)cudaStreamDestroy(st->s);
 	(void)cudaGetLastError();
+	tdm__cuda_leave(st->dev, prev);
 	free(st);
 }
 
@@ -532,15 +557,17 @@ static int tdm__cuda_event_create(struct tdm__backend *b, int dev, void **out)
 {
 	struct tdm__cuda_event *ev;
 	cudaError_t e;
+	int prev;
 
 	if (out == NULL || tdm__cuda_bad_dev(b, dev))
 		return -EINVAL;
 	ev = malloc(sizeof(*ev));
 	if (ev == NULL)
 		return -ENOMEM;
-	e = tdm__cuda_use_exact(dev);
+	e = tdm__cuda_enter(dev, &prev);
 	if (e == cudaSuccess)
 		e = cudaEventCreateWithFlags(&ev->e, cudaEventDisableTiming);
+	tdm__cuda_leave(dev, prev);
 	if (e != cudaSuccess) {
 		free(ev);
 		return tdm__cuda_fail(e);
@@ -554,12 +581,15 @@ static void tdm__cuda_event_destroy(struct tdm__backend *b, void *event)
 {
 	struct tdm__cuda_event *ev = event;
 
+	int prev;
+
 	(void)b;
 	if (ev == NULL)
 		return;
-	(void)tdm__cuda_use_exact(ev->dev);
+	(void)tdm__cuda_enter(ev->dev, &prev);
 	(void)cudaEventDestroy(ev->e);
 	(void)cudaGetLastError();
+	tdm__cuda_leave(ev->dev, prev);
 	free(ev);
 }
 
@@ -662,13 +692,15 @@ static int tdm__cuda_alloc(struct tdm__backend *b, int dev, size_t bytes, bool m
 {
 	void *p = NULL;
 	cudaError_t e;
+	int prev;
 
 	if (out == NULL || bytes == 0 || tdm__cuda_bad_dev(b, dev))
 		return -EINVAL;
-	e = tdm__cuda_use_exact(dev);
+	e = tdm__cuda_enter(dev, &prev);
 	if (e == cudaSuccess)
 		e = managed ? cudaMallocManaged(&p, bytes, cudaMemAttachGlobal)
 		            : cudaMalloc(&p, bytes);
+	tdm__cuda_leave(dev, prev);
 	if (e != cudaSuccess)
 		return tdm__cuda_fail(e);
 	*out = p;
@@ -682,10 +714,13 @@ static int tdm__cuda_device_alloc(struct tdm__backend *b, int dev, size_t bytes,
 
 static void tdm__cuda_device_free(struct tdm__backend *b, int dev, void *p)
 {
+	int prev;
+
 	if (p == NULL || tdm__cuda_bad_dev(b, dev))
 		return;
-	if (tdm__cuda_use_exact(dev) != cudaSuccess || cudaFree(p) != cudaSuccess)
+	if (tdm__cuda_enter(dev, &prev) != cudaSuccess || cudaFree(p) != cudaSuccess)
 		(void)cudaGetLastError();
+	tdm__cuda_leave(dev, prev);
 }
 
 /* ---- work on a stream -------------------------------------------------------------------- */
@@ -980,12 +1015,14 @@ static int tdm__cuda_mem_info(struct tdm__backend *b, int dev, size_t *free_byte
 {
 	size_t f = 0, t = 0;
 	cudaError_t e;
+	int prev;
 
 	if (free_bytes == NULL || total_bytes == NULL || tdm__cuda_bad_dev(b, dev))
 		return -EINVAL;
-	e = tdm__cuda_use_exact(dev);
+	e = tdm__cuda_enter(dev, &prev);
 	if (e == cudaSuccess)
 		e = cudaMemGetInfo(&f, &t);
+	tdm__cuda_leave(dev, prev);
 	if (e != cudaSuccess)
 		return tdm__cuda_fail(e);
 	*free_bytes = f;

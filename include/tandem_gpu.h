@@ -225,8 +225,9 @@ typedef enum tdm_copy_kind {
 /*
  * Async copy. Host memory from tdm_host_alloc, tdm_pinned_alloc or tdm_host_register is copied
  * directly; pageable host memory is staged or refused (tdm_gpu_config.pageable; -EFAULT).
- * -EINVAL: a NULL stream or pointer, or an unknown kind; -EIO: the device failed (or the copy
- * was refused by the driver); staging adds -ENOMEM (the pinned pool at its cap) and -ENOTSUP (a
+ * -EINVAL: a NULL stream or pointer, or an unknown kind, or (cuda) arguments the driver refuses,
+ * such as a range past the end of an allocation; -EIO: the device failed, or the driver refused
+ * the copy otherwise; staging adds -ENOMEM (the pinned pool at its cap) and -ENOTSUP (a
  * backend without host functions). A staged copy's pinned block goes back to the pool when the
  * copy is done, or when its device fails first (a dead device runs no more host functions).
  */
