@@ -59,7 +59,16 @@ int tdm_notify_init(tdm_notify *n, tdm_executor *ex)
 	if (n == NULL || ex == NULL)
 		return -EINVAL;
 	struct notify *in = (struct notify *)(void *)n;
-	atomic_init(&in->state, 0);
+	/* A task awaits it: starting it over would lose that task (no fire could reach it), and
+	 * the executor's destroy would wait for it for ever. Relaxed: only the task's pointer
+	 * is looked at, not what it points to. */
+	if (in->magic == NOTIFY_MAGIC) {
+		uintptr_t cur = atomic_load_explicit(&in->state, memory_order_relaxed);
+		if (cur != 0 && cur != NOTIFY_FIRED)
+			return -EBUSY;
+	}
+	/* Relaxed: the caller hands the notification to other threads after this returns. */
+	atomic_store_explicit(&in->state, 0, memory_order_relaxed);
 	in->magic = NOTIFY_MAGIC;
 	return 0;
 }
@@ -98,7 +107,8 @@ int tdm_await_notify(tdm_task *pub, tdm_notify *n)
 	if (atomic_compare_exchange_strong_explicit(&in->state, &expected, (uintptr_t)t,
 	                                            memory_order_acq_rel, memory_order_acquire))
 		return TDM_SUSPENDED;
-	/* Fired (or taken) meanwhile: undo the suspension through the normal wake path. */
-	tdm__task_wake(t, expected == NOTIFY_FIRED ? 0 : -EBUSY);
-	return TDM_SUSPENDED;
+	/* Fired, or taken by another task, meanwhile: t was never published, so nobody else can
+	 * wake it; undo the count and go on at once, as the load above would have. */
+	tdm__suspended_done(tdm__task_executor(t), 1);
+	return t->result = expected == NOTIFY_FIRED ? 0 : -EBUSY;
 }

@@ -34,9 +34,10 @@ typedef void (*tdm_fn)(void *arg);
  * the thread that cancels it, so that the owner of `arg` can release it. It must not submit work.
  * For a resumable task (tdm_spawn) fn is NULL and arg is its argument: one not yet started, or
  * one woken from an await after the shutdown began (it is not resumed; whatever it held across
- * the await, a stream lease included, is for on_cancel to release). It may fire tdm_notify
- * handles: a task awaiting a notification that only a cancelled task would have fired keeps
- * tdm_executor_destroy waiting until something fires it.
+ * the await, a stream lease included, is for on_cancel to release). A task whose await was over
+ * before it had returned from the await call goes on running instead, as if it had not waited. It
+ * may fire tdm_notify handles: a task awaiting a notification that only a cancelled task would have
+ * fired keeps tdm_executor_destroy waiting until something fires it.
  */
 typedef void (*tdm_cancel_fn)(void *user, tdm_fn fn, void *arg);
 
@@ -221,7 +222,8 @@ typedef struct tdm_notify {
 	uint64_t tdm__opaque[2];
 } tdm_notify;
 
-/* -EINVAL: n or ex is NULL. */
+/* -EINVAL: n or ex is NULL.  -EBUSY: a task awaits n (initialised, not fired): starting it over
+ * would lose that task. */
 int tdm_notify_init(tdm_notify *n, tdm_executor *ex);
 /* Fires n, resuming its awaiting task if there is one. -EINVAL: n is NULL or not initialised. */
 int tdm_notify_fire(tdm_notify *n);

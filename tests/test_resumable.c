@@ -127,6 +127,87 @@ Test(resumable, a_second_awaiter_of_one_notify_gets_ebusy, .timeout = 30)
 	cr_assert_eq(tdm_executor_destroy(ex), 0);
 }
 
+/*
+ * Two tasks await one notification at the same moment (let go together from a spin): the one
+ * refused gets -EBUSY from the call itself, as documented, and the other waits for the fire.
+ * When both saw it free, the loser used to go through a wake-up instead (the call returned
+ * TDM_SUSPENDED).
+ */
+enum { NTWIN_ROUNDS = 300 };
+
+struct ntwin_round {
+	tdm_notify n;
+	atomic_int ready, returned;
+};
+
+struct ntwin {
+	struct ntwin_round *r;
+	int first, result;
+};
+
+static int ntwin_task(tdm_task *t, void *arg)
+{
+	struct ntwin *a = arg;
+	TDM_BEGIN(t);
+	atomic_fetch_add(&a->r->ready, 1);
+	/* Until the other one is here too (a bound, for when both landed on one worker). */
+	for (uint64_t until = tdm_now_ns() + 50000000;
+	     atomic_load(&a->r->ready) < 2 && tdm_now_ns() < until;)
+		;
+	a->first = tdm_await_notify(t, &a->r->n);
+	atomic_fetch_add(&a->r->returned, 1);
+	TDM_AWAIT(t, a->first);
+	a->result = tdm_task_result(t);
+	TDM_END(t);
+}
+
+Test(resumable, two_tasks_awaiting_one_notify_at_once_one_gets_ebusy_at_once, .timeout = 120)
+{
+	tdm_executor *ex = make(3, TDM_SHUTDOWN_DRAIN, NULL);
+	static struct ntwin_round r;
+	for (int round = 0; round < NTWIN_ROUNDS; round++) {
+		atomic_store(&r.ready, 0);
+		atomic_store(&r.returned, 0);
+		cr_assert_eq(tdm_notify_init(&r.n, ex), 0);
+		struct ntwin a = {.r = &r}, b = {.r = &r};
+		tdm_group h;
+		cr_assert_eq(tdm_group_init(&h, ex), 0);
+		cr_assert_eq(tdm_spawn(ex, ntwin_task, &a, &h), 0);
+		cr_assert_eq(tdm_spawn(ex, ntwin_task, &b, &h), 0);
+		while (atomic_load(&r.returned) < 2)
+			sched_yield();
+		cr_assert((a.first == -EBUSY && b.first == TDM_SUSPENDED) ||
+		              (b.first == -EBUSY && a.first == TDM_SUSPENDED),
+		          "round %d: the awaits returned %d and %d", round, a.first, b.first);
+		cr_assert_eq(tdm_notify_fire(&r.n), 0);
+		cr_assert_eq(tdm_group_wait(&h), 0);
+		cr_assert_eq((a.first == TDM_SUSPENDED ? a : b).result, 0);
+		cr_assert_eq((a.first == -EBUSY ? a : b).result, -EBUSY);
+	}
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
+
+/* A notification a task awaits is not started over: that would lose the task for good. */
+Test(resumable, initialising_an_awaited_notify_again_is_ebusy, .timeout = 30)
+{
+	tdm_executor *ex = make(2, TDM_SHUTDOWN_DRAIN, NULL);
+	tdm_notify n;
+	cr_assert_eq(tdm_notify_init(&n, ex), 0);
+	struct waiter w = {.n = &n};
+	tdm_group g;
+	tdm_group_init(&g, ex);
+	cr_assert_eq(tdm_spawn(ex, wait_task, &w, &g), 0);
+	while (!__atomic_load_n(&w.registered, __ATOMIC_ACQUIRE))
+		sched_yield();
+	cr_assert_eq(w.first_rc, TDM_SUSPENDED);
+	cr_assert_eq(tdm_notify_init(&n, ex), -EBUSY);
+	cr_assert_eq(tdm_notify_fire(&n), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(w.result, 0, "the awaiting task resumed");
+	cr_assert_eq(tdm_notify_init(&n, ex), 0, "fired: it may start over");
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
+
 static atomic_int children_done;
 
 static void child(void *arg)
