@@ -293,7 +293,9 @@ static void event_unref(struct sim_event *e)
 /* ---- the stream thread ---- */
 
 /* Remembers that the write of `value` covers failed work. */
-static void add_erred(struct sim_stream *s, uint64_t value)
+/* False when there was no memory to remember it: the device is failed instead, and the
+ * word must not be written (its await would read success). */
+static bool add_erred(struct sim_stream *s, uint64_t value)
 {
 	pthread_mutex_lock(&s->err_lock);
 	unsigned n = atomic_load_explicit(&s->nerred, memory_order_relaxed);
@@ -304,7 +306,7 @@ static void add_erred(struct sim_stream *s, uint64_t value)
 			/* No memory to remember the error: fail the device rather than lose it. */
 			pthread_mutex_unlock(&s->err_lock);
 			dev_fail(s->dev);
-			return;
+			return false;
 		}
 		s->erred = p;
 		s->cap_erred = cap;
@@ -312,6 +314,7 @@ static void add_erred(struct sim_stream *s, uint64_t value)
 	s->erred[n] = value;
 	atomic_store_explicit(&s->nerred, n + 1, memory_order_relaxed);
 	pthread_mutex_unlock(&s->err_lock);
+	return true;
 }
 
 static void mark_event(struct sim_event *e, uint64_t gen, bool failed)
@@ -367,7 +370,9 @@ static void execute_op(struct sim_stream *s, struct sim_op *o)
 	case SIM_WRITE:
 		if (s->pending_err) {
 			s->pending_err = false;
-			add_erred(s, o->u.write.value);
+			if (!add_erred(s, o->u.write.value))
+				break; /* the device is dead: its awaits fail through the stall
+				          check */
 		}
 		/* Release: pairs with the acquire load of the word by its reader (poller.c,
 		 * sweep_stream, or gpu.c, held_poll on a worker): all earlier work of this
@@ -635,8 +640,10 @@ static void sim_host_free(struct tdm__backend *b, void *p)
 {
 	if (b == NULL || p == NULL)
 		return;
-	(void)pin_del(b, (uintptr_t)p, false);
-	free(p);
+	/* Only what host_alloc gave: a registered buffer or foreign memory is refused, as
+	 * cudaFreeHost refuses it, not freed under its owner. */
+	if (pin_del(b, (uintptr_t)p, false) == 0)
+		free(p);
 }
 
 static int sim_host_register(struct tdm__backend *b, void *p, size_t bytes)
@@ -672,6 +679,8 @@ static int sim_device_alloc(struct tdm__backend *b, int dev, size_t bytes, void 
 {
 	if (b == NULL || out == NULL || bytes == 0 || !dev_ok(b, dev))
 		return -EINVAL;
+	if (dev_dead(&b->devs[dev]))
+		return -EIO; /* as cudaMalloc after a sticky error */
 	return dmem_alloc(&b->devs[dev], bytes, out);
 }
 

@@ -518,6 +518,7 @@ Test(sim_backend, a_sticky_fault_kills_the_device_for_good, .timeout = 20)
 	void *p = NULL;
 	cr_assert_eq(ops->stream_create(b, 0, 0, &p), -EIO);
 	cr_assert_eq(ops->event_create(b, 0, &p), -EIO);
+	cr_assert_eq(ops->device_alloc(b, 0, 64, &p), -EIO, "as cudaMalloc after a sticky error");
 
 	/* The other device goes on. */
 	cr_assert_eq(ops->write_value(b, other, w2, 5), 0);
@@ -851,6 +852,21 @@ Test(sim_backend, malloc_memory_is_not_pinned, .timeout = 20)
 	cr_assert_eq(ops->is_pinned(b, NULL), 0);
 	ops->device_free(b, 0, d);
 	free(p);
+	ops->close(b);
+}
+
+/* host_free frees only what host_alloc gave, as cudaFreeHost: a registered buffer stays its
+ * owner's, and registered (freeing it anyway would free the owner's memory under it). */
+Test(sim_backend, host_free_refuses_a_registered_buffer, .timeout = 20)
+{
+	struct tdm__backend *b = open_sim(1);
+	char *p = malloc(300);
+	cr_assert_not_null(p);
+	cr_assert_eq(ops->host_register(b, p, 300), 0);
+	ops->host_free(b, p);
+	cr_assert_eq(ops->is_pinned(b, p), 1, "still registered");
+	cr_assert_eq(ops->host_unregister(b, p), 0);
+	free(p); /* the owner's own free: a double free if host_free had freed it */
 	ops->close(b);
 }
 
