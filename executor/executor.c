@@ -211,13 +211,9 @@ int tdm_executor_destroy(tdm_executor *ex)
 	 * terminate_locked, tdm__try_terminate and tdm__submit_to). Seq_cst is more than that
 	 * pairing needs: the termination decision itself is made under idle_lock. */
 	atomic_store_explicit(&ex->shutdown, 1, memory_order_seq_cst);
-	/* Outside submissions that missed the store: their tasks are pushed (to run, or to be
-	 * reported cancelled) before termination may be decided. Seq_cst loads: pair with the
-	 * increment and the shutdown load in tdm__submit_to (Dekker); a submission that comes
-	 * after a zero here sees shutdown. */
-	for (unsigned i = 0; i < TDM__SUBMIT_STRIPES; i++)
-		while (atomic_load_explicit(&ex->submitting[i].n, memory_order_seq_cst) != 0)
-			sched_yield();
+	/* Outside submissions and holds that missed the store: their tasks are pushed (to run, or
+	 * to be reported cancelled), their holds counted, before termination may be decided. */
+	tdm__gate_drain(&ex->outside);
 	pthread_mutex_lock(&ex->idle_lock);
 	ex->submit_closed = true;
 	pthread_mutex_unlock(&ex->idle_lock);
@@ -250,15 +246,41 @@ int tdm_worker_index(const tdm_executor *ex)
 static int submit(struct tdm_executor *ex, struct tdm__worker *w, tdm_fn fn, tdm_resume_fn resume,
                   void *arg, struct tdm__group *g);
 
-unsigned tdm__submit_stripe(void)
+/* This thread's stripe of every gate: threads take them in turn, at their first entry. */
+static unsigned gate_stripe(void)
 {
 	static _Atomic unsigned next;
-	static _Thread_local unsigned mine; /* stripe + 1; 0 until the first submission */
+	static _Thread_local unsigned mine; /* stripe + 1; 0 until the first entry */
 	if (mine == 0)
-		mine = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) %
-		           TDM__SUBMIT_STRIPES +
-		       1;
+		mine =
+		    atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) % TDM__GATE_STRIPES +
+		    1;
 	return mine - 1;
+}
+
+_Atomic unsigned *tdm__gate_enter(struct tdm__gate *g, _Atomic int *closed)
+{
+	_Atomic unsigned *n = &g->stripe[gate_stripe()].n;
+	/* Seq_cst, both: the Dekker pair with tdm__gate_drain's caller (internal.h). */
+	atomic_fetch_add_explicit(n, 1, memory_order_seq_cst);
+	if (!atomic_load_explicit(closed, memory_order_seq_cst))
+		return n;
+	tdm__gate_leave(n);
+	return NULL;
+}
+
+void tdm__gate_leave(_Atomic unsigned *n)
+{
+	/* Release: pairs with the drain's loads; the caller's last access to what is gated. */
+	atomic_fetch_sub_explicit(n, 1, memory_order_release);
+}
+
+void tdm__gate_drain(struct tdm__gate *g)
+{
+	/* Seq_cst: the other half of the Dekker pair (internal.h). */
+	for (unsigned i = 0; i < TDM__GATE_STRIPES; i++)
+		while (atomic_load_explicit(&g->stripe[i].n, memory_order_seq_cst) != 0)
+			sched_yield();
 }
 
 int tdm__submit_to(struct tdm_executor *ex, tdm_fn fn, tdm_resume_fn resume, void *arg,
@@ -268,20 +290,13 @@ int tdm__submit_to(struct tdm_executor *ex, tdm_fn fn, tdm_resume_fn resume, voi
 	/* A worker runs a task of ex, which destroy's termination waits for. */
 	if (w != NULL)
 		return submit(ex, w, fn, resume, arg, g);
-	/*
-	 * From outside: counted in flight, so that destroy waits for the push (and its wake-up)
-	 * instead of terminating, or freeing ex, under it. Seq_cst, the increment and the load
-	 * of shutdown: pair with destroy's store of shutdown and its loads of the stripes
-	 * (Dekker): either this sees shutdown and backs out, or destroy sees the count.
-	 */
-	_Atomic unsigned *n = &ex->submitting[tdm__submit_stripe()].n;
-	atomic_fetch_add_explicit(n, 1, memory_order_seq_cst);
-	int rc = -ESHUTDOWN;
-	if (!atomic_load_explicit(&ex->shutdown, memory_order_seq_cst))
-		rc = submit(ex, NULL, fn, resume, arg, g);
-	/* Release: pairs with destroy's loads; the push happens before its termination
-	 * decision. The last access to ex. */
-	atomic_fetch_sub_explicit(n, 1, memory_order_release);
+	/* From outside, through the gate: destroy waits for the push (and its wake-up) instead
+	 * of terminating, or freeing ex, under it. */
+	_Atomic unsigned *n = tdm__gate_enter(&ex->outside, &ex->shutdown);
+	if (n == NULL)
+		return -ESHUTDOWN;
+	int rc = submit(ex, NULL, fn, resume, arg, g);
+	tdm__gate_leave(n); /* the last access to ex */
 	return rc;
 }
 

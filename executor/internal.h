@@ -193,7 +193,26 @@ static inline struct tdm_executor *tdm__task_executor(const struct tdm__task *t)
 	return ((const struct tdm__slab *)((uintptr_t)t & ~(uintptr_t)(TDM__SLAB_BYTES - 1)))->ex;
 }
 
-#define TDM__SUBMIT_STRIPES 8
+/*
+ * A gate for calls that may race the destroy of what they use. A call enters, counted on its
+ * thread's stripe (each stripe on its own line, so that concurrent callers do not share one),
+ * unless `closed` is set; the destroyer stores `closed` (seq_cst), then waits until every stripe
+ * is zero (tdm__gate_drain). Dekker: the entry's seq_cst increment, then its seq_cst load of
+ * closed, against the destroyer's seq_cst store of closed, then its seq_cst loads of the
+ * stripes: either the call sees closed and backs out, or the destroyer sees its count and waits
+ * for its leave. A leave is release: what the call did happens before the drain returns.
+ * tdm_executor_destroy gates outside submissions and awake holds; tdm_gpu_destroy, leases.
+ */
+#define TDM__GATE_STRIPES 32
+struct tdm__gate {
+	struct {
+		_Alignas(TDM__CACHELINE) _Atomic unsigned n;
+	} stripe[TDM__GATE_STRIPES];
+};
+/* The stripe entered, or NULL (nothing counted) when closed is set. */
+_Atomic unsigned *tdm__gate_enter(struct tdm__gate *g, _Atomic int *closed);
+void tdm__gate_leave(_Atomic unsigned *n);
+void tdm__gate_drain(struct tdm__gate *g);
 
 struct tdm_executor {
 	struct tdm__worker *workers;
@@ -225,11 +244,8 @@ struct tdm_executor {
 	_Atomic unsigned awake_holds;
 	_Atomic unsigned keeper;
 
-	/* Submissions from outside threads in flight (tdm__submit_to), striped by thread so that
-	 * they do not all write one line; destroy waits for them after it set shutdown. */
-	struct {
-		_Alignas(TDM__CACHELINE) _Atomic unsigned n;
-	} submitting[TDM__SUBMIT_STRIPES];
+	/* Submissions from outside threads and awake holds in flight, closed by shutdown. */
+	struct tdm__gate outside;
 
 	/* Task memory: free tasks beyond the workers' caches, and every slab for destroy. */
 	_Alignas(TDM__CACHELINE) pthread_mutex_t pool_lock;
@@ -281,8 +297,6 @@ void tdm__try_terminate(struct tdm_executor *ex);
 void tdm__suspended_done(struct tdm_executor *ex, unsigned n);
 /* bounded: at most max_searching searchers; the keeper of an awake hold passes unbounded. */
 bool tdm__transition_to_searching(struct tdm__worker *w, bool bounded);
-/* This thread's stripe of ex->submitting: threads take them in turn, once. */
-unsigned tdm__submit_stripe(void);
 void tdm__transition_from_searching(struct tdm__worker *w);
 bool tdm__park(struct tdm__worker *w);
 
@@ -318,8 +332,8 @@ bool tdm__expect_wake(struct tdm_executor *ex, unsigned home);
  * Every hold taken must be released: while one is taken the executor does not terminate
  * (which also keeps it alive for the release, the holder's last access to it), and the worker
  * holding the keeper role does not park: it searches even when max_searching others already do.
- * A hold is taken from outside the workers, so it counts itself as an outside submission does
- * (destroy waits for it): -ESHUTDOWN, and no hold, once tdm_executor_destroy has begun.
+ * A hold is taken from outside the workers, so it goes through the outside gate as a submission
+ * does: -ESHUTDOWN, and no hold, once tdm_executor_destroy has begun.
  */
 int tdm__awake_hold(struct tdm_executor *ex);
 void tdm__awake_release(struct tdm_executor *ex);

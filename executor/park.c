@@ -254,16 +254,11 @@ void tdm__suspended_done(struct tdm_executor *ex, unsigned n)
 
 int tdm__awake_hold(struct tdm_executor *ex)
 {
-	/* Counted in flight as an outside submission (tdm__submit_to), so that destroy cannot
-	 * decide termination, and free ex, under a hold that missed shutdown; one that sees it
-	 * backs out. Seq_cst: the same Dekker pair as there, with destroy's store of shutdown and
-	 * its loads of the stripes. */
-	_Atomic unsigned *n = &ex->submitting[tdm__submit_stripe()].n;
-	atomic_fetch_add_explicit(n, 1, memory_order_seq_cst);
-	if (atomic_load_explicit(&ex->shutdown, memory_order_seq_cst)) {
-		atomic_fetch_sub_explicit(n, 1, memory_order_release);
+	/* Through the outside gate, as a submission: destroy cannot decide termination, and free
+	 * ex, under a hold that missed shutdown. */
+	_Atomic unsigned *n = tdm__gate_enter(&ex->outside, &ex->shutdown);
+	if (n == NULL)
 		return -ESHUTDOWN;
-	}
 	/* Relaxed: the count's drop to zero is what termination waits for, and that happens under
 	 * idle_lock (tdm__awake_release); the fence below orders the increment for the rest. */
 	atomic_fetch_add_explicit(&ex->awake_holds, 1, memory_order_relaxed);
@@ -274,9 +269,7 @@ int tdm__awake_hold(struct tdm_executor *ex)
 	 * worker's park, and wakes it, or that worker's load sees the hold, and it wakes one. */
 	atomic_thread_fence(memory_order_seq_cst);
 	tdm__expect_wake(ex, UINT_MAX);
-	/* Release: pairs with destroy's loads of the stripes; the hold is counted by now, and
-	 * termination waits for its release. */
-	atomic_fetch_sub_explicit(n, 1, memory_order_release);
+	tdm__gate_leave(n); /* counted in awake_holds now: termination waits for the release */
 	return 0;
 }
 

@@ -325,8 +325,10 @@ void *tdm__worker_main(void *arg)
 			t = held_take(w);
 		/* The keeper of an awake hold searches past the bound: were it to park because
 		 * others search, and they park after their spin (the role still its own when they
-		 * looked), every worker would sleep while the hold is taken. */
-		if (t == NULL && tdm__transition_to_searching(w, !keeper_held(w))) {
+		 * looked), every worker would sleep while the hold is taken. Asked only when the
+		 * bound refuses. */
+		if (t == NULL && (tdm__transition_to_searching(w, true) ||
+		                  (keeper_held(w) && tdm__transition_to_searching(w, false)))) {
 			t = tdm__find_task(w, true);
 			/* Tasks await the GPU: one will be woken soon, likely into this worker's
 			 * inbox, or it is the await this worker holds. Looking for a while costs

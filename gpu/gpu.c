@@ -103,8 +103,8 @@ static void destroy_devices(struct tdm_gpu *gpu)
 		free(d->all_events);
 		if (d->word_block != NULL)
 			gpu->ops->host_free(gpu->b, d->word_block);
-		tdm__staging_fini(
-		    d); /* after the streams: their host functions have run or never will */
+		/* After the streams: their host functions have run, or never will. */
+		tdm__staging_fini(d);
 		pthread_mutex_destroy(&d->lock);
 		pthread_mutex_destroy(&d->ev_lock);
 		pthread_mutex_destroy(&d->stage_lock);
@@ -194,7 +194,7 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	int balance = env_choice("TANDEM_LEASE_BALANCE", balances, 2, TDM__BALANCE_SLOW);
 	static const char *const watches[] = {"0", "1"};
 	int watch = env_choice("TANDEM_WORKER_WATCH", watches, 2, 1);
-	/* Read again where NVML is loaded (topology_discover.c); refused here like the others. */
+	/* Kept in gpu->nvml for discovery (tdm__topology_discover). */
 	static const char *const nvml[] = {"0", "off", "1", "on"};
 	int use_nvml = env_choice("TANDEM_NVML", nvml, 4, 2);
 	if (balance < 0 || watch < 0 || use_nvml < 0)
@@ -212,13 +212,7 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	if (cfg.stall_us == 0)
 		cfg.stall_us = 50;
 	gpu->ex = ex;
-	gpu->nentries = (unsigned)tdm_executor_workers(ex) + 1;
-	gpu->entries = aligned_alloc(TDM__CACHELINE, gpu->nentries * sizeof(*gpu->entries));
-	if (gpu->entries == NULL) {
-		free(gpu);
-		return -ENOMEM;
-	}
-	memset(gpu->entries, 0, gpu->nentries * sizeof(*gpu->entries));
+	gpu->nvml = use_nvml >= 2;
 	gpu->direct = watch == 1;
 	gpu->balance = balance;
 	gpu->cfg = cfg;
@@ -227,7 +221,6 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	if (ops != NULL) {
 		rc = ops->open(&gpu->b, &cfg);
 		if (rc != 0) {
-			free(gpu->entries);
 			free(gpu);
 			return rc;
 		}
@@ -273,7 +266,6 @@ fail:
 	if (gpu->b != NULL)
 		ops->close(gpu->b);
 	tdm__topology_free(gpu->topo);
-	free(gpu->entries);
 	free(gpu);
 	return rc;
 }
@@ -288,12 +280,8 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 	 * either the registrant sees stopping, or the poller sees its count. */
 	atomic_store_explicit(&gpu->stopping, 1, memory_order_seq_cst);
 	/* Leases in progress: let them finish, so that the scan of leases below sees theirs.
-	 * Seq_cst loads: pair with the seq_cst increment and stopping load in tdm_stream_lease
-	 * (Dekker on entries/stopping): either the lease sees stopping and backs out, or this sees
-	 * its count and waits. Nothing a lease waits for depends on this thread. */
-	for (unsigned i = 0; i < gpu->nentries; i++)
-		while (atomic_load_explicit(&gpu->entries[i].n, memory_order_seq_cst) != 0)
-			sched_yield();
+	 * Nothing a lease waits for depends on this thread. */
+	tdm__gate_drain(&gpu->leases);
 	/* Write barrier, pairing with ck_ec32_value in tdm__poller_main: a poller asleep on ec
 	 * wakes, and its next loads of stopping see the store above. */
 	ck_ec32_inc(&gpu->ec, &tdm__ec_mode);
@@ -322,7 +310,6 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 		gpu->ops->close(gpu->b);
 	}
 	tdm__topology_free(gpu->topo);
-	free(gpu->entries);
 	free(gpu);
 	return 0;
 }
@@ -514,17 +501,13 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 		return -ENODEV;
 	if (device != TDM_DEVICE_ANY && (device < 0 || device >= gpu->ndev))
 		return -EINVAL;
-	int wi = tdm_worker_index(gpu->ex);
-	_Atomic unsigned *entry = &gpu->entries[wi >= 0 ? (unsigned)wi : gpu->nentries - 1].n;
-	/* Seq_cst, the increment and the load of stopping: pair with tdm_gpu_destroy's store of
-	 * stopping and its loads of the entries (Dekker): a lease that does not see stopping is
-	 * waited for, and its stream lease is then seen by destroy's scan of the leases. */
-	atomic_fetch_add_explicit(entry, 1, memory_order_seq_cst);
-	int rc = -ESHUTDOWN;
-	if (!atomic_load_explicit(&gpu->stopping, memory_order_seq_cst))
-		rc = lease(gpu, device, flags, wi, out);
-	/* Release: the lease's reads of the layer happen before destroy's acquire of the zero. */
-	atomic_fetch_sub_explicit(entry, 1, memory_order_release);
+	/* Through the gate: a lease that missed stopping is waited for, and what it took is then
+	 * seen by destroy's scan of the leases. */
+	_Atomic unsigned *n = tdm__gate_enter(&gpu->leases, &gpu->stopping);
+	if (n == NULL)
+		return -ESHUTDOWN;
+	int rc = lease(gpu, device, flags, tdm_worker_index(gpu->ex), out);
+	tdm__gate_leave(n);
 	return rc;
 }
 

@@ -104,12 +104,6 @@ struct tdm__gdev {
 
 struct tdm__pinned; /* pinned.c */
 
-/* Calls in tdm_stream_lease, one counter per worker (and one for other threads), each on its
- * own line: tdm_gpu_destroy waits for them to leave after it set stopping. */
-struct tdm__gpu_entry {
-	_Alignas(TDM__CACHELINE) _Atomic unsigned n;
-};
-
 struct tdm_gpu {
 	tdm_executor *ex;
 	bool direct; /* workers may watch their own word awaits (TANDEM_WORKER_WATCH=0: never) */
@@ -122,8 +116,7 @@ struct tdm_gpu {
 	struct tdm__backend *b;
 	int ndev;
 	struct tdm__gdev *devs;
-	struct tdm__gpu_entry *entries; /* tdm_executor_workers(ex) + 1 of them */
-	unsigned nentries;
+	bool nvml; /* TANDEM_NVML: load NVML for discovery (topology_discover.c) */
 
 	/* Awaits handed to the poller, newest first. */
 	_Alignas(TDM__CACHELINE) struct tdm__stack submit;
@@ -131,6 +124,8 @@ struct tdm_gpu {
 	/* Registered awaits not yet completed; with `stopping` decides when the poller exits. */
 	_Alignas(TDM__CACHELINE) _Atomic int64_t active;
 	_Atomic int stopping;
+	/* tdm_stream_lease calls in flight, closed by stopping (tdm__gate, executor/internal.h). */
+	struct tdm__gate leases;
 	/* Placement's rotation: written on every TDM_DEVICE_ANY lease, so kept off the line of
 	 * ops, b and devs at the top, which every launch reads. */
 	_Atomic unsigned place_rr;

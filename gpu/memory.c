@@ -18,12 +18,12 @@
 
 #include "gpu_internal.h"
 
-/* Head of a staging block: what the host function needs. 256 bytes keep the data aligned. */
+/* Head of a staging block: what the host function needs besides its ticket (struct tdm__stage,
+ * which knows the device). 256 bytes keep the data aligned. */
 struct staging {
-	struct tdm_gpu *gpu;
 	void *dst; /* device to host: the pageable destination */
 	size_t bytes;
-	char pad[256 - 3 * sizeof(void *)];
+	char pad[256 - 2 * sizeof(void *)];
 };
 
 _Static_assert(sizeof(struct staging) == 256, "the data after the head stays 256-aligned");
@@ -138,7 +138,6 @@ int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, 
 	}
 	n->d = s->dev;
 	n->st = st;
-	st->gpu = gpu;
 	st->bytes = bytes;
 	if (kind == TDM_COPY_H2D)
 		memcpy(st + 1, src, bytes);

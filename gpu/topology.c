@@ -779,7 +779,7 @@ int tdm__topology_for_backend(struct tdm_gpu *gpu)
 	if (gpu->ops == NULL) {
 		rc = tdm__topology_empty("none", &t);
 	} else if (gpu->ops == &tdm__backend_cuda) {
-		rc = tdm__topology_discover(&t);
+		rc = tdm__topology_discover(&t, gpu->nvml);
 		if (rc == 0 && t->ndev != gpu->ndev) {
 			tdm__topo_say(
 			    why, sizeof(why),

@@ -105,11 +105,11 @@ struct tdm__device_plan {
 
 /*
  * Live discovery: CUDA runtime devices (none without TANDEM_HAVE_CUDA), enriched by NVML when
- * libnvidia-ml.so.1 loads (TANDEM_NVML=0 in the environment skips it), NUMA node and CPUs from
+ * libnvidia-ml.so.1 loads (unless nvml is false: TANDEM_NVML=0), NUMA node and CPUs from
  * sysfs. Never fails for want of a device or a driver: then it returns 0 with ndev == 0, and
  * cuda_note and nvml_note say why. -EINVAL: out is NULL. -ENOMEM.
  */
-int tdm__topology_discover(struct tdm__topology **out);
+int tdm__topology_discover(struct tdm__topology **out, bool nvml);
 
 /*
  * Parses a fixture: path_or_text is the text itself when it holds a newline, else a file path.

@@ -108,13 +108,13 @@ static const char *nvml_err(const struct tdm__nvml *nv, tdm__nvml_ret r)
 	return buf;
 }
 
-/* Loads and initialises NVML; on false, note says why and nothing stays loaded. */
-static bool nvml_open(struct tdm__nvml *nv, char *note, size_t len)
+/* Loads and initialises NVML unless told not to (TANDEM_NVML, read by tdm_gpu_create); on
+ * false, note says why and nothing stays loaded. */
+static bool nvml_open(struct tdm__nvml *nv, bool wanted, char *note, size_t len)
 {
 	memset(nv, 0, sizeof(*nv));
-	const char *env = getenv("TANDEM_NVML");
-	if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0)) {
-		tdm__topo_say(note, len, "skipped: TANDEM_NVML=%s", env);
+	if (!wanted) {
+		tdm__topo_say(note, len, "skipped: TANDEM_NVML is 0 or off");
 		return false;
 	}
 	(void)dlerror();
@@ -490,7 +490,7 @@ static int cuda_devices(struct tdm__topology *t)
 }
 #endif /* TANDEM_HAVE_CUDA */
 
-int tdm__topology_discover(struct tdm__topology **out)
+int tdm__topology_discover(struct tdm__topology **out, bool nvml)
 {
 	if (out == NULL)
 		return -EINVAL;
@@ -503,7 +503,7 @@ int tdm__topology_discover(struct tdm__topology **out)
 	struct tdm__nvml nv;
 	rc = cuda_devices(t);
 	if (rc == 0)
-		t->nvml = nvml_open(&nv, t->nvml_note, sizeof(t->nvml_note));
+		t->nvml = nvml_open(&nv, nvml, t->nvml_note, sizeof(t->nvml_note));
 	if (t->nvml) {
 		for (int i = 0; i < t->ndev; i++)
 			nvml_enrich(&nv, &t->devs[i]);
@@ -513,6 +513,7 @@ int tdm__topology_discover(struct tdm__topology **out)
 		rc = tdm__topo_machine_from_devs(t);
 	}
 #else
+	(void)nvml;
 	/* Nothing for NVML to complete: the sanitizer builds, CUDA-less, never load it. */
 	tdm__topo_say(t->cuda_note, sizeof(t->cuda_note), "no device: CUDA support not built in");
 	tdm__topo_say(t->nvml_note, sizeof(t->nvml_note), "not asked: CUDA support not built in");

@@ -843,15 +843,26 @@ static void nothing(void *arg)
 	(void)arg;
 }
 
-/* Starts an executor destroy (drain mode) that a running task holds in progress; returns once
- * it has begun (an outside submission is refused). */
+/* Opens a sim layer and starts its executor's destroy (drain mode), which a running task holds
+ * in progress until *go; returns once it has begun (an outside submission is refused). */
 static void destroy_in_progress(struct env *e, atomic_int *go, pthread_t *th)
 {
+	cr_assert(env_open_cfg(e, TDM_BACKEND_SIM, 2, TDM_SHUTDOWN_DRAIN, 0));
 	atomic_store(go, 0);
 	cr_assert_eq(tdm_submit(e->ex, block_until, go), 0);
 	cr_assert_eq(pthread_create(th, NULL, destroy_executor, e->ex), 0);
 	while (tdm_submit(e->ex, nothing, NULL) != -ESHUTDOWN)
 		tdm_test_sleep_us(100);
+}
+
+/* Lets the destroy of destroy_in_progress finish, then closes the layer. */
+static void destroy_finish(struct env *e, atomic_int *go, pthread_t th)
+{
+	atomic_store(go, 1);
+	void *drc;
+	cr_assert_eq(pthread_join(th, &drc), 0);
+	cr_assert_eq((intptr_t)drc, 0);
+	cr_assert_eq(tdm_gpu_destroy(e->gpu), 0);
 }
 
 /*
@@ -864,7 +875,6 @@ static void destroy_in_progress(struct env *e, atomic_int *go, pthread_t *th)
 Test(pipeline_sim, a_slot_whose_task_cannot_start_finishes_its_batch, .timeout = 60)
 {
 	struct env e;
-	cr_assert(env_open_cfg(&e, TDM_BACKEND_SIM, 2, TDM_SHUTDOWN_DRAIN, 0));
 	static atomic_int go;
 	pthread_t th;
 	destroy_in_progress(&e, &go, &th);
@@ -880,11 +890,7 @@ Test(pipeline_sim, a_slot_whose_task_cannot_start_finishes_its_batch, .timeout =
 	cr_assert_eq(atomic_load(&r.npos), 1);
 	cr_assert_eq(r.order[0], 0);
 	cr_assert_eq(atomic_load(&r.bad), 0);
-	atomic_store(&go, 1);
-	void *drc;
-	cr_assert_eq(pthread_join(th, &drc), 0);
-	cr_assert_eq((intptr_t)drc, 0);
-	cr_assert_eq(tdm_gpu_destroy(e.gpu), 0);
+	destroy_finish(&e, &go, th);
 }
 
 /* The awake hold is refused once the executor's destroy has begun (it would outlive the
@@ -893,7 +899,6 @@ Test(pipeline_sim, a_slot_whose_task_cannot_start_finishes_its_batch, .timeout =
 Test(pipeline_sim, a_run_after_the_executors_destroy_began_is_refused_at_once, .timeout = 60)
 {
 	struct env e;
-	cr_assert(env_open_cfg(&e, TDM_BACKEND_SIM, 2, TDM_SHUTDOWN_DRAIN, 0));
 	static atomic_int go;
 	pthread_t th;
 	destroy_in_progress(&e, &go, &th);
@@ -903,11 +908,7 @@ Test(pipeline_sim, a_run_after_the_executors_destroy_began_is_refused_at_once, .
 	tdm_pipeline_stats st;
 	cr_assert_eq(tdm_pipeline_run(e.gpu, &c, &st), -ESHUTDOWN);
 	cr_assert_eq(atomic_load(&r.prepared), 0, "nothing prepared");
-	atomic_store(&go, 1);
-	void *drc;
-	cr_assert_eq(pthread_join(th, &drc), 0);
-	cr_assert_eq((intptr_t)drc, 0);
-	cr_assert_eq(tdm_gpu_destroy(e.gpu), 0);
+	destroy_finish(&e, &go, th);
 }
 
 Test(pipeline_sim, more_slots_than_streams, .timeout = 60)

@@ -133,6 +133,16 @@ Test(resumable, a_second_awaiter_of_one_notify_gets_ebusy, .timeout = 30)
  * When both saw it free, the loser used to go through a wake-up instead (the call returned
  * TDM_SUSPENDED).
  */
+/* The twin tests' two tasks meet here, so that their awaits come at the same moment (waiting at
+ * most 50 ms, for when both landed on one worker). */
+static void meet(atomic_int *ready)
+{
+	atomic_fetch_add(ready, 1);
+	for (uint64_t until = tdm_now_ns() + 50000000;
+	     atomic_load(ready) < 2 && tdm_now_ns() < until;)
+		;
+}
+
 enum { NTWIN_ROUNDS = 300 };
 
 struct ntwin_round {
@@ -149,11 +159,7 @@ static int ntwin_task(tdm_task *t, void *arg)
 {
 	struct ntwin *a = arg;
 	TDM_BEGIN(t);
-	atomic_fetch_add(&a->r->ready, 1);
-	/* Until the other one is here too (a bound, for when both landed on one worker). */
-	for (uint64_t until = tdm_now_ns() + 50000000;
-	     atomic_load(&a->r->ready) < 2 && tdm_now_ns() < until;)
-		;
+	meet(&a->r->ready);
 	a->first = tdm_await_notify(t, &a->r->n);
 	atomic_fetch_add(&a->r->returned, 1);
 	TDM_AWAIT(t, a->first);
@@ -544,11 +550,7 @@ static int twin_task(tdm_task *t, void *arg)
 {
 	struct twin *a = arg;
 	TDM_BEGIN(t);
-	atomic_fetch_add(&a->r->ready, 1);
-	/* Until the other one is here too (a bound, for when both landed on one worker). */
-	for (uint64_t until = tdm_now_ns() + 50000000;
-	     atomic_load(&a->r->ready) < 2 && tdm_now_ns() < until;)
-		;
+	meet(&a->r->ready);
 	a->first = tdm_await_group(t, &a->r->g);
 	atomic_fetch_add(&a->r->returned, 1);
 	TDM_AWAIT(t, a->first);

@@ -598,7 +598,7 @@ static bool nvml_loads(void)
 Test(topology, live_discovery_without_a_device_finds_none_and_says_why)
 {
 	struct tdm__topology *t = NULL;
-	cr_assert_eq(tdm__topology_discover(&t), 0);
+	cr_assert_eq(tdm__topology_discover(&t, true), 0);
 	cr_assert_not_null(t);
 	cr_assert_str_eq(t->source, "cuda");
 	cr_assert_neq(t->cuda_note[0], '\0');
@@ -622,13 +622,13 @@ Test(topology, live_discovery_without_a_device_finds_none_and_says_why)
 	if (want_print())
 		tdm__topology_print(t, stdout);
 	tdm__topology_free(t);
-	cr_assert_eq(tdm__topology_discover(NULL), -EINVAL);
+	cr_assert_eq(tdm__topology_discover(NULL, true), -EINVAL);
 }
 
 Test(topology, live_discovery_on_a_gpu_reports_its_facts)
 {
 	struct tdm__topology *t = NULL;
-	cr_assert_eq(tdm__topology_discover(&t), 0);
+	cr_assert_eq(tdm__topology_discover(&t, true), 0);
 	if (t->ndev == 0) {
 		tdm__topology_free(t);
 		cr_skip_test("no GPU here");
