@@ -246,33 +246,15 @@ int tdm_worker_index(const tdm_executor *ex)
 static int submit(struct tdm_executor *ex, struct tdm__worker *w, tdm_fn fn, tdm_resume_fn resume,
                   void *arg, struct tdm__group *g);
 
+_Thread_local unsigned tdm__gate_mine;
+
 /* This thread's stripe of every gate: threads take them in turn, at their first entry. */
-static unsigned gate_stripe(void)
+unsigned tdm__gate_stripe_new(void)
 {
 	static _Atomic unsigned next;
-	static _Thread_local unsigned mine; /* stripe + 1; 0 until the first entry */
-	if (mine == 0)
-		mine =
-		    atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) % TDM__GATE_STRIPES +
-		    1;
-	return mine - 1;
-}
-
-_Atomic unsigned *tdm__gate_enter(struct tdm__gate *g, _Atomic int *closed)
-{
-	_Atomic unsigned *n = &g->stripe[gate_stripe()].n;
-	/* Seq_cst, both: the Dekker pair with tdm__gate_drain's caller (internal.h). */
-	atomic_fetch_add_explicit(n, 1, memory_order_seq_cst);
-	if (!atomic_load_explicit(closed, memory_order_seq_cst))
-		return n;
-	tdm__gate_leave(n);
-	return NULL;
-}
-
-void tdm__gate_leave(_Atomic unsigned *n)
-{
-	/* Release: pairs with the drain's loads; the caller's last access to what is gated. */
-	atomic_fetch_sub_explicit(n, 1, memory_order_release);
+	tdm__gate_mine =
+	    atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) % TDM__GATE_STRIPES + 1;
+	return tdm__gate_mine - 1;
 }
 
 void tdm__gate_drain(struct tdm__gate *g)

@@ -209,9 +209,31 @@ struct tdm__gate {
 		_Alignas(TDM__CACHELINE) _Atomic unsigned n;
 	} stripe[TDM__GATE_STRIPES];
 };
-/* The stripe entered, or NULL (nothing counted) when closed is set. */
-_Atomic unsigned *tdm__gate_enter(struct tdm__gate *g, _Atomic int *closed);
-void tdm__gate_leave(_Atomic unsigned *n);
+/* This thread's stripe + 1 (0 until its first entry); taken in turn (tdm__gate_stripe_new). */
+extern _Thread_local unsigned tdm__gate_mine;
+unsigned tdm__gate_stripe_new(void);
+
+/* The stripe entered, or NULL (nothing counted) when closed is set. Inline: stream leases
+ * enter on every task. */
+static inline _Atomic unsigned *tdm__gate_enter(struct tdm__gate *g, _Atomic int *closed)
+{
+	unsigned k = tdm__gate_mine != 0 ? tdm__gate_mine - 1 : tdm__gate_stripe_new();
+	_Atomic unsigned *n = &g->stripe[k].n;
+	/* Seq_cst, both: the Dekker pair with tdm__gate_drain's caller (above). */
+	atomic_fetch_add_explicit(n, 1, memory_order_seq_cst);
+	if (!atomic_load_explicit(closed, memory_order_seq_cst))
+		return n;
+	/* Release: pairs with the drain's loads. */
+	atomic_fetch_sub_explicit(n, 1, memory_order_release);
+	return NULL;
+}
+
+static inline void tdm__gate_leave(_Atomic unsigned *n)
+{
+	/* Release: pairs with the drain's loads; the caller's last access to what is gated. */
+	atomic_fetch_sub_explicit(n, 1, memory_order_release);
+}
+
 void tdm__gate_drain(struct tdm__gate *g);
 
 struct tdm_executor {
