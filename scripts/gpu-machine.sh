@@ -38,6 +38,7 @@ tests() {
 	log compute-sanitizer memcheck, cuda suites
 	# The trapping-kernel test is left out: its API errors after the trap are the point of it.
 	memcheck gpu $B/tests/test_gpu 'gpu_cuda*/[!t]*'
+	memcheck gpu-memory $B/tests/test_gpu 'gpu_memory/*cuda*'
 	memcheck pipeline $B/tests/test_pipeline 'pipeline_cuda/*'
 	log examples
 	for e in gpu_await gpu_many pipeline demo; do

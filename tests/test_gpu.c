@@ -1382,14 +1382,15 @@ static int pageable_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-static void pageable_copies(int policy)
+static void pageable_copies(tdm_backend backend, int policy)
 {
 	struct env e;
 	tdm_gpu_config g;
 	tdm_gpu_config_init(&g);
-	g.backend = TDM_BACKEND_SIM;
+	g.backend = backend;
 	g.pageable = policy;
-	cr_assert(env_open_cfg(&e, 2, &g));
+	if (!env_open_cfg(&e, 2, &g))
+		cr_skip_test("no device for this backend");
 	struct pageable_state st = {.gpu = e.gpu, .rc_in = 1, .rc_out = 1};
 	st.in = malloc(LEN * sizeof(int));
 	st.out = calloc(LEN, sizeof(int));
@@ -1420,13 +1421,27 @@ static void pageable_copies(int policy)
 
 Test(gpu_memory, pageable_copies_are_staged_through_the_pinned_pool, .timeout = 30)
 {
-	pageable_copies(TDM_PAGEABLE_STAGE);
+	pageable_copies(TDM_BACKEND_SIM, TDM_PAGEABLE_STAGE);
 }
 
 Test(gpu_memory, pageable_copies_are_refused_when_asked, .timeout = 30)
 {
-	pageable_copies(TDM_PAGEABLE_REFUSE);
+	pageable_copies(TDM_BACKEND_SIM, TDM_PAGEABLE_REFUSE);
 }
+
+#ifndef TANDEM_TEST_NO_CUDA
+/* On CUDA, pageable is what cudaPointerGetAttributes calls unregistered host memory, and the
+ * staged copy's pinned blocks come back through host functions (cudaLaunchHostFunc). */
+Test(gpu_memory, pageable_copies_are_staged_through_the_pinned_pool_cuda, .timeout = 30)
+{
+	pageable_copies(TDM_BACKEND_CUDA, TDM_PAGEABLE_STAGE);
+}
+
+Test(gpu_memory, pageable_copies_are_refused_when_asked_cuda, .timeout = 30)
+{
+	pageable_copies(TDM_BACKEND_CUDA, TDM_PAGEABLE_REFUSE);
+}
+#endif
 
 /*
  * A device that dies with staged copies queued skips their host functions, as CUDA does after a
@@ -1656,12 +1671,14 @@ struct managed_state {
 	tdm_gpu *gpu;
 	tdm_stream *s;
 	int *host, *managed;
+	int peer; /* the device the memory visits between device 0 and the host */
 	int rc_to_dev, rc_to_peer, rc_to_host, result;
 	struct seen sn;
 };
 
 /* Managed memory moved about by prefetches ordered between copies on one stream: to device 0,
- * filled from the host, to device 1, back to the host (device < 0), copied out; awaited once. */
+ * filled from the host, to the peer device, back to the host (device < 0), copied out; awaited
+ * once. */
 static int managed_task(tdm_task *t, void *arg)
 {
 	struct managed_state *c = arg;
@@ -1669,7 +1686,7 @@ static int managed_task(tdm_task *t, void *arg)
 	LEASE_OR_END(c, TDM_STREAM_EXCLUSIVE);
 	c->rc_to_dev = tdm_mem_prefetch(c->s, c->managed, LEN * sizeof(int), 0);
 	SEE(&c->sn, tdm_memcpy_async(c->s, c->managed, c->host, LEN * sizeof(int), TDM_COPY_H2D));
-	c->rc_to_peer = tdm_mem_prefetch(c->s, c->managed, LEN * sizeof(int), 1);
+	c->rc_to_peer = tdm_mem_prefetch(c->s, c->managed, LEN * sizeof(int), c->peer);
 	c->rc_to_host = tdm_mem_prefetch(c->s, c->managed, LEN * sizeof(int), -1);
 	SEE(&c->sn,
 	    tdm_memcpy_async(c->s, c->host + LEN, c->managed, LEN * sizeof(int), TDM_COPY_D2H));
@@ -1679,38 +1696,78 @@ static int managed_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-/* Advice of each kind, for a device and for the host, then prefetches to either device and to
- * the host between copies: all accepted, and the data goes through. */
-Test(gpu_memory, managed_memory_is_prefetched_and_advised, .timeout = 30)
+/* Advice of each kind, for a device and for the host, then prefetches to device 0, to the peer
+ * and to the host between copies: all accepted, and the data goes through. */
+static void managed_memory_is_prefetched_and_advised(struct env *e, int peer)
 {
-	struct env e;
-	open_two(&e, TDM_PLACE_ROUND_ROBIN);
 	const size_t bytes = LEN * sizeof(int);
-	struct managed_state c = {
-	    .gpu = e.gpu, .rc_to_dev = 1, .rc_to_peer = 1, .rc_to_host = 1, .result = 1};
-	cr_assert_eq(tdm_managed_alloc(e.gpu, 0, bytes, (void **)&c.managed), 0);
-	cr_assert_eq(tdm_host_alloc(e.gpu, 2 * bytes, (void **)&c.host), 0);
-	cr_assert_eq(tdm_mem_advise(e.gpu, c.managed, bytes, TDM_ADVISE_READ_MOSTLY, 0), 0);
-	cr_assert_eq(tdm_mem_advise(e.gpu, c.managed, bytes, TDM_ADVISE_PREFERRED_LOCATION, 1), 0);
-	cr_assert_eq(tdm_mem_advise(e.gpu, c.managed, bytes, TDM_ADVISE_PREFERRED_LOCATION, -1), 0,
+	struct managed_state c = {.gpu = e->gpu,
+	                          .peer = peer,
+	                          .rc_to_dev = 1,
+	                          .rc_to_peer = 1,
+	                          .rc_to_host = 1,
+	                          .result = 1};
+	cr_assert_eq(tdm_managed_alloc(e->gpu, 0, bytes, (void **)&c.managed), 0);
+	cr_assert_eq(tdm_host_alloc(e->gpu, 2 * bytes, (void **)&c.host), 0);
+	cr_assert_eq(tdm_mem_advise(e->gpu, c.managed, bytes, TDM_ADVISE_READ_MOSTLY, 0), 0);
+	cr_assert_eq(tdm_mem_advise(e->gpu, c.managed, bytes, TDM_ADVISE_PREFERRED_LOCATION, peer),
+	             0);
+	cr_assert_eq(tdm_mem_advise(e->gpu, c.managed, bytes, TDM_ADVISE_PREFERRED_LOCATION, -1), 0,
 	             "device < 0 is the host");
-	cr_assert_eq(tdm_mem_advise(e.gpu, c.managed, bytes, TDM_ADVISE_ACCESSED_BY, 1), 0);
+	cr_assert_eq(tdm_mem_advise(e->gpu, c.managed, bytes, TDM_ADVISE_ACCESSED_BY, peer), 0);
 	for (int i = 0; i < LEN; i++) {
 		c.host[i] = 5 * i + 3;
 		c.host[LEN + i] = -1;
 	}
-	cr_assert_eq(run_one(&e, managed_task, &c), 0);
+	cr_assert_eq(run_one(e, managed_task, &c), 0);
 	ASSERT_SEEN(&c.sn);
 	cr_assert_eq(c.rc_to_dev, 0, "prefetch to device 0: %s", tdm_strerror(c.rc_to_dev));
-	cr_assert_eq(c.rc_to_peer, 0, "prefetch to device 1: %s", tdm_strerror(c.rc_to_peer));
+	cr_assert_eq(c.rc_to_peer, 0, "prefetch to device %d: %s", peer,
+	             tdm_strerror(c.rc_to_peer));
 	cr_assert_eq(c.rc_to_host, 0, "prefetch to the host: %s", tdm_strerror(c.rc_to_host));
 	cr_assert_eq(c.result, 0, "the await: %s", tdm_strerror(c.result));
 	for (int i = 0; i < LEN; i++)
 		cr_assert_eq(c.host[LEN + i], 5 * i + 3, "managed memory round trip at %d", i);
-	cr_assert_eq(tdm_managed_free(e.gpu, c.managed), 0);
-	tdm_host_free(e.gpu, c.host);
+	cr_assert_eq(tdm_managed_free(e->gpu, c.managed), 0);
+	tdm_host_free(e->gpu, c.host);
+}
+
+Test(gpu_memory, managed_memory_is_prefetched_and_advised, .timeout = 30)
+{
+	struct env e;
+	open_two(&e, TDM_PLACE_ROUND_ROBIN);
+	managed_memory_is_prefetched_and_advised(&e, 1);
 	env_close(&e);
 }
+
+#ifndef TANDEM_TEST_NO_CUDA
+/*
+ * The same on CUDA (cudaMallocManaged, cudaMemAdvise, cudaMemPrefetchAsync under the calls),
+ * with the second device as the peer where there is one. Before it, the refusal: CUDA itself
+ * grants managed memory past the device's size (it oversubscribes; on the H200 with CUDA 13.0,
+ * cudaMallocManaged of the device's size + 1 byte returned success), so the -ENOMEM is tandem's
+ * check alone; the refused call allocates nothing.
+ */
+Test(gpu_memory, managed_memory_on_cuda, .timeout = 60)
+{
+	struct env e;
+	if (!env_open(&e, TDM_BACKEND_CUDA, TDM_COMPLETION_AUTO, 2))
+		cr_skip_test("no CUDA device");
+	tdm_device_info info;
+	cr_assert_eq(tdm_gpu_device_info(e.gpu, 0, &info), 0);
+	void *p = NULL;
+	cr_assert_eq(tdm_managed_alloc(e.gpu, 0, (size_t)info.memory_bytes + 1, &p), -ENOMEM,
+	             "one byte past the device's %llu bytes",
+	             (unsigned long long)info.memory_bytes);
+	cr_assert_null(p);
+	int n = tdm_gpu_device_count(e.gpu);
+	cr_assert_eq(tdm_mem_advise(e.gpu, &info, sizeof info, TDM_ADVISE_READ_MOSTLY, n), -EINVAL,
+	             "device %d of %d", n, n);
+	managed_memory_is_prefetched_and_advised(&e, n > 1 ? 1 : 0);
+	tdm_test_assert_usable(e.ex);
+	env_close(&e);
+}
+#endif
 
 /*
  * The documented -EINVAL of each argument (memory.c checks them before the backend, which
