@@ -712,10 +712,12 @@ static int64_t in_use_add(struct tdm__pinned *pool, int64_t bytes)
 	return t;
 }
 
-/* The worker folds its delta into the shared counter (its slow path only). */
-static void cache_fold(struct tdm__pinned *pool, struct pin_cache *mine)
+/* The worker folds its delta, and `bytes` it counts on the shared counter at the same time, into
+ * the shared counter (its slow path only): one read-modify-write for both. */
+static void cache_fold(struct tdm__pinned *pool, struct pin_cache *mine, int64_t bytes)
 {
-	int64_t t = in_use_add(pool, atomic_load_explicit(&mine->delta, memory_order_relaxed));
+	int64_t t =
+	    in_use_add(pool, atomic_load_explicit(&mine->delta, memory_order_relaxed) + bytes);
 	raise_high_water(pool, atomic_load_explicit(&mine->base, memory_order_relaxed) +
 	                           atomic_load_explicit(&mine->peak, memory_order_relaxed));
 	/* Relaxed, owner-only stores: a reader between the add and these counts d twice, which
@@ -741,12 +743,13 @@ static inline void count_cached(struct pin_cache *mine, int64_t bytes)
 		atomic_store_explicit(&mine->peak, d, memory_order_relaxed);
 }
 
-/* Threads that are not workers, and workers' locked paths (after a fold). */
+/* Threads that are not workers, and workers' locked paths (their delta folded in the same add). */
 static void count_shared(struct tdm__pinned *pool, struct pin_cache *mine, int64_t bytes)
 {
 	if (mine != NULL)
-		cache_fold(pool, mine);
-	in_use_add(pool, bytes);
+		cache_fold(pool, mine, bytes);
+	else
+		in_use_add(pool, bytes);
 }
 
 /* ---- the calls ---- */
@@ -867,7 +870,7 @@ int tdm_pinned_alloc(tdm_gpu *gpu, size_t bytes, void **out)
 	if (mine != NULL && c < pool->ncached) {
 		if (mine->n[c] == 0) {
 			/* Half a cache from the shared list, or from a new run. */
-			cache_fold(pool, mine);
+			cache_fold(pool, mine, 0);
 			unsigned got = shared_pop(pool, c, mine->slot[c], pc->cache_batch);
 			if (got == 0) {
 				char *run;
@@ -929,7 +932,7 @@ int tdm_pinned_free(tdm_gpu *gpu, void *p)
 			/* Full: the coldest half (the bottom of the stack) goes to the shared list.
 			 */
 			unsigned half = pc->cache_batch;
-			cache_fold(pool, mine);
+			cache_fold(pool, mine, 0);
 			shared_push_array(pool, c, mine->slot[c], half);
 			memmove(mine->slot[c], mine->slot[c] + half,
 			        (mine->n[c] - half) * sizeof(void *));
