@@ -718,6 +718,9 @@ static void cache_fold(struct tdm__pinned *pool, struct pin_cache *mine, int64_t
 {
 	int64_t t =
 	    in_use_add(pool, atomic_load_explicit(&mine->delta, memory_order_relaxed) + bytes);
+	/* A free: the total before it (the delta counted, the block not yet gone) was in use. */
+	if (bytes < 0)
+		raise_high_water(pool, t - bytes);
 	raise_high_water(pool, atomic_load_explicit(&mine->base, memory_order_relaxed) +
 	                           atomic_load_explicit(&mine->peak, memory_order_relaxed));
 	/* Relaxed, owner-only stores: a reader between the add and these counts d twice, which

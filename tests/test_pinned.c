@@ -499,6 +499,45 @@ static void high_water_holds_when_workers_allocate_and_others_free(tdm_backend b
 	env_close(&e);
 }
 
+/*
+ * A worker's cached block and a large block allocated elsewhere are in use together, and then the
+ * worker frees the large one: the mark is both. (The worker's free folds its cache's count and
+ * the freed bytes into one add; the total between the two must still reach the mark.)
+ */
+struct free_big {
+	struct seen sn;
+	void *small, *big;
+	bool do_free;
+};
+
+static void free_big_task(void *arg)
+{
+	struct free_big *f = arg;
+	if (f->do_free)
+		SEE(&f->sn, tdm_pinned_free(f->sn.gpu, f->big));
+	else
+		SEE(&f->sn, tdm_pinned_alloc(f->sn.gpu, 4096, &f->small));
+}
+
+static void high_water_counts_a_large_block_a_worker_frees(tdm_backend backend)
+{
+	struct env e;
+	env_open(&e, backend, 1, 1 * MIB, 0);
+	struct free_big f = {.sn = {.gpu = e.gpu}};
+	on_worker(&e, free_big_task, &f); /* 4 KiB from the worker's cache */
+	ASSERT_SEEN(&f.sn);
+	cr_assert_eq(tdm_pinned_alloc(e.gpu, 4 * MIB, &f.big), 0);
+	f.do_free = true;
+	on_worker(&e, free_big_task, &f); /* the 4 MiB block freed by the worker */
+	ASSERT_SEEN(&f.sn);
+	tdm_pinned_stats s = stats(&e);
+	cr_assert_geq(s.high_water, 4 * MIB + 4096, "high water %llu",
+	              (unsigned long long)s.high_water);
+	cr_assert_eq(tdm_pinned_free(e.gpu, f.small), 0);
+	cr_assert_eq(stats(&e).bytes_in_use, 0);
+	env_close(&e);
+}
+
 /* ---- concurrency ---- */
 
 #define SLOTS 64
@@ -720,6 +759,10 @@ Test(pinned_errors, a_chunk_size_past_64_gib_is_refused)
 	Test(suite, high_water_holds_when_workers_allocate_and_others_free, .timeout = 60)         \
 	{                                                                                          \
 		high_water_holds_when_workers_allocate_and_others_free(backend);                   \
+	}                                                                                          \
+	Test(suite, high_water_counts_a_large_block_a_worker_frees, .timeout = 60)                 \
+	{                                                                                          \
+		high_water_counts_a_large_block_a_worker_frees(backend);                           \
 	}                                                                                          \
 	Test(suite, concurrent_alloc_and_free_keep_the_counts_exact, .timeout = 300)               \
 	{                                                                                          \
