@@ -221,7 +221,7 @@ int tdm_executor_destroy(tdm_executor *ex)
 	tdm__try_terminate(ex);
 	for (unsigned i = 0; i < ex->nworkers; i++)
 		pthread_join(ex->workers[i].thread, NULL);
-	/* The last waker (tdm__suspended_done) or hold releaser (tdm__awake_release) may still be
+	/* The last waker (tdm__suspended_done) or hold releaser (tdm__release) may still be
 	 * inside its unlock of idle_lock: taking the lock once orders its last access before the
 	 * free. */
 	pthread_mutex_lock(&ex->idle_lock);

@@ -261,12 +261,13 @@ struct tdm_executor {
 	_Atomic int cancelling;                        /* ... in TDM_SHUTDOWN_CANCEL mode */
 	_Atomic int terminate;                         /* workers must exit */
 	_Atomic int64_t suspended;                     /* tasks held by the GPU layer */
-	/* Awake holds (tdm__awake_hold) taken, and the worker that keeps awake for them: its
-	 * index + 1, 0 when none. */
+	/* Holds taken (tdm__hold; termination waits for their release), the awake ones among
+	 * them, and the worker that keeps awake for those: its index + 1, 0 when none. */
+	_Atomic unsigned holds;
 	_Atomic unsigned awake_holds;
 	_Atomic unsigned keeper;
 
-	/* Submissions from outside threads and awake holds in flight, closed by shutdown. */
+	/* Submissions from outside threads and holds in flight, closed by shutdown. */
 	struct tdm__gate outside;
 
 	/* Task memory: free tasks beyond the workers' caches, and every slab for destroy. */
@@ -356,9 +357,13 @@ bool tdm__expect_wake(struct tdm_executor *ex, unsigned home);
  * holding the keeper role does not park: it searches even when max_searching others already do.
  * A hold is taken from outside the workers, so it goes through the outside gate as a submission
  * does: -ESHUTDOWN, and no hold, once tdm_executor_destroy has begun.
+ *
+ * With awake false the hold only keeps the executor from terminating (and alive) until its
+ * release: for a caller that submits from outside over a while (a pipeline with no_spin) and
+ * must not find the executor freed between two submissions. Release with the same awake.
  */
-int tdm__awake_hold(struct tdm_executor *ex);
-void tdm__awake_release(struct tdm_executor *ex);
+int tdm__hold(struct tdm_executor *ex, bool awake);
+void tdm__release(struct tdm_executor *ex, bool awake);
 
 /*
  * For an awaitable whose completion is cheap to look at (a completion word: one memory read),

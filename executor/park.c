@@ -6,7 +6,7 @@
  * work); a searcher that finds work and was the last searcher wakes one more (so parallelism
  * ramps up one worker at a time, without a thundering herd); the last searcher to park looks at
  * every queue once more before sleeping. At most max_searching workers search at once,
- * and the keeper of an awake hold besides (tdm__awake_hold).
+ * and the keeper of an awake hold besides (tdm__hold).
  *
  * No lost wake-up, by a Dekker argument: a publisher stores its work, then a seq_cst fence, then
  * loads idle_state; a parking worker changes idle_state with a seq_cst RMW, then a seq_cst
@@ -181,9 +181,9 @@ void tdm__transition_from_searching(struct tdm__worker *w)
 /*
  * Stops the workers if the executor is shutting down and no task can appear any more: every
  * worker is parked (none runs a task that could spawn), no task is queued, none is suspended,
- * and no awake hold is taken (its holder still uses the executor). Called with idle_lock held,
+ * and no hold is taken (its holder still uses the executor). Called with idle_lock held,
  * which also guards every transition of a worker from parked to unparked and the drops of the
- * suspended count and of the awake holds to zero (other drops cannot enable termination), so
+ * suspended count and of the holds to zero (other drops cannot enable termination), so
  * the decision cannot race with a wake-up. The unparks happen under the lock too:
  * a thread that decided must not touch the executor after unlocking, since destroy may free it from
  * then on.
@@ -201,13 +201,12 @@ static bool terminate_locked(struct tdm_executor *ex)
 		return false;
 	/* Seq_cst fence: the loads of suspended and of the queues come after the caller's own
 	 * updates (a park, a drop of suspended); pairs with the fence in tdm__notify_parked.
-	 * Acquire loads of suspended and awake_holds: pair with the release drops in
-	 * tdm__suspended_done and tdm__awake_release (the inbox pushes before them are seen). */
+	 * Acquire loads of suspended and holds: pair with the release drops in
+	 * tdm__suspended_done and tdm__release (the inbox pushes before them are seen). */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (tdm__idle_unparked(atomic_load_explicit(&ex->idle_state, memory_order_relaxed)) != 0 ||
 	    atomic_load_explicit(&ex->suspended, memory_order_acquire) != 0 ||
-	    atomic_load_explicit(&ex->awake_holds, memory_order_acquire) != 0 ||
-	    tdm__work_pending(ex))
+	    atomic_load_explicit(&ex->holds, memory_order_acquire) != 0 || tdm__work_pending(ex))
 		return false;
 	/* Release: pairs with the acquire load of terminate in tdm__park, after the unparks
 	 * below end the workers' sleep. */
@@ -252,7 +251,7 @@ void tdm__suspended_done(struct tdm_executor *ex, unsigned n)
 	/* Nothing after this: with the count at zero the executor may be destroyed at once. */
 }
 
-int tdm__awake_hold(struct tdm_executor *ex)
+int tdm__hold(struct tdm_executor *ex, bool awake)
 {
 	/* Through the outside gate, as a submission: destroy cannot decide termination, and free
 	 * ex, under a hold that missed shutdown. */
@@ -260,7 +259,14 @@ int tdm__awake_hold(struct tdm_executor *ex)
 	if (n == NULL)
 		return -ESHUTDOWN;
 	/* Relaxed: the count's drop to zero is what termination waits for, and that happens under
-	 * idle_lock (tdm__awake_release); the fence below orders the increment for the rest. */
+	 * idle_lock (tdm__release); the gate's leave below (release) orders the increment before
+	 * destroy's drain, after which termination can first be decided. */
+	atomic_fetch_add_explicit(&ex->holds, 1, memory_order_relaxed);
+	if (!awake) {
+		tdm__gate_leave(n); /* counted in holds now: termination waits for the release */
+		return 0;
+	}
+	/* Relaxed: only who spins hangs on it; the fence below orders the increment for that. */
 	atomic_fetch_add_explicit(&ex->awake_holds, 1, memory_order_relaxed);
 	/* With every worker asleep nobody would take the role until work came: wake one now, so
 	 * that the keeper is awake (and its CPU running) before the holder's first task.
@@ -269,11 +275,11 @@ int tdm__awake_hold(struct tdm_executor *ex)
 	 * worker's park, and wakes it, or that worker's load sees the hold, and it wakes one. */
 	atomic_thread_fence(memory_order_seq_cst);
 	tdm__expect_wake(ex, UINT_MAX);
-	tdm__gate_leave(n); /* counted in awake_holds now: termination waits for the release */
+	tdm__gate_leave(n); /* counted in holds now: termination waits for the release */
 	return 0;
 }
 
-void tdm__awake_release(struct tdm_executor *ex)
+void tdm__release(struct tdm_executor *ex, bool awake)
 {
 	/*
 	 * A taken hold keeps the executor from terminating (terminate_locked), so a concurrent
@@ -284,7 +290,11 @@ void tdm__awake_release(struct tdm_executor *ex)
 	 * load in terminate_locked.
 	 */
 	pthread_mutex_lock(&ex->idle_lock);
-	if (atomic_fetch_sub_explicit(&ex->awake_holds, 1, memory_order_release) == 1)
+	/* Relaxed: the awake count only decides who spins (the keeper drops its role when it reads
+	 * zero); termination hangs on holds alone. */
+	if (awake)
+		atomic_fetch_sub_explicit(&ex->awake_holds, 1, memory_order_relaxed);
+	if (atomic_fetch_sub_explicit(&ex->holds, 1, memory_order_release) == 1)
 		terminate_locked(ex);
 	pthread_mutex_unlock(&ex->idle_lock);
 	/* Nothing after this: with no hold left the executor may be destroyed at once. */
@@ -309,7 +319,7 @@ bool tdm__park(struct tdm__worker *w)
 	if (last_searcher || last_unparked) {
 		/* Seq_cst fence: the idle_state RMW above is ordered before these queue loads
 		 * and the load of awake_holds; pairs with the fence in tdm__notify_parked (Dekker,
-		 * see the file comment) and with the one in tdm__awake_hold: the last worker to
+		 * see the file comment) and with the one in tdm__hold: the last worker to
 		 * park while a hold is taken wakes one (itself, perhaps) to be the keeper, in case
 		 * the hold was taken after it looked (idle_spin) and its wake-up found it awake. */
 		atomic_thread_fence(memory_order_seq_cst);

@@ -248,7 +248,7 @@ static void held_release(struct tdm__worker *w)
 static bool awake_held(const struct tdm_executor *ex)
 {
 	/* Relaxed: a hint for who spins; the executor's lifetime does not hang on it
-	 * (tdm__awake_release decides termination under idle_lock). */
+	 * (tdm__release decides termination under idle_lock). */
 	return atomic_load_explicit(&ex->awake_holds, memory_order_relaxed) > 0;
 }
 
@@ -282,7 +282,7 @@ static void keeper_drop(struct tdm__worker *w)
 
 /*
  * The idle spin: while tasks await the GPU (or a hold is taken), look for work for a while before
- * parking; the keeper (see tdm__awake_hold) goes on for as long as a hold is taken. The held
+ * parking; the keeper (see tdm__hold) goes on for as long as a hold is taken. The held
  * await and the own inbox are a load each; a full search (every victim) now and then, every few
  * iterations for the keeper, which is the only worker awake when a completion lands in a parked
  * worker's inbox: a searching worker means nobody is woken for it.

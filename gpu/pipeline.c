@@ -17,9 +17,9 @@
  *   interleaved and ran 20-22 us longer per 200 batches than two streams, and eight streams of
  *   64 MiB copies in one direction shared the bus where one at a time streams it (perf/README.md,
  *   sixth session).
- * - A worker stays awake while the pipeline runs (tdm__awake_hold, unless cfg.no_spin): a batch's
- *   completion otherwise often finds every worker asleep, and a futex wake-up took 50-300 us on
- *   the H200 machine's virtual CPUs, which the last batch's completion adds to the whole run.
+ * - A worker stays awake while the pipeline runs (an awake tdm__hold, unless cfg.no_spin): a
+ * batch's completion otherwise often finds every worker asleep, and a futex wake-up took 50-300 us
+ * on the H200 machine's virtual CPUs, which the last batch's completion adds to the whole run.
  * - Back-pressure comes free: a slot takes its next batch only after its last one was consumed,
  *   so in_flight bounds the memory and the batches between prepare and the end of consume.
  * - No task ever waits for another task. In ordered mode a slot whose batch is done before its
@@ -651,10 +651,12 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 	pthread_mutex_init(&p->prep_lock, NULL);
 	pthread_mutex_init(&p->lock, NULL);
 
-	/* A worker stays awake for the batches (unless cfg.no_spin), from before the set-up, so
-	 * that one is running when the slots' tasks start. Refused once the executor's destroy
-	 * began: nothing has been set up yet. */
-	if (!p->cfg.no_spin && tdm__awake_hold(gpu->ex) != 0) {
+	/* A hold on the executor from before the set-up to after the last submission: a concurrent
+	 * destroy waits for its release instead of freeing the executor between two of the slots'
+	 * spawns. Awake unless cfg.no_spin: a worker then stays awake for the batches, and is
+	 * running when the slots' tasks start. Refused once the executor's destroy began: nothing
+	 * has been set up yet. */
+	if (tdm__hold(gpu->ex, !p->cfg.no_spin) != 0) {
 		pthread_mutex_destroy(&p->lock);
 		pthread_mutex_destroy(&p->prep_lock);
 		free(p);
@@ -675,8 +677,7 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 		wait_rc = pipe_run(p);
 	/* The last use of the executor here: a taken hold blocks termination, so a concurrent
 	 * tdm_executor_destroy cannot free the executor before this release. */
-	if (!p->cfg.no_spin) /* the copy: a callback may have changed the caller's config */
-		tdm__awake_release(gpu->ex);
+	tdm__release(gpu->ex, !p->cfg.no_spin); /* the copy: a callback may change the caller's */
 
 	/* Every task is over (the group's wait orders their writes before what follows). */
 	uint64_t cancelled = 0;

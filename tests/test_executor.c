@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h" /* tdm__awake_hold: the keeper's role and the searching count */
+#include "internal.h" /* tdm__hold: the keeper's role and the searching count */
 
 TDM_TEST_SUITE(executor);
 TDM_TEST_SUITE(park);
@@ -575,7 +575,7 @@ Test(park, the_keeper_of_a_hold_searches_past_the_bound, .timeout = 30)
 	c.ex = ex;
 	atomic_store(&c.k, -1);
 	atomic_store(&c.s_ran, false);
-	cr_assert_eq(tdm__awake_hold(ex), 0);
+	cr_assert_eq(tdm__hold(ex, true), 0);
 	/* A keeper, and the other worker asleep after its spin. */
 	unsigned keeper = 0;
 	for (int i = 0; i < 3000; i++) {
@@ -602,7 +602,7 @@ Test(park, the_keeper_of_a_hold_searches_past_the_bound, .timeout = 30)
 		tdm_test_sleep_us(100);
 	cr_assert_eq(worker_parks(ex, k), k_parks, "the keeper parked while the hold was taken");
 	cr_assert_eq(atomic_load(&ex->keeper), keeper, "the keeper lost its role");
-	tdm__awake_release(ex);
+	tdm__release(ex, true);
 	tdm_test_destroy(ex);
 }
 

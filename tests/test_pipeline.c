@@ -866,34 +866,85 @@ static void destroy_finish(struct env *e, atomic_int *go, pthread_t th)
 }
 
 /*
- * The executor is shutting down (drain mode, a task still running), so a slot's task cannot be
- * started: tdm_spawn says -ESHUTDOWN right after the caller primed the first slot. That batch is
- * finished on the caller's thread (consumed, counted), not stranded, and the run says why it
- * stopped. no_spin: with the awake hold the run is refused before any slot is primed (the next
- * test); without it, or when the destroy begins after the hold, the spawn is what fails.
+ * The executor's destroy begins while the caller primes the first slot (in batch 0's prepare,
+ * on the caller's thread), with nothing else to wait for: the slot's task cannot be started
+ * (tdm_spawn says -ESHUTDOWN), that batch is finished on the caller's thread (consumed, counted),
+ * not stranded, and the run says why it stopped. The run's hold keeps the destroy waiting until
+ * the run is over, with or without no_spin: without the hold (no_spin, before), the destroy
+ * freed the executor under the spawn (ASan: use-after-free in tdm_spawn).
  */
-Test(pipeline_sim, a_slot_whose_task_cannot_start_finishes_its_batch, .timeout = 60)
-{
-	struct env e;
-	static atomic_int go;
+struct destroy_at_prepare {
+	struct rec r;
+	tdm_executor *ex;
 	pthread_t th;
-	destroy_in_progress(&e, &go, &th);
-	static struct rec r;
-	rec_init(&r, 20);
-	tdm_pipeline_config c = rec_config(&r, 3, 1);
-	c.no_spin = 1;
-	tdm_pipeline_stats st;
-	cr_assert_eq(tdm_pipeline_run(e.gpu, &c, &st), -ESHUTDOWN);
-	cr_assert_eq(atomic_load(&r.prepared), 1, "only the first slot was primed");
-	cr_assert_eq(st.batches, 1, "its batch was consumed, not stranded");
-	cr_assert_eq(st.cancelled, 0);
-	cr_assert_eq(atomic_load(&r.npos), 1);
-	cr_assert_eq(r.order[0], 0);
-	cr_assert_eq(atomic_load(&r.bad), 0);
-	destroy_finish(&e, &go, th);
+	bool started;
+};
+
+static int prepare_then_destroy(tdm_batch *b, void *user)
+{
+	struct destroy_at_prepare *d = user;
+	if (b->index == 0 && !d->started) {
+		d->started = true;
+		cr_assert_eq(pthread_create(&d->th, NULL, destroy_executor, d->ex), 0);
+		while (tdm_submit(d->ex, nothing, NULL) != -ESHUTDOWN)
+			tdm_test_sleep_us(100);
+		/* Time for a destroy that does not wait for the run to end, and free the executor
+		 * (as it did with no_spin); one that waits, as it must, just waits longer. */
+		tdm_test_sleep_us(50000);
+	}
+	return rec_prepare(b, &d->r);
 }
 
-/* The awake hold is refused once the executor's destroy has begun (it would outlive the
+static int destroy_rec_compute(tdm_batch *b, void *user)
+{
+	return rec_compute(b, &((struct destroy_at_prepare *)user)->r);
+}
+
+static int destroy_rec_consume(tdm_batch *b, void *user)
+{
+	return rec_consume(b, &((struct destroy_at_prepare *)user)->r);
+}
+
+static void a_destroy_begun_in_the_set_up_waits_for_the_run(int no_spin)
+{
+	struct env e;
+	cr_assert(env_open_cfg(&e, TDM_BACKEND_SIM, 2, TDM_SHUTDOWN_DRAIN, 0));
+	static struct destroy_at_prepare d;
+	memset(&d, 0, sizeof(d));
+	d.ex = e.ex;
+	rec_init(&d.r, 20);
+	tdm_pipeline_config c = rec_config(&d.r, 3, 1);
+	c.prepare = prepare_then_destroy;
+	c.compute = destroy_rec_compute;
+	c.consume = destroy_rec_consume;
+	c.user = &d;
+	c.no_spin = no_spin;
+	tdm_pipeline_stats st;
+	cr_assert_eq(tdm_pipeline_run(e.gpu, &c, &st), -ESHUTDOWN);
+	cr_assert(d.started);
+	cr_assert_eq(atomic_load(&d.r.prepared), 1, "only the first slot was primed");
+	cr_assert_eq(st.batches, 1, "its batch was consumed, not stranded");
+	cr_assert_eq(st.cancelled, 0);
+	cr_assert_eq(atomic_load(&d.r.npos), 1);
+	cr_assert_eq(d.r.order[0], 0);
+	cr_assert_eq(atomic_load(&d.r.bad), 0);
+	void *drc;
+	cr_assert_eq(pthread_join(d.th, &drc), 0);
+	cr_assert_eq((intptr_t)drc, 0);
+	cr_assert_eq(tdm_gpu_destroy(e.gpu), 0);
+}
+
+Test(pipeline_sim, a_destroy_begun_in_the_set_up_waits_for_the_run, .timeout = 60)
+{
+	a_destroy_begun_in_the_set_up_waits_for_the_run(0);
+}
+
+Test(pipeline_sim, a_destroy_begun_in_the_set_up_waits_for_a_no_spin_run, .timeout = 60)
+{
+	a_destroy_begun_in_the_set_up_waits_for_the_run(1);
+}
+
+/* The run's hold is refused once the executor's destroy has begun (it would outlive the
  * executor otherwise): the run says -ESHUTDOWN before it prepares anything, and the layer and
  * the destroy go on. */
 Test(pipeline_sim, a_run_after_the_executors_destroy_began_is_refused_at_once, .timeout = 60)
