@@ -174,7 +174,8 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	if ((unsigned)cfg.completion > TDM_COMPLETION_ADAPTIVE ||
 	    (unsigned)cfg.placement > TDM_PLACE_NEAREST ||
 	    (unsigned)cfg.pageable > TDM_PAGEABLE_REFUSE || cfg.streams_per_device > 1024 ||
-	    cfg.launch_limit > 1024 || cfg.pinned_chunk_bytes > ((size_t)64 << 30))
+	    cfg.launch_limit > 1024 || cfg.pinned_chunk_bytes > ((size_t)64 << 30) ||
+	    (cfg.pinned_cap_bytes != 0 && cfg.pinned_cap_bytes < ((size_t)64 << 10)))
 		return -EINVAL;
 	if (cfg.completion == TDM_COMPLETION_AUTO) {
 		/* Unset: modes[3], automatic (adaptive where words can be written). */

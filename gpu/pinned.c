@@ -162,7 +162,8 @@ struct radix_mid {
 
 struct tdm__pinned {
 	struct tdm_gpu *gpu;
-	tdm_executor *ex;
+	tdm_executor *ex;  /* compared with, never read: the executor may be destroyed first */
+	unsigned nworkers; /* ex's, copied at init */
 	size_t chunk_bytes, cap, max_class;
 	unsigned nclass, ncached;
 	struct pin_cache *caches; /* one per worker of ex */
@@ -961,7 +962,7 @@ int tdm_pinned_stats_get(tdm_gpu *gpu, tdm_pinned_stats *out)
 	/* Relaxed loads throughout: exact once the threads that used the pool are done, which
 	 * the caller orders (a group wait, a join); a snapshot while they run. */
 	int64_t in_use = atomic_load_explicit(&pool->in_use, memory_order_relaxed), peak = 0;
-	for (unsigned w = 0; w < pool->ex->nworkers; w++) {
+	for (unsigned w = 0; w < pool->nworkers; w++) {
 		struct pin_cache *c = &pool->caches[w];
 		in_use += atomic_load_explicit(&c->delta, memory_order_relaxed);
 		int64_t p = atomic_load_explicit(&c->base, memory_order_relaxed) +
@@ -1064,7 +1065,8 @@ int tdm__pinned_init(struct tdm_gpu *gpu)
 		}
 		pthread_mutex_init(&pc->lock, NULL);
 	}
-	size_t caches_bytes = (size_t)pool->ex->nworkers * sizeof(*pool->caches);
+	pool->nworkers = pool->ex->nworkers;
+	size_t caches_bytes = (size_t)pool->nworkers * sizeof(*pool->caches);
 	pool->caches = aligned_alloc(TDM__CACHELINE, caches_bytes);
 	if (pool->caches == NULL && caches_bytes > 0) {
 		for (unsigned c = 0; c < pool->nclass; c++)

@@ -83,7 +83,8 @@ typedef struct tdm_gpu_config {
 	/* Sim backend: simulated devices (0: 1). */
 	unsigned sim_devices;
 	/* Pinned host pool: size of each chunk pinned at once (0: 64 MiB), and the most it may
-	 * pin in all (0: no cap). Past the cap, allocations fail with -ENOMEM. Leave room in a
+	 * pin in all (0: no cap; else at least 64 KiB, the pool's page, or tdm_gpu_create says
+	 * -EINVAL). Past the cap, allocations fail with -ENOMEM. Leave room in a
 	 * cap for the workers' caches: a block of up to 256 KiB freed on a worker stays in that
 	 * worker's cache, and keeps the run of 64 KiB pages it was carved from, until that worker
 	 * reaches the cap itself (then it empties its cache) or the tdm_gpu is destroyed. Such
@@ -124,12 +125,12 @@ void tdm_gpu_config_init(tdm_gpu_config *cfg);
  * Starts the GPU layer for ex: backend, poller thread, pools. cfg may be NULL for defaults.
  * -EINVAL: out or ex is NULL; backend, completion, placement or pageable is not one of its
  * values; streams_per_device or launch_limit above 1024; sim_devices above 1024 (sim);
- * pinned_chunk_bytes above 64 GiB; with TDM_BACKEND_AUTO, TANDEM_GPU set to something other
- * than cuda, sim or none; with TDM_COMPLETION_AUTO, TANDEM_COMPLETION set to something other
- * than word, event or adaptive; TANDEM_LEASE_BALANCE set to something other than always or
- * never, TANDEM_WORKER_WATCH to something other than 0 or 1, or TANDEM_NVML to something other
- * than 0, off, 1 or on (README.md, "Async/await on the GPU").  -ENODEV:
- * the backend asked for (or cuda by default) has no device or is not built in.  -ENOTSUP:
+ * pinned_chunk_bytes above 64 GiB; pinned_cap_bytes from 1 to 64 KiB - 1; with TDM_BACKEND_AUTO,
+ * TANDEM_GPU set to something other than cuda, sim or none; with TDM_COMPLETION_AUTO,
+ * TANDEM_COMPLETION set to something other than word, event or adaptive; TANDEM_LEASE_BALANCE set
+ * to something other than always or never, TANDEM_WORKER_WATCH to something other than 0 or 1, or
+ * TANDEM_NVML to something other than 0, off, 1 or on (README.md, "Async/await on the GPU").
+ * -ENODEV: the backend asked for (or cuda by default) has no device or is not built in.  -ENOTSUP:
  * TDM_COMPLETION_WORD or _ADAPTIVE asked for (in cfg or by TANDEM_COMPLETION) on a device that
  * cannot write completion words.  -ENOMEM, -EAGAIN: resources.  -EIO: the driver failed while the
  * devices were set up (cuda).

@@ -707,6 +707,50 @@ Test(pinned_errors, a_chunk_size_past_64_gib_is_refused)
 	tdm_test_destroy(ex);
 }
 
+/* A cap smaller than the pool's 64 KiB page could hold no block at all (every allocation said
+ * -ENOMEM): refused at create; 64 KiB itself serves small blocks. */
+Test(pinned_errors, a_cap_below_64_kib_is_refused)
+{
+	tdm_executor *ex = tdm_test_create(1);
+	tdm_gpu *gpu = NULL;
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	g.pinned_cap_bytes = 1;
+	cr_assert_eq(tdm_gpu_create(&gpu, ex, &g), -EINVAL);
+	g.pinned_cap_bytes = 64 * KIB - 1;
+	cr_assert_eq(tdm_gpu_create(&gpu, ex, &g), -EINVAL);
+	g.pinned_cap_bytes = 64 * KIB;
+	cr_assert_eq(tdm_gpu_create(&gpu, ex, &g), 0);
+	void *p;
+	cr_assert_eq(tdm_pinned_alloc(gpu, 4096, &p), 0);
+	cr_assert_eq(tdm_pinned_free(gpu, p), 0);
+	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
+	tdm_test_destroy(ex);
+}
+
+/* Either destroy may come first: between the two, the pool's calls still work and read nothing
+ * of the executor (the stats read its worker count, a use-after-free under ASan before). */
+Test(pinned_errors, the_pool_works_between_the_executors_destroy_and_the_layers)
+{
+	tdm_executor *ex = tdm_test_create(2);
+	tdm_gpu *gpu = NULL;
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	cr_assert_eq(tdm_gpu_create(&gpu, ex, &g), 0);
+	void *p;
+	cr_assert_eq(tdm_pinned_alloc(gpu, 4096, &p), 0);
+	tdm_test_destroy(ex);
+	tdm_pinned_stats s;
+	cr_assert_eq(tdm_pinned_stats_get(gpu, &s), 0);
+	cr_assert_eq(s.bytes_in_use, 4096);
+	cr_assert_eq(tdm_pinned_free(gpu, p), 0);
+	cr_assert_eq(tdm_pinned_stats_get(gpu, &s), 0);
+	cr_assert_eq(s.bytes_in_use, 0);
+	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
+}
+
 /* ---- every behaviour on both backends ---- */
 
 #define PINNED_TESTS(suite, backend)                                                               \
