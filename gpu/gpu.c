@@ -408,6 +408,20 @@ static int stream_at(struct tdm__gdev *d, int c, unsigned k, struct tdm_stream *
 	return rc;
 }
 
+unsigned tdm__streams_open(const struct tdm__gdev *d, int c)
+{
+	unsigned open = 0;
+	for (unsigned k = 0; k < d->nstreams; k++) {
+		/* Acquire: pairs with the release that publishes a made stream (stream_at). */
+		struct tdm_stream *s =
+		    atomic_load_explicit(&d->streams[c][k], memory_order_acquire);
+		/* Relaxed: a snapshot; the caller checks again after it took a stream. */
+		open += s == NULL ||
+		        atomic_load_explicit(&s->leases, memory_order_relaxed) < TDM__EXCLUSIVE;
+	}
+	return open;
+}
+
 /*
  * The stream leases held on a device (an exclusive one counts once), summed from the streams'
  * own counts rather than kept in a device-wide counter that every lease and release would

@@ -213,6 +213,9 @@ void tdm__topology_free(struct tdm__topology *t);
 
 /* gpu.c */
 int tdm__event_take(struct tdm__gdev *d, struct tdm_event **out);
+/* The streams of priority class c on d that nobody holds exclusively (those not made yet
+ * among them): a snapshot, for a holder that must leave one to shared leases. */
+unsigned tdm__streams_open(const struct tdm__gdev *d, int c);
 void tdm__event_give(struct tdm_event *e);
 void tdm__device_fail(struct tdm__gdev *d);
 /* memory.c: the blocks of d's staged copies whose host functions have not run go back to the

@@ -390,9 +390,10 @@ static int slot_task(tdm_task *t, void *arg)
 
 /*
  * The streams the batches take turns on: exclusive while at least one stream of the set stays
- * for other tasks' shared leases, shared past that. When no other stream can be leased (none
- * left, or the shared lease gave one the pipeline holds already), the batches take turns on
- * fewer streams; -EBUSY only when none could be had.
+ * for other tasks' shared leases (counting every holder's exclusive streams: other pipelines'
+ * too), shared past that. When no other stream can be leased (none left, or the shared lease
+ * gave one the pipeline holds already), the batches take turns on fewer streams; -EBUSY only
+ * when none could be had.
  */
 static int streams_lease(struct pipe *p, unsigned want)
 {
@@ -400,8 +401,14 @@ static int streams_lease(struct pipe *p, unsigned want)
 	for (unsigned k = 0; k < want; k++) {
 		struct pstream *ps = &p->streams[k];
 		int rc = -EBUSY;
-		if (k + 1 < d->nstreams)
+		if (tdm__streams_open(d, 0) >= 2)
 			rc = tdm_stream_lease(p->gpu, p->cfg.device, TDM_STREAM_EXCLUSIVE, &ps->s);
+		/* Another holder took one meanwhile, and this took the last open stream: give it
+		 * back (two racing pipelines may both do so, and share: never none left). */
+		if (rc == 0 && tdm__streams_open(d, 0) == 0) {
+			tdm_stream_release(ps->s);
+			rc = -EBUSY;
+		}
 		if (rc == -EBUSY)
 			rc = tdm_stream_lease(p->gpu, p->cfg.device, TDM_STREAM_SHARED, &ps->s);
 		if (rc == -EBUSY && k > 0)

@@ -194,7 +194,9 @@ enum {
  * its awaits by keeping its lease; tdm_stream_device() says which device it got.
  * Shared leases never wait. -EINVAL: gpu or out is NULL, device out of range (and not
  * TDM_DEVICE_ANY), or an unknown flag.  -ENODEV: device failed or no device.  -EBUSY: an
- * exclusive lease was asked for and every stream of the set is in use.  -ESHUTDOWN: the GPU
+ * exclusive lease was asked for and every stream of the set is in use, or a shared one and
+ * every stream of the set is held exclusively (tdm_pipeline_run leaves one of the set to
+ * shared leases; exclusive leases of your own can take them all).  -ESHUTDOWN: the GPU
  * layer is being destroyed.  -ENOMEM, -EAGAIN, -EIO: the stream (made on its first lease) could
  * not be created: no memory, no thread for it (sim), or the driver failed.
  */

@@ -962,6 +962,66 @@ Test(pipeline_sim, a_run_after_the_executors_destroy_began_is_refused_at_once, .
 	destroy_finish(&e, &go, th);
 }
 
+/*
+ * A pipeline leaves one stream of the set to other tasks' shared leases, counting streams that
+ * other holders keep exclusively: with a set of 2 and one stream held exclusively elsewhere (as
+ * another pipeline does), a run takes the other stream shared, and a shared lease during the
+ * run is served (-EBUSY before: the run took the last stream exclusively).
+ */
+struct lease_in_compute {
+	struct rec r;
+	tdm_gpu *gpu;
+	atomic_int rc_min; /* the lowest rc of the shared leases tried in compute */
+};
+
+static int compute_then_lease(tdm_batch *b, void *user)
+{
+	struct lease_in_compute *l = user;
+	tdm_stream *s;
+	int rc = tdm_stream_lease(l->gpu, 0, TDM_STREAM_SHARED, &s);
+	if (rc == 0)
+		tdm_stream_release(s);
+	int cur = atomic_load(&l->rc_min);
+	while (rc < cur && !atomic_compare_exchange_weak(&l->rc_min, &cur, rc)) {
+	}
+	return rec_compute(b, &l->r);
+}
+
+static int lease_rec_prepare(tdm_batch *b, void *user)
+{
+	return rec_prepare(b, &((struct lease_in_compute *)user)->r);
+}
+
+static int lease_rec_consume(tdm_batch *b, void *user)
+{
+	return rec_consume(b, &((struct lease_in_compute *)user)->r);
+}
+
+Test(pipeline_sim, a_run_leaves_a_stream_to_shared_leases_when_others_hold_one, .timeout = 60)
+{
+	struct env e;
+	cr_assert(env_open_cfg(&e, TDM_BACKEND_SIM, 2, TDM_SHUTDOWN_DRAIN, 2));
+	tdm_stream *mine;
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &mine), 0);
+	static struct lease_in_compute l;
+	memset(&l, 0, sizeof(l));
+	rec_init(&l.r, 10);
+	l.gpu = e.gpu;
+	tdm_pipeline_config c = rec_config(&l.r, 1, 1);
+	c.prepare = lease_rec_prepare;
+	c.compute = compute_then_lease;
+	c.consume = lease_rec_consume;
+	c.user = &l;
+	tdm_pipeline_stats st;
+	cr_assert_eq(tdm_pipeline_run(e.gpu, &c, &st), 0);
+	cr_assert_eq(st.batches, 10);
+	cr_assert_eq(atomic_load(&l.r.bad), 0);
+	cr_assert_eq(atomic_load(&l.rc_min), 0, "a shared lease during the run: %s",
+	             tdm_strerror(atomic_load(&l.rc_min)));
+	cr_assert_eq(tdm_stream_release(mine), 0);
+	env_close(&e);
+}
+
 Test(pipeline_sim, more_slots_than_streams, .timeout = 60)
 {
 	struct env e;
