@@ -42,13 +42,17 @@ int tdm__cpulist_parse(const char *l, cpu_set_t *set)
 		return -EINVAL;
 	for (;;) {
 		char *end;
-		long a = strtol(l, &end, 10), b = a;
-		if (end == l || a < 0)
+		/* Digits first, as in a kernel cpulist: strtol alone would take leading blanks and
+		 * a sign (" 1", "+1", "-0", "1- 1"). */
+		if (*l < '0' || *l > '9')
 			return -EINVAL;
+		long a = strtol(l, &end, 10), b = a;
 		if (*end == '-') {
 			const char *hi = end + 1;
+			if (*hi < '0' || *hi > '9')
+				return -EINVAL;
 			b = strtol(hi, &end, 10);
-			if (end == hi || b < a)
+			if (b < a)
 				return -EINVAL;
 		}
 		if (b >= CPU_SETSIZE)

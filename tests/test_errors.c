@@ -252,8 +252,8 @@ Test(errors, strerror_never_returns_null)
 
 Test(errors, malformed_or_foreign_cpu_lists_are_refused)
 {
-	static const char *bad[] = {"",   "x",     "3-1",      "1,,2", "-1",
-	                            "0-", "99999", "0\nbogus", "0\n1"};
+	static const char *bad[] = {"",     "x",  "3-1", "1,,2", "-1", "0-",   "99999", "0\nbogus",
+	                            "0\n1", " 0", "\t0", "+0",   "-0", "0- 0", "0-+0"};
 	tdm_config cfg;
 	tdm_executor *ex = NULL;
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
