@@ -82,6 +82,10 @@ valgrind:
 	@if ! command -v valgrind >/dev/null; then echo "valgrind not found: skipped"; \
 	elif [ ! -x $(BUILD_DIR)/examples/demo ]; then echo "no examples/demo.c yet: skipped"; \
 	else valgrind $(VALGRIND_FLAGS) $(BUILD_DIR)/examples/demo; fi
+	$(call stage,valgrind $(BUILD_DIR)/tests/fresh_init)
+	@if ! command -v valgrind >/dev/null; then echo "valgrind not found: skipped"; \
+	elif [ ! -x $(BUILD_DIR)/tests/fresh_init ]; then echo "no tests/fresh_init: skipped"; \
+	else valgrind $(VALGRIND_FLAGS) $(BUILD_DIR)/tests/fresh_init; fi
 
 format:
 	@if [ -n "$(FORMAT_FILES)" ]; then clang-format -i $(FORMAT_FILES); fi

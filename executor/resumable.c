@@ -58,18 +58,31 @@ int tdm_notify_init(tdm_notify *n, tdm_executor *ex)
 {
 	if (n == NULL || ex == NULL)
 		return -EINVAL;
+	/* Reads nothing of *n: it may be fresh memory (a check of what it held made valgrind
+	 * report a jump on uninitialised memory in every program that made a notification). */
 	struct notify *in = (struct notify *)(void *)n;
-	/* A task awaits it: starting it over would lose that task (no fire could reach it), and
-	 * the executor's destroy would wait for it for ever. Relaxed: only the task's pointer
-	 * is looked at, not what it points to. */
-	if (in->magic == NOTIFY_MAGIC) {
-		uintptr_t cur = atomic_load_explicit(&in->state, memory_order_relaxed);
-		if (cur != 0 && cur != NOTIFY_FIRED)
-			return -EBUSY;
-	}
 	/* Relaxed: the caller hands the notification to other threads after this returns. */
 	atomic_store_explicit(&in->state, 0, memory_order_relaxed);
 	in->magic = NOTIFY_MAGIC;
+	return 0;
+}
+
+int tdm_notify_reset(tdm_notify *n)
+{
+	struct notify *in = notify_of(n);
+	if (in == NULL)
+		return -EINVAL;
+	/* A task awaits it: starting it over would lose that task (no fire could reach it), and
+	 * the executor's destroy would wait for it for ever. The CAS takes only a fired state
+	 * (or an unfired one nobody awaits) back to 0, so a task that registers meanwhile is
+	 * not lost either. Relaxed: only the task's pointer is compared, not what it points to;
+	 * the caller hands the notification on after this returns. */
+	uintptr_t cur = atomic_load_explicit(&in->state, memory_order_relaxed);
+	do {
+		if (cur != 0 && cur != NOTIFY_FIRED)
+			return -EBUSY;
+	} while (!atomic_compare_exchange_weak_explicit(&in->state, &cur, 0, memory_order_relaxed,
+	                                                memory_order_relaxed));
 	return 0;
 }
 

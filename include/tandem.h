@@ -115,7 +115,9 @@ typedef struct tdm_group {
 	uint64_t tdm__opaque[4];
 } tdm_group;
 
-/* -EINVAL: g or ex is NULL. */
+/* Makes g on fresh memory (nothing of *g is read). A group is reused after its wait returns, as
+ * it is; initialising it again while tasks spawned into it run, or a task awaits it, loses
+ * them.  -EINVAL: g or ex is NULL. */
 int tdm_group_init(tdm_group *g, tdm_executor *ex);
 
 /* Like tdm_submit(), counted in g. Same errors; -EINVAL also when g is NULL or not
@@ -216,15 +218,18 @@ int tdm_await_group(tdm_task *t, tdm_group *g);
 
 /*
  * A one-shot host notification that any thread may fire, and at most one task awaits at a time.
- * Once fired it stays fired until tdm_notify_init() again.
+ * Once fired it stays fired until tdm_notify_reset().
  */
 typedef struct tdm_notify {
 	uint64_t tdm__opaque[2];
 } tdm_notify;
 
-/* -EINVAL: n or ex is NULL.  -EBUSY: a task awaits n (initialised, not fired): starting it over
- * would lose that task. */
+/* Makes n on fresh memory (nothing of *n is read). To use it again, tdm_notify_reset: initialising
+ * a notification that a task awaits would lose that task.  -EINVAL: n or ex is NULL. */
 int tdm_notify_init(tdm_notify *n, tdm_executor *ex);
+/* Unfired again, for reuse.  -EINVAL: n is NULL or not initialised.  -EBUSY: a task awaits n
+ * (not fired yet): starting it over would lose that task. */
+int tdm_notify_reset(tdm_notify *n);
 /* Fires n, resuming its awaiting task if there is one. -EINVAL: n is NULL or not initialised. */
 int tdm_notify_fire(tdm_notify *n);
 /* TDM_SUSPENDED, or 0 at once when n has fired. -EINVAL: t is NULL or not the task running on

@@ -194,7 +194,7 @@ Test(resumable, two_tasks_awaiting_one_notify_at_once_one_gets_ebusy_at_once, .t
 }
 
 /* A notification a task awaits is not started over: that would lose the task for good. */
-Test(resumable, initialising_an_awaited_notify_again_is_ebusy, .timeout = 30)
+Test(resumable, resetting_an_awaited_notify_is_ebusy, .timeout = 30)
 {
 	tdm_executor *ex = make(2, TDM_SHUTDOWN_DRAIN, NULL);
 	tdm_notify n;
@@ -205,12 +205,17 @@ Test(resumable, initialising_an_awaited_notify_again_is_ebusy, .timeout = 30)
 	cr_assert_eq(tdm_spawn(ex, wait_task, &w, &g), 0);
 	while (!__atomic_load_n(&w.registered, __ATOMIC_ACQUIRE))
 		sched_yield();
-	cr_assert_eq(tdm_notify_init(&n, ex), -EBUSY);
+	cr_assert_eq(tdm_notify_reset(&n), -EBUSY);
 	cr_assert_eq(tdm_notify_fire(&n), 0);
 	cr_assert_eq(tdm_group_wait(&g), 0);
 	cr_assert_eq(w.first_rc, TDM_SUSPENDED, "it waited (not fired before its await)");
 	cr_assert_eq(w.result, 0, "the awaiting task resumed");
-	cr_assert_eq(tdm_notify_init(&n, ex), 0, "fired: it may start over");
+	cr_assert_eq(tdm_notify_reset(&n), 0, "fired: it may start over");
+	cr_assert_eq(tdm_notify_fire(&n), 0, "and fire again");
+	tdm_notify fresh;
+	memset(&fresh, 0, sizeof(fresh));
+	cr_assert_eq(tdm_notify_reset(&fresh), -EINVAL, "not initialised");
+	cr_assert_eq(tdm_notify_reset(NULL), -EINVAL);
 	cr_assert_eq(tdm_executor_destroy(ex), 0);
 }
 
