@@ -444,16 +444,33 @@ static int device_load(struct tdm__gdev *d)
 	return load;
 }
 
+static bool device_failed(struct tdm__gdev *d)
+{
+	/* Acquire: pairs with the release in tdm__device_fail. */
+	return atomic_load_explicit(&d->failed, memory_order_acquire) != 0;
+}
+
+/* The device for a TDM_DEVICE_ANY lease: among those that have not failed (a failed one would
+ * refuse the lease; least loaded picked it every time, its leases all released); when every
+ * one has failed, any (the lease says -ENODEV). */
 static int place(struct tdm_gpu *gpu)
 {
 	unsigned n = (unsigned)gpu->ndev;
 	unsigned rr = atomic_fetch_add_explicit(&gpu->place_rr, 1, memory_order_relaxed);
+	int first_live = -1;
+	for (unsigned k = 0; k < n && first_live < 0; k++)
+		if (!device_failed(&gpu->devs[(rr + k) % n]))
+			first_live = (int)((rr + k) % n);
+	if (first_live < 0)
+		return (int)(rr % n);
 	switch (gpu->cfg.placement) {
 	case TDM_PLACE_LEAST_LOADED: {
 		/* Start the scan at rr so that ties spread instead of piling on device 0. */
-		int best = (int)(rr % n), best_load = INT32_MAX;
+		int best = first_live, best_load = INT32_MAX;
 		for (unsigned k = 0; k < n; k++) {
 			int i = (int)((rr + k) % n);
+			if (device_failed(&gpu->devs[i]))
+				continue;
 			int load = device_load(&gpu->devs[i]);
 			if (load < best_load) {
 				best = i;
@@ -466,13 +483,14 @@ static int place(struct tdm_gpu *gpu)
 		int cpu = sched_getcpu();
 		for (unsigned k = 0; cpu >= 0 && k < n; k++) {
 			int i = (int)((rr + k) % n);
-			if (gpu->devs[i].has_cpus && CPU_ISSET(cpu, &gpu->devs[i].cpus))
+			if (gpu->devs[i].has_cpus && CPU_ISSET(cpu, &gpu->devs[i].cpus) &&
+			    !device_failed(&gpu->devs[i]))
 				return i;
 		}
-		return (int)(rr % n);
+		return first_live;
 	}
 	default:
-		return (int)(rr % n);
+		return first_live;
 	}
 }
 

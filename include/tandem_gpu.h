@@ -101,7 +101,8 @@ typedef struct tdm_gpu_config {
 	int pin_poller;
 } tdm_gpu_config;
 
-/* Placement of tasks that do not name a device (tdm_stream_lease with TDM_DEVICE_ANY). */
+/* Placement of tasks that do not name a device (tdm_stream_lease with TDM_DEVICE_ANY), among the
+ * devices that have not failed (-ENODEV once every one has). */
 typedef enum tdm_placement {
 	TDM_PLACE_ROUND_ROBIN = 0,  /* the default */
 	TDM_PLACE_LEAST_LOADED = 1, /* the device with the fewest stream leases held */

@@ -1218,6 +1218,43 @@ static void open_two(struct env *e, int placement)
 	cr_assert_eq(tdm_gpu_device_count(e->gpu), 2);
 }
 
+/* Kills device `dev` of e with a sticky fault and waits until it refuses work. */
+static void kill_device(struct env *e, int dev)
+{
+	tdm_stream *s;
+	cr_assert_eq(tdm_stream_lease(e->gpu, dev, TDM_STREAM_EXCLUSIVE, &s), 0);
+	cr_assert_eq(tdm_launch_fault(s), 0);
+	while (tdm_launch_spin(s, 0) == 0)
+		sched_yield();
+	tdm_stream_release(s);
+}
+
+/* A lease for any device goes to one that has not failed, whatever the policy (least loaded
+ * picked the failed device every time: its leases were all released), and -ENODEV once every
+ * device failed. */
+Test(gpu_placement, any_device_skips_a_failed_one, .timeout = 30)
+{
+	static const int policies[] = {TDM_PLACE_ROUND_ROBIN, TDM_PLACE_LEAST_LOADED,
+	                               TDM_PLACE_NEAREST};
+	for (size_t p = 0; p < sizeof(policies) / sizeof(policies[0]); p++) {
+		struct env e;
+		open_two(&e, policies[p]);
+		kill_device(&e, 0);
+		tdm_stream *held[20];
+		for (int i = 0; i < 20; i++) {
+			cr_assert_eq(tdm_stream_lease(e.gpu, TDM_DEVICE_ANY, 0, &held[i]), 0,
+			             "policy %d, lease %d", policies[p], i);
+			cr_assert_eq(tdm_stream_device(held[i]), 1);
+		}
+		for (int i = 0; i < 20; i++)
+			cr_assert_eq(tdm_stream_release(held[i]), 0);
+		kill_device(&e, 1);
+		tdm_stream *s;
+		cr_assert_eq(tdm_stream_lease(e.gpu, TDM_DEVICE_ANY, 0, &s), -ENODEV);
+		env_close(&e);
+	}
+}
+
 Test(gpu_placement, round_robin_spreads_leases_over_devices)
 {
 	struct env e;
