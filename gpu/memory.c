@@ -10,6 +10,11 @@
  * copies into the block, then a host function copies the block into the destination and gives
  * it back. Host functions run on a driver thread that must not call CUDA: giving a block back to
  * the pool is pure CPU work.
+ *
+ * One exception keeps stream order: a copy to the device whose source overlaps the destination
+ * of a device-to-host copy still pending on the same stream (data going round through one host
+ * buffer) reads its source in a host function queued before its device copy, after the pending
+ * one wrote it. Copied at the call, it would send what the buffer held before.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -46,6 +51,13 @@ struct tdm__stage {
 	struct tdm__gdev *d;
 	struct staging *st; /* NULL once the device's failure took the block back */
 	struct tdm__stage *prev, *next;
+	/* Device to host: the stream and the destination range, [lo, hi), while listed. */
+	const struct tdm_stream *s;
+	uintptr_t lo, hi;
+	/* Host to device read in stream order (staging_copy_in), under stage_lock: */
+	const void *src;
+	bool copied;    /* the source was read into the block */
+	bool abandoned; /* the device copy could not be queued: copy_in gives the block back */
 };
 
 static void stage_link(struct tdm__stage *n)
@@ -106,6 +118,38 @@ static void staging_release(void *arg)
 		tdm_pinned_free(gpu, st);
 }
 
+/* Whether a device-to-host copy still pending on s writes into [p, p + bytes). */
+static bool pending_write_overlaps(struct tdm__gdev *d, const struct tdm_stream *s, const void *p,
+                                   size_t bytes)
+{
+	uintptr_t lo = (uintptr_t)p, hi = lo + bytes;
+	bool hit = false;
+	pthread_mutex_lock(&d->stage_lock);
+	for (struct tdm__stage *n = d->staged; n != NULL && !hit; n = n->next)
+		hit = n->s == s && n->lo < hi && lo < n->hi;
+	pthread_mutex_unlock(&d->stage_lock);
+	return hit;
+}
+
+/* Host to device in stream order: the source into the block. Under stage_lock, so that the
+ * device's failure (tdm__staging_orphan) cannot give the block back under the copy. */
+static void staging_copy_in(void *arg)
+{
+	struct tdm__stage *n = arg;
+	struct tdm__gdev *d = n->d;
+	pthread_mutex_lock(&d->stage_lock);
+	if (n->st != NULL && !n->abandoned)
+		memcpy(n->st + 1, n->src, n->st->bytes);
+	n->copied = true;
+	bool drop = n->abandoned;
+	pthread_mutex_unlock(&d->stage_lock);
+	if (drop) {
+		struct staging *st = stage_unlink(n);
+		if (st != NULL)
+			tdm_pinned_free(d->gpu, st);
+	}
+}
+
 static void staging_copy_out(void *arg)
 {
 	struct tdm__stage *n = arg;
@@ -136,18 +180,42 @@ int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, 
 		tdm_pinned_free(gpu, st);
 		return -ENOMEM;
 	}
+	memset(n, 0, sizeof(*n));
 	n->d = s->dev;
 	n->st = st;
 	st->bytes = bytes;
-	if (kind == TDM_COPY_H2D)
-		memcpy(st + 1, src, bytes);
-	else
+	bool in_order = false;
+	if (kind == TDM_COPY_H2D) {
+		in_order = pending_write_overlaps(s->dev, s, src, bytes);
+		if (in_order)
+			n->src = src;
+		else
+			memcpy(st + 1, src, bytes);
+	} else {
 		st->dst = dst;
+		n->s = s;
+		n->lo = (uintptr_t)dst;
+		n->hi = n->lo + bytes;
+	}
 	stage_link(n);
 	bool queued;
 	if (kind == TDM_COPY_H2D) {
-		rc = ops->memcpy_async(gpu->b, s->bs, dst, st + 1, bytes, kind);
-		queued = rc == 0;
+		if (in_order && (rc = ops->host_fn(gpu->b, s->bs, staging_copy_in, n)) != 0) {
+			queued = false; /* nothing of this copy was queued */
+		} else {
+			rc = ops->memcpy_async(gpu->b, s->bs, dst, st + 1, bytes, kind);
+			queued = rc == 0;
+			if (!queued && in_order) {
+				/* The queued copy_in reads into the block: it gives it back when it
+				 * runs, or this does when it ran already. */
+				pthread_mutex_lock(&s->dev->stage_lock);
+				bool ran = n->copied;
+				n->abandoned = true;
+				pthread_mutex_unlock(&s->dev->stage_lock);
+				if (!ran)
+					return rc;
+			}
+		}
 		if (queued)
 			rc = ops->host_fn(gpu->b, s->bs, staging_release, n);
 	} else {

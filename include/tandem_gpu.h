@@ -234,6 +234,10 @@ typedef enum tdm_copy_kind {
  * the copy otherwise; staging adds -ENOMEM (the pinned pool at its cap) and -ENOTSUP (a
  * backend without host functions). A staged copy's pinned block goes back to the pool when the
  * copy is done, or when its device fails first (a dead device runs no more host functions).
+ * A staged copy to the device reads its source during the call (it may change once the call
+ * returns), except where a staged copy from the device, still pending on the same stream,
+ * writes into that source: then it reads it in stream order, after that copy, so the source
+ * must stay until the copy is done.
  */
 int tdm_memcpy_async(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind);
 /*

@@ -1468,7 +1468,85 @@ Test(gpu_memory, pageable_copies_are_refused_when_asked, .timeout = 30)
 	pageable_copies(TDM_BACKEND_SIM, TDM_PAGEABLE_REFUSE);
 }
 
+/*
+ * Data going round through one pageable host buffer on one stream: src to device A, A to the
+ * buffer h, h to device B, B to back, one await. Staged, the copy into h happens in a host
+ * function on the stream; the copy from h must read h after it (it read h at the call before,
+ * and sent what h held then: zeros).
+ */
+struct round_state {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	int *src, *a, *h, *b, *back; /* a and b on the device, the rest pageable */
+	int rc[4], result;
+	struct seen sn;
+};
+
+static int round_task(tdm_task *t, void *arg)
+{
+	struct round_state *c = arg;
+	const size_t bytes = LEN * sizeof(int);
+	TDM_BEGIN(t);
+	LEASE_OR_END(c, TDM_STREAM_EXCLUSIVE);
+	c->rc[0] = tdm_memcpy_async(c->s, c->a, c->src, bytes, TDM_COPY_H2D);
+	SEE(&c->sn, tdm_launch_spin(c->s, 2000000)); /* what follows queues behind 2 ms */
+	c->rc[1] = tdm_memcpy_async(c->s, c->h, c->a, bytes, TDM_COPY_D2H);
+	c->rc[2] = tdm_memcpy_async(c->s, c->b, c->h, bytes, TDM_COPY_H2D);
+	c->rc[3] = tdm_memcpy_async(c->s, c->back, c->b, bytes, TDM_COPY_D2H);
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	c->result = tdm_task_result(t);
+	SEE(&c->sn, tdm_stream_release(c->s));
+	TDM_END(t);
+}
+
+static void pageable_round_trip_through_one_buffer(tdm_backend backend)
+{
+	struct env e;
+	if (!env_open(&e, backend, TDM_COMPLETION_AUTO, 2)) {
+		cr_assert_neq(backend, TDM_BACKEND_SIM, "the simulator always opens");
+		cr_skip_test("no device for this backend");
+	}
+	const size_t bytes = LEN * sizeof(int);
+	struct round_state c = {.gpu = e.gpu, .rc = {1, 1, 1, 1}, .result = 1};
+	c.src = malloc(bytes);
+	c.h = calloc(LEN, sizeof(int));
+	c.back = calloc(LEN, sizeof(int));
+	cr_assert(c.src != NULL && c.h != NULL && c.back != NULL);
+	for (int i = 0; i < LEN; i++)
+		c.src[i] = 3 * i + 1;
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, bytes, (void **)&c.a), 0);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, bytes, (void **)&c.b), 0);
+	cr_assert_eq(run_one(&e, round_task, &c), 0);
+	ASSERT_SEEN(&c.sn);
+	for (int k = 0; k < 4; k++)
+		cr_assert_eq(c.rc[k], 0, "copy %d: %s", k, tdm_strerror(c.rc[k]));
+	cr_assert_eq(c.result, 0, "the await: %s", tdm_strerror(c.result));
+	for (int i = 0; i < LEN; i++) {
+		cr_assert_eq(c.h[i], 3 * i + 1, "h at %d", i);
+		cr_assert_eq(c.back[i], 3 * i + 1, "round trip through h at %d", i);
+	}
+	tdm_pinned_stats ps;
+	cr_assert_eq(tdm_pinned_stats_get(e.gpu, &ps), 0);
+	cr_assert_eq(ps.bytes_in_use, 0, "staging blocks went back to the pool");
+	tdm_device_free(e.gpu, 0, c.a);
+	tdm_device_free(e.gpu, 0, c.b);
+	free(c.src);
+	free(c.h);
+	free(c.back);
+	env_close(&e);
+}
+
+Test(gpu_memory, pageable_round_trip_through_one_buffer_keeps_stream_order, .timeout = 30)
+{
+	pageable_round_trip_through_one_buffer(TDM_BACKEND_SIM);
+}
+
 #ifndef TANDEM_TEST_NO_CUDA
+Test(gpu_memory, pageable_round_trip_through_one_buffer_keeps_stream_order_cuda, .timeout = 30)
+{
+	pageable_round_trip_through_one_buffer(TDM_BACKEND_CUDA);
+}
+
 /* On CUDA, pageable is what cudaPointerGetAttributes calls unregistered host memory, and the
  * staged copy's pinned blocks come back through host functions (cudaLaunchHostFunc). */
 Test(gpu_memory, pageable_copies_are_staged_through_the_pinned_pool_cuda, .timeout = 30)
