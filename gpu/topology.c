@@ -5,8 +5,8 @@
  * those use (cpulists, ids, MIG profiles, the sysfs reader) are here, where tests reach them.
  *
  * ---- Decisions (tdm__topology_decide) ----
- * - base work queues Q: CUDA_DEVICE_MAX_CONNECTIONS when set within 1..32, else 8 (CUDA's
- *   default; more streams than queues alias onto the same queues).
+ * - base work queues Q: CUDA_DEVICE_MAX_CONNECTIONS as CUDA reads it (its leading number, at
+ *   most 32), else 8 (CUDA's default; more streams than queues alias onto the same queues).
  * - share of a MIG instance: its SMs over its GPU's when both are known, else its compute slices
  *   over 7 (the profile "<k>g..."), else its SMs over 132 (an H100/H200), saying so.
  * - streams per priority class: tdm_gpu_config.streams_per_device if set; a whole device Q, or
@@ -295,10 +295,20 @@ void tdm__topo_set_max_connections(struct tdm__topology *t, const char *raw)
 	if (raw == NULL)
 		return;
 	tdm__topo_copy(t->max_connections_raw, sizeof(t->max_connections_raw), raw);
+	/* As CUDA reads it (measured on the H200 with CUDA 13.0, 2026-12-01: how many streams of
+	 * two 20 ms kernels each ran side by side): the leading number, blanks and a sign before
+	 * it allowed, anything after it ignored ("4x" is 4), capped at 32 ("64" is 32); empty is
+	 * unset, and no number of 1 or more (0 among them) is CUDA's default. */
+	if (raw[0] == '\0')
+		return;
 	char *end;
+	errno = 0;
 	long v = strtol(raw, &end, 10);
-	t->max_connections =
-	    (end != raw && *end == '\0' && v >= 1 && v <= TDM__TOPO_MAX_QUEUES) ? (int)v : -1;
+	if (end == raw || v < 1)
+		t->max_connections = -1;
+	else
+		t->max_connections =
+		    v > TDM__TOPO_MAX_QUEUES || errno == ERANGE ? TDM__TOPO_MAX_QUEUES : (int)v;
 }
 
 void tdm__topo_set_visible_devices(struct tdm__topology *t, const char *raw)
@@ -414,6 +424,7 @@ void tdm__topology_decide(const struct tdm__topo_dev *d, const struct tdm__decid
 	char base_why[96], share[96];
 	unsigned base = TDM__TOPO_DEFAULT_QUEUES;
 	uint64_t num = 1, den = 1;
+	int rc;
 
 	memset(out, 0, sizeof(*out));
 	if (env == NULL)
@@ -425,7 +436,8 @@ void tdm__topology_decide(const struct tdm__topo_dev *d, const struct tdm__decid
 	} else if (env->max_connections != 0) {
 		tdm__topo_say(
 		    base_why, sizeof(base_why),
-		    "CUDA_DEVICE_MAX_CONNECTIONS outside 1..32 ignored, default %u work queues",
+		    "CUDA_DEVICE_MAX_CONNECTIONS not a number of 1 or more, CUDA's default "
+		    "%u work queues",
 		    base);
 	} else {
 		tdm__topo_say(base_why, sizeof(base_why),
@@ -524,11 +536,14 @@ void tdm__topology_decide(const struct tdm__topo_dev *d, const struct tdm__decid
 	if (d->cpus[0] == '\0') {
 		tdm__topo_say(out->why_pin, sizeof(out->why_pin),
 		              "not pinned: no CPU locality known for the device");
-	} else if (restricted && tdm__cpulist_and(d->cpus, env->allowed_cpus, out->pin_cpus,
-	                                          sizeof(out->pin_cpus)) != 0) {
+	} else if (restricted && (rc = tdm__cpulist_and(d->cpus, env->allowed_cpus, out->pin_cpus,
+	                                                sizeof(out->pin_cpus))) != 0) {
 		out->pin_cpus[0] = '\0';
 		tdm__topo_say(out->why_pin, sizeof(out->why_pin),
-		              "not pinned: CPU lists unreadable");
+		              rc == -ENOSPC
+		                  ? "not pinned: the CPUs near it make a list longer than "
+		                    "this report holds"
+		                  : "not pinned: CPU lists unreadable");
 	} else if (restricted && out->pin_cpus[0] == '\0') {
 		tdm__topo_say(out->why_pin, sizeof(out->why_pin),
 		              "not pinned: the device's CPUs %s are none of this process's (%s)",
@@ -636,8 +651,10 @@ int tdm__topology_print(const struct tdm__topology *t, FILE *f)
 	else
 		fprintf(f, "CUDA_VISIBLE_DEVICES unset\n");
 	if (t->max_connections_raw[0] != '\0')
-		fprintf(f, "CUDA_DEVICE_MAX_CONNECTIONS=%s%s\n", t->max_connections_raw,
-		        t->max_connections < 0 ? " (outside 1..32: ignored)" : "");
+		fprintf(f, "CUDA_DEVICE_MAX_CONNECTIONS=%s (%s)\n", t->max_connections_raw,
+		        t->max_connections < 0
+		            ? "not a number of 1 or more: CUDA's default"
+		            : "as CUDA reads it: the leading number, at most 32");
 	else
 		fprintf(f, "CUDA_DEVICE_MAX_CONNECTIONS unset\n");
 	fprintf(f, "process CPUs: %s\n", t->affinity[0] ? t->affinity : "unknown");

@@ -60,7 +60,8 @@ struct tdm__topology {
 	char cuda_note[TDM__TOPO_NOTE]; /* what the CUDA runtime said, or why it says nothing */
 	bool visible_devices_set;       /* CUDA_VISIBLE_DEVICES was set (maybe to "") */
 	char visible_devices[TDM__TOPO_NOTE]; /* its raw value */
-	int max_connections; /* CUDA_DEVICE_MAX_CONNECTIONS: 0 unset, -1 outside 1..32, else it */
+	int max_connections; /* CUDA_DEVICE_MAX_CONNECTIONS: 0 unset or empty, -1 no number of 1
+	                        or more, else the queues CUDA makes of it (1..32) */
 	char max_connections_raw[32];   /* as set, for messages */
 	char affinity[TDM__TOPO_CPUS];  /* CPUs the process may run on; "": unknown (any) */
 	bool nvml;                      /* NVML was loaded and initialised */

@@ -357,11 +357,34 @@ Test(topology, max_connections_sets_the_stream_bound)
 	cr_assert_eq(decide_with(&mig->devs[0], 1).streams, 1, "never more than the queues");
 	cr_assert_eq(decide_with(&a100->devs[0], 16).streams, rule_streams(16, 42, 108));
 	p = decide_with(&h200->devs[0], -1);
-	cr_assert_eq(p.streams, 8, "a value outside 1..32 is ignored");
-	cr_assert_not_null(strstr(p.why_streams, "outside 1..32"), "%s", p.why_streams);
+	cr_assert_eq(p.streams, 8, "no number of 1 or more: CUDA's default");
+	cr_assert_not_null(strstr(p.why_streams, "not a number of 1 or more"), "%s", p.why_streams);
 	tdm__topology_free(h200);
 	tdm__topology_free(mig);
 	tdm__topology_free(a100);
+}
+
+/* CUDA_DEVICE_MAX_CONNECTIONS read as CUDA reads it (measured on the H200, CUDA 13.0: streams of
+ * two 20 ms kernels each, timed): the leading number, capped at 32, CUDA's default without one. */
+Test(topology, max_connections_is_read_as_cuda_reads_it)
+{
+	static const struct {
+		const char *raw;
+		int want;
+	} cases[] = {{"16", 16},  {"64", 32}, {"99999999999999999999", 32},
+	             {"4 ", 4},   {"4x", 4},  {" 4", 4},
+	             {"+4", 4},   {"0", -1},  {"-3", -1},
+	             {"abc", -1}, {"", 0}};
+	struct tdm__topology *t = tdm__topo_new("test");
+	cr_assert_not_null(t);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		tdm__topo_set_max_connections(t, cases[i].raw);
+		cr_assert_eq(t->max_connections, cases[i].want, "\"%s\": %d", cases[i].raw,
+		             t->max_connections);
+	}
+	tdm__topo_set_max_connections(t, NULL);
+	cr_assert_eq(t->max_connections, 0);
+	tdm__topology_free(t);
 }
 
 Test(topology, decisions_read_the_env_struct_not_the_process_env)
