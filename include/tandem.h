@@ -115,9 +115,9 @@ typedef struct tdm_group {
 	uint64_t tdm__opaque[4];
 } tdm_group;
 
-/* Makes g on fresh memory (nothing of *g is read). A group is reused after its wait returns, as
- * it is; initialising it again while tasks spawned into it run, or a task awaits it, loses
- * them.  -EINVAL: g or ex is NULL. */
+/* Makes g on fresh memory (nothing of *g is read). After tdm_group_wait returns, g is reused as
+ * it is; after tdm_await_group, initialise it again. Initialising it while tasks spawned into it
+ * run, or a task awaits it, loses them.  -EINVAL: g or ex is NULL. */
 int tdm_group_init(tdm_group *g, tdm_executor *ex);
 
 /* Like tdm_submit(), counted in g. Same errors; -EINVAL also when g is NULL or not

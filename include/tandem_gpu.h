@@ -112,8 +112,8 @@ typedef enum tdm_placement {
 #define TDM_DEVICE_ANY (-1)
 
 enum {
-	/* Staged through the pinned pool: the caller's side of the copy happens on the host,
-	 * ordered on the stream; async and correct, at memcpy speed. The default. */
+	/* Staged through the pinned pool: the caller's side of the copy happens on the host
+	 * (when, tdm_memcpy_async says); async and correct, at memcpy speed. The default. */
 	TDM_PAGEABLE_STAGE = 0,
 	/* Refused with -EFAULT: for programs that must never copy from pageable memory. */
 	TDM_PAGEABLE_REFUSE = 1,

@@ -565,13 +565,14 @@ static void tandem_latency(const struct bench_gpu_opts *o, unsigned workers, uin
 	res->st = lat_stats(ns, o->n);
 }
 
-/* CUDA_DEVICE_MAX_CONNECTIONS as CUDA reads it: the hardware queues a process gets. */
+/* CUDA_DEVICE_MAX_CONNECTIONS as CUDA reads it (gpu/topology.c): the hardware queues a process
+ * gets; its leading number, at most 32, else 8. */
 static unsigned cuda_connections(void)
 {
 	const char *env = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
 	long v = env != NULL ? strtol(env, NULL, 10) : 0;
 
-	return v >= 1 && v <= 32 ? (unsigned)v : 8;
+	return v < 1 ? 8 : v > 32 ? 32 : (unsigned)v;
 }
 
 struct lat_ctx {
