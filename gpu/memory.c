@@ -54,6 +54,10 @@ struct tdm__stage {
 	/* Device to host: the stream and the destination range, [lo, hi), while listed. */
 	const struct tdm_stream *s;
 	uintptr_t lo, hi;
+	/* Device to host: copy_out is writing the destination (under stage_lock): still listed,
+	 * so a copy to the device from it keeps stream order, and its block is copy_out's to give
+	 * back, not tdm__staging_orphan's. */
+	bool writing;
 	/* Host to device read in stream order (staging_copy_in), under stage_lock: */
 	const void *src;
 	bool copied;    /* the source was read into the block */
@@ -93,7 +97,7 @@ void tdm__staging_orphan(struct tdm__gdev *d)
 {
 	pthread_mutex_lock(&d->stage_lock);
 	for (struct tdm__stage *n = d->staged; n != NULL; n = n->next)
-		if (n->st != NULL) {
+		if (n->st != NULL && !n->writing) {
 			tdm_pinned_free(d->gpu, n->st);
 			n->st = NULL;
 		}
@@ -154,11 +158,17 @@ static void staging_copy_out(void *arg)
 {
 	struct tdm__stage *n = arg;
 	struct tdm_gpu *gpu = n->d->gpu;
-	struct staging *st = stage_unlink(n);
-	if (st == NULL)
-		return;
-	memcpy(st->dst, st + 1, st->bytes);
-	tdm_pinned_free(gpu, st);
+	/* Listed while it writes: a copy to the device from the destination, made meanwhile, must
+	 * see it pending (unlinked first, the destination was read half written). */
+	pthread_mutex_lock(&n->d->stage_lock);
+	struct staging *st = n->st;
+	n->writing = st != NULL;
+	pthread_mutex_unlock(&n->d->stage_lock);
+	if (st != NULL)
+		memcpy(st->dst, st + 1, st->bytes);
+	st = stage_unlink(n);
+	if (st != NULL)
+		tdm_pinned_free(gpu, st);
 }
 
 int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind)

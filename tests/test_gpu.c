@@ -1541,6 +1541,85 @@ Test(gpu_memory, pageable_round_trip_through_one_buffer_keeps_stream_order, .tim
 	pageable_round_trip_through_one_buffer(TDM_BACKEND_SIM);
 }
 
+/*
+ * The same while the pending copy is writing the buffer: a copy to the device from its tail,
+ * made once a quarter of it has changed (the host function is copying 32 MiB into it), waits
+ * for the rest of the write. Before, the host function took its ticket off the list before writing,
+ * so the copy found nothing pending and read the tail at the call, still zeros. Not under
+ * ThreadSanitizer: the test reads the buffer while the host function writes it, on purpose.
+ */
+#define BIG_INTS ((size_t)8 << 20) /* 32 MiB */
+#define TAIL_INTS ((size_t)256 << 10)
+
+struct late_state {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	int *src, *a, *h, *b, *back;
+	int rc[4], result, saw_write;
+	struct seen sn;
+};
+
+static int late_task(tdm_task *t, void *arg)
+{
+	struct late_state *c = arg;
+	TDM_BEGIN(t);
+	LEASE_OR_END(c, TDM_STREAM_EXCLUSIVE);
+	c->rc[0] = tdm_memcpy_async(c->s, c->a, c->src, BIG_INTS * sizeof(int), TDM_COPY_H2D);
+	c->rc[1] = tdm_memcpy_async(c->s, c->h, c->a, BIG_INTS * sizeof(int), TDM_COPY_D2H);
+	/* Until the host function's write has reached a quarter of h, 10 s at most (not h[0]:
+	 * glibc's memcpy stores the first bytes last). */
+	for (uint64_t until = tdm_now_ns() + 10000000000ull; tdm_now_ns() < until;)
+		if (__atomic_load_n(&c->h[BIG_INTS / 4], __ATOMIC_RELAXED) != 0) {
+			c->saw_write = 1;
+			break;
+		}
+	c->rc[2] = tdm_memcpy_async(c->s, c->b, c->h + BIG_INTS - TAIL_INTS,
+	                            TAIL_INTS * sizeof(int), TDM_COPY_H2D);
+	c->rc[3] = tdm_memcpy_async(c->s, c->back, c->b, TAIL_INTS * sizeof(int), TDM_COPY_D2H);
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	c->result = tdm_task_result(t);
+	SEE(&c->sn, tdm_stream_release(c->s));
+	TDM_END(t);
+}
+
+Test(gpu_memory, a_copy_from_a_buffer_being_written_waits_for_the_write, .timeout = 60)
+{
+#ifdef TDM_TEST_TSAN
+	cr_skip_test("reads the buffer while the host function writes it, on purpose");
+#endif
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
+	struct late_state c = {.gpu = e.gpu, .rc = {1, 1, 1, 1}, .result = 1};
+	c.src = malloc(BIG_INTS * sizeof(int));
+	c.h = calloc(BIG_INTS, sizeof(int));
+	c.back = calloc(TAIL_INTS, sizeof(int));
+	cr_assert(c.src != NULL && c.h != NULL && c.back != NULL);
+	for (size_t i = 0; i < BIG_INTS; i++)
+		c.src[i] = (int)i + 1;
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, BIG_INTS * sizeof(int), (void **)&c.a), 0);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, TAIL_INTS * sizeof(int), (void **)&c.b), 0);
+	cr_assert_eq(run_one(&e, late_task, &c), 0);
+	ASSERT_SEEN(&c.sn);
+	for (int k = 0; k < 4; k++)
+		cr_assert_eq(c.rc[k], 0, "copy %d: %s", k, tdm_strerror(c.rc[k]));
+	cr_assert_eq(c.result, 0, "the await: %s", tdm_strerror(c.result));
+	cr_assert(c.saw_write, "the write into h was seen beginning");
+	size_t wrong = 0;
+	for (size_t i = 0; i < TAIL_INTS; i++)
+		wrong += c.back[i] != (int)(BIG_INTS - TAIL_INTS + i) + 1;
+	cr_assert_eq(wrong, 0, "%zu of %zu ints sent before the pending write reached them", wrong,
+	             TAIL_INTS);
+	tdm_pinned_stats ps;
+	cr_assert_eq(tdm_pinned_stats_get(e.gpu, &ps), 0);
+	cr_assert_eq(ps.bytes_in_use, 0, "staging blocks went back to the pool");
+	tdm_device_free(e.gpu, 0, c.a);
+	tdm_device_free(e.gpu, 0, c.b);
+	free(c.src);
+	free(c.h);
+	free(c.back);
+	env_close(&e);
+}
+
 #ifndef TANDEM_TEST_NO_CUDA
 Test(gpu_memory, pageable_round_trip_through_one_buffer_keeps_stream_order_cuda, .timeout = 30)
 {
