@@ -221,6 +221,10 @@ int tdm_executor_destroy(tdm_executor *ex)
 	pthread_mutex_lock(&ex->idle_lock);
 	ex->submit_closed = true;
 	pthread_mutex_unlock(&ex->idle_lock);
+	/* Tasks awaiting notifications that nothing may fire now (a cancelled task would have):
+	 * cancelled, as a woken task is, rather than waited for. */
+	if (ex->cfg.shutdown == TDM_SHUTDOWN_CANCEL)
+		tdm__notify_cancel_waiters(ex);
 	/* Workers that are all asleep already will not park again: decide for them. */
 	tdm__try_terminate(ex);
 	for (unsigned i = 0; i < ex->nworkers; i++)

@@ -265,6 +265,9 @@ struct tdm_executor {
 	 * them, and the worker that keeps awake for those: its index + 1, 0 when none. */
 	_Atomic unsigned holds;
 	_Atomic unsigned awake_holds;
+	/* Tasks suspended on a notification (resumable.c, under its process-wide lock): for
+	 * tdm_executor_destroy in TDM_SHUTDOWN_CANCEL to cancel. */
+	struct tdm__task *notify_waiters;
 	_Atomic unsigned keeper;
 
 	/* Submissions from outside threads and holds in flight, closed by shutdown. */
@@ -363,6 +366,10 @@ bool tdm__expect_wake(struct tdm_executor *ex, unsigned home);
  * must not find the executor freed between two submissions. Release with the same awake.
  */
 int tdm__hold(struct tdm_executor *ex, bool awake);
+/* resumable.c: wakes every task of ex suspended on a notification with -ECANCELED (the shutdown
+ * then reports it cancelled), and makes later awaits of notifications on ex say -ECANCELED at
+ * once. For tdm_executor_destroy in TDM_SHUTDOWN_CANCEL, after shutdown is set. */
+void tdm__notify_cancel_waiters(struct tdm_executor *ex);
 void tdm__release(struct tdm_executor *ex, bool awake);
 
 /*

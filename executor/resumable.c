@@ -86,16 +86,75 @@ int tdm_notify_reset(tdm_notify *n)
 	return 0;
 }
 
+/*
+ * The tasks suspended on notifications, per executor, so that a destroy in TDM_SHUTDOWN_CANCEL
+ * can cancel them: nothing may fire them any more (the task that would have may be cancelled),
+ * and the destroy would wait for them for ever. A waiter's publication (the CAS in
+ * tdm_await_notify), its fire (the exchange) and the destroy's sweep all happen under one
+ * process-wide lock: notifications are not a hot path, and a fire knows no executor until it has
+ * the task. While suspended here a task's await fields are this layer's: link.next and await_obj
+ * chain the list (next, prev), await_seq holds the notification.
+ */
+static pthread_mutex_t waiters_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void waiter_link(struct tdm_executor *ex, struct tdm__task *t, struct notify *in)
+{
+	t->link.next = ex->notify_waiters != NULL ? &ex->notify_waiters->link : NULL;
+	t->await_obj = NULL;
+	t->await_seq = (uint64_t)(uintptr_t)in;
+	if (ex->notify_waiters != NULL)
+		ex->notify_waiters->await_obj = t;
+	ex->notify_waiters = t;
+}
+
+static void waiter_unlink(struct tdm_executor *ex, struct tdm__task *t)
+{
+	struct tdm__task *prev = t->await_obj;
+	struct tdm__task *next = t->link.next != NULL ? tdm__task_of(t->link.next) : NULL;
+	if (prev != NULL)
+		prev->link.next = t->link.next;
+	else
+		ex->notify_waiters = next;
+	if (next != NULL)
+		next->await_obj = prev;
+}
+
+void tdm__notify_cancel_waiters(struct tdm_executor *ex)
+{
+	pthread_mutex_lock(&waiters_lock);
+	struct tdm__task *t = ex->notify_waiters;
+	ex->notify_waiters = NULL;
+	/* Each still its notification's waiter (a fire would have taken it off the list, under
+	 * this lock): the notification goes back to unfired, the task to the wake below. Relaxed:
+	 * under the lock that every publication and fire of a waiter takes. */
+	for (struct tdm__task *k = t; k != NULL;
+	     k = k->link.next != NULL ? tdm__task_of(k->link.next) : NULL) {
+		struct notify *in = (struct notify *)(uintptr_t)k->await_seq;
+		atomic_store_explicit(&in->state, 0, memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&waiters_lock);
+	while (t != NULL) {
+		struct tdm__task *next = t->link.next != NULL ? tdm__task_of(t->link.next) : NULL;
+		tdm__task_wake(t, -ECANCELED); /* reuses t->link: next was read before */
+		t = next;
+	}
+}
+
 int tdm_notify_fire(tdm_notify *n)
 {
 	struct notify *in = notify_of(n);
 	if (in == NULL)
 		return -EINVAL;
+	pthread_mutex_lock(&waiters_lock);
 	/* Acq_rel: acquires the awaiting task (release CAS in tdm_await_notify); releases what
 	 * the firing thread wrote before to the task, through tdm__task_wake. */
 	uintptr_t prev = atomic_exchange_explicit(&in->state, NOTIFY_FIRED, memory_order_acq_rel);
-	if (prev != 0 && prev != NOTIFY_FIRED)
-		tdm__task_wake((struct tdm__task *)prev, 0);
+	struct tdm__task *t = prev != 0 && prev != NOTIFY_FIRED ? (struct tdm__task *)prev : NULL;
+	if (t != NULL)
+		waiter_unlink(tdm__task_executor(t), t);
+	pthread_mutex_unlock(&waiters_lock);
+	if (t != NULL)
+		tdm__task_wake(t, 0);
 	return 0;
 }
 
@@ -113,15 +172,29 @@ int tdm_await_notify(tdm_task *pub, tdm_notify *n)
 		return t->result = 0; /* acquire above pairs with the fire's exchange */
 	if (cur != 0)
 		return t->result = -EBUSY;
+	struct tdm_executor *ex = tdm__task_executor(t);
+	pthread_mutex_lock(&waiters_lock);
+	/* A destroy in TDM_SHUTDOWN_CANCEL swept the waiters (after setting both flags, then
+	 * taking this lock): one suspending now would wait for ever. Relaxed: the lock orders
+	 * the flags' stores before these loads. */
+	if (atomic_load_explicit(&ex->cancelling, memory_order_relaxed) &&
+	    atomic_load_explicit(&ex->shutdown, memory_order_relaxed)) {
+		pthread_mutex_unlock(&waiters_lock);
+		return t->result = -ECANCELED;
+	}
 	tdm__task_suspend(t);
 	uintptr_t expected = 0;
 	/* Release: publishes the suspended task to tdm_notify_fire. On failure, the acquire pairs
 	 * with the fire's exchange: the task resumes seeing the firer's writes. */
 	if (atomic_compare_exchange_strong_explicit(&in->state, &expected, (uintptr_t)t,
-	                                            memory_order_acq_rel, memory_order_acquire))
+	                                            memory_order_acq_rel, memory_order_acquire)) {
+		waiter_link(ex, t, in);
+		pthread_mutex_unlock(&waiters_lock);
 		return TDM_SUSPENDED;
+	}
+	pthread_mutex_unlock(&waiters_lock);
 	/* Fired, or taken by another task, meanwhile: t was never published, so nobody else can
 	 * wake it; undo the count and go on at once, as the load above would have. */
-	tdm__suspended_done(tdm__task_executor(t), 1);
+	tdm__suspended_done(ex, 1);
 	return t->result = expected == NOTIFY_FIRED ? 0 : -EBUSY;
 }

@@ -36,8 +36,9 @@ typedef void (*tdm_fn)(void *arg);
  * one woken from an await after the shutdown began (it is not resumed; whatever it held across
  * the await, a stream lease included, is for on_cancel to release). A task whose await was over
  * before it had returned from the await call goes on running instead, as if it had not waited. It
- * may fire tdm_notify handles: a task awaiting a notification that only a cancelled task would have
- * fired keeps tdm_executor_destroy waiting until something fires it.
+ * may fire tdm_notify handles. Tasks awaiting a notification when the destroy begins are woken
+ * and reported here too (nothing may fire them any more: the task that would have may be
+ * cancelled), and a notification awaited after it began says -ECANCELED at once.
  */
 typedef void (*tdm_cancel_fn)(void *user, tdm_fn fn, void *arg);
 
@@ -233,7 +234,10 @@ int tdm_notify_reset(tdm_notify *n);
 /* Fires n, resuming its awaiting task if there is one. -EINVAL: n is NULL or not initialised. */
 int tdm_notify_fire(tdm_notify *n);
 /* TDM_SUSPENDED, or 0 at once when n has fired. -EINVAL: t is NULL or not the task running on
- * the calling thread, or n is NULL or not initialised.  -EBUSY: another task already awaits n. */
+ * the calling thread, or n is NULL or not initialised.  -EBUSY: another task already awaits n.
+ * -ECANCELED: the executor's destroy began in TDM_SHUTDOWN_CANCEL (a suspended task is then
+ * woken with -ECANCELED and reported to on_cancel instead of resumed). In TDM_SHUTDOWN_DRAIN
+ * the destroy waits for every awaited notification to be fired. */
 int tdm_await_notify(tdm_task *t, tdm_notify *n);
 
 /* Per-worker counters, each written only by its worker and read without stopping it. */

@@ -335,7 +335,9 @@ static void *destroy_thread(void *arg)
 	return NULL;
 }
 
-Test(resumable, cancel_shutdown_reports_a_task_woken_after_it_began, .timeout = 30)
+/* A task awaiting a notification nothing fires: a destroy in TDM_SHUTDOWN_CANCEL cancels it
+ * (reported to on_cancel, the rest of it not run) and returns. It waited for ever before. */
+Test(resumable, cancel_shutdown_cancels_a_task_awaiting_a_notification, .timeout = 30)
 {
 	atomic_store(&cancelled_resumables, 0);
 	tdm_executor *ex = make(2, TDM_SHUTDOWN_CANCEL, count_cancel);
@@ -345,18 +347,118 @@ Test(resumable, cancel_shutdown_reports_a_task_woken_after_it_began, .timeout = 
 	cr_assert_eq(tdm_spawn(ex, wait_task, &w, NULL), 0);
 	while (!__atomic_load_n(&w.registered, __ATOMIC_ACQUIRE))
 		sched_yield();
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+	cr_assert_eq(w.first_rc, TDM_SUSPENDED, "it waited");
+	cr_assert_eq(w.after, 0, "the rest of the task did not run");
+	cr_assert_eq(atomic_load(&cancelled_resumables), 1, "it was reported cancelled instead");
+	cr_assert_eq(tdm_notify_fire(&n), 0, "the notification outlives the executor, unawaited");
+}
+
+/* A running task that awaits a notification once a destroy in TDM_SHUTDOWN_CANCEL has begun gets
+ * -ECANCELED from the call and goes on (it would have waited for ever). */
+struct late_waiter {
+	tdm_notify *n;
+	atomic_int go, done;
+	int rc, result;
+};
+
+static int late_wait_task(tdm_task *t, void *arg)
+{
+	struct late_waiter *w = arg;
+	TDM_BEGIN(t);
+	while (!atomic_load(&w->go))
+		sched_yield();
+	TDM_AWAIT(t, w->rc = tdm_await_notify(t, w->n));
+	w->result = tdm_task_result(t);
+	atomic_store(&w->done, 1);
+	TDM_END(t);
+}
+
+Test(resumable, an_await_after_a_cancel_shutdown_began_is_ecanceled, .timeout = 30)
+{
+	tdm_executor *ex = make(2, TDM_SHUTDOWN_CANCEL, count_cancel);
+	tdm_notify n;
+	cr_assert_eq(tdm_notify_init(&n, ex), 0);
+	static struct late_waiter w;
+	memset(&w, 0, sizeof(w));
+	w.n = &n;
+	cr_assert_eq(tdm_spawn(ex, late_wait_task, &w, NULL), 0);
 	struct destroy_args d = {.ex = ex};
 	pthread_t th;
 	cr_assert_eq(pthread_create(&th, NULL, destroy_thread, &d), 0);
-	/* Once submissions are refused the shutdown has begun; it waits for the suspended task,
-	 * so it cannot finish before the fire. */
 	while (tdm_submit(ex, noop, NULL) != -ESHUTDOWN)
 		sched_yield();
-	cr_assert_eq(atomic_load(&d.done), 0);
-	cr_assert_eq(tdm_notify_fire(&n), 0);
+	atomic_store(&w.go, 1); /* the task runs on: the destroy waits for it */
 	pthread_join(th, NULL);
-	cr_assert_eq(w.after, 0, "the rest of the task did not run");
-	cr_assert_eq(atomic_load(&cancelled_resumables), 1, "it was reported cancelled instead");
+	cr_assert_eq(atomic_load(&d.done), 1);
+	cr_assert_eq(atomic_load(&w.done), 1, "the task went on");
+	cr_assert_eq(w.rc, -ECANCELED);
+	cr_assert_eq(w.result, -ECANCELED);
+}
+
+/*
+ * Fires racing the destroy's sweep (a stress test of the sweep, under TSan in make test): each
+ * awaiting task is resumed by its fire or cancelled by the destroy, exactly once, and the
+ * destroy returns. A sweep and a fire that both took a task would wake it twice.
+ */
+#define RACE_TASKS 64
+
+struct race_waiter {
+	tdm_notify *n;
+	atomic_int *registered, *resumed;
+};
+
+static int race_task(tdm_task *t, void *arg)
+{
+	struct race_waiter *w = arg;
+	TDM_BEGIN(t);
+	atomic_fetch_add(w->registered, 1);
+	TDM_AWAIT(t, tdm_await_notify(t, w->n));
+	atomic_fetch_add(w->resumed, 1);
+	TDM_END(t);
+}
+
+struct race_firer {
+	tdm_notify *n;
+	atomic_int go;
+};
+
+static void *fire_each(void *arg)
+{
+	struct race_firer *f = arg;
+	while (!atomic_load(&f->go))
+		sched_yield();
+	for (int i = 0; i < RACE_TASKS; i++)
+		tdm_notify_fire(&f->n[i]);
+	return NULL;
+}
+
+Test(resumable, fires_racing_a_cancel_shutdown_lose_no_task, .timeout = 120)
+{
+	static tdm_notify n[RACE_TASKS];
+	static struct race_waiter w[RACE_TASKS];
+	for (int round = 0; round < 50; round++) {
+		atomic_store(&cancelled_resumables, 0);
+		atomic_int registered = 0, resumed = 0;
+		tdm_executor *ex = make(3, TDM_SHUTDOWN_CANCEL, count_cancel);
+		for (int i = 0; i < RACE_TASKS; i++) {
+			cr_assert_eq(tdm_notify_init(&n[i], ex), 0);
+			w[i] = (struct race_waiter){
+			    .n = &n[i], .registered = &registered, .resumed = &resumed};
+			cr_assert_eq(tdm_spawn(ex, race_task, &w[i], NULL), 0);
+		}
+		while (atomic_load(&registered) < RACE_TASKS)
+			sched_yield();
+		struct race_firer f = {.n = n};
+		pthread_t th;
+		cr_assert_eq(pthread_create(&th, NULL, fire_each, &f), 0);
+		atomic_store(&f.go, 1);
+		cr_assert_eq(tdm_executor_destroy(ex), 0);
+		pthread_join(th, NULL);
+		cr_assert_eq(atomic_load(&resumed) + atomic_load(&cancelled_resumables), RACE_TASKS,
+		             "round %d: %d resumed, %d cancelled", round, atomic_load(&resumed),
+		             atomic_load(&cancelled_resumables));
+	}
 }
 
 Test(resumable, awaits_outside_a_running_task_are_refused)
