@@ -358,7 +358,7 @@ Test(resumable, cancel_shutdown_cancels_a_task_awaiting_a_notification, .timeout
  * -ECANCELED from the call and goes on (it would have waited for ever). */
 struct late_waiter {
 	tdm_notify *n;
-	atomic_int go, done;
+	atomic_int started, go, done;
 	int rc, result;
 };
 
@@ -366,6 +366,7 @@ static int late_wait_task(tdm_task *t, void *arg)
 {
 	struct late_waiter *w = arg;
 	TDM_BEGIN(t);
+	atomic_store(&w->started, 1);
 	while (!atomic_load(&w->go))
 		sched_yield();
 	TDM_AWAIT(t, w->rc = tdm_await_notify(t, w->n));
@@ -383,6 +384,8 @@ Test(resumable, an_await_after_a_cancel_shutdown_began_is_ecanceled, .timeout = 
 	memset(&w, 0, sizeof(w));
 	w.n = &n;
 	cr_assert_eq(tdm_spawn(ex, late_wait_task, &w, NULL), 0);
+	while (!atomic_load(&w.started)) /* running: the destroy lets it finish */
+		sched_yield();
 	struct destroy_args d = {.ex = ex};
 	pthread_t th;
 	cr_assert_eq(pthread_create(&th, NULL, destroy_thread, &d), 0);
