@@ -209,8 +209,14 @@ int tdm_executor_destroy(tdm_executor *ex)
 		return -EINVAL;
 	if (tdm__self_of(ex) != NULL)
 		return -EDEADLK;
-	if (ex->cfg.shutdown == TDM_SHUTDOWN_CANCEL)
+	/* Tasks awaiting notifications that nothing may fire now (a cancelled task would have):
+	 * taken off them before any on_cancel runs (it may free such a notification), cancelled
+	 * below, as a woken task is, rather than waited for. */
+	struct tdm__task *notify_waiters = NULL;
+	if (ex->cfg.shutdown == TDM_SHUTDOWN_CANCEL) {
+		notify_waiters = tdm__notify_close(ex);
 		atomic_store_explicit(&ex->cancelling, 1, memory_order_relaxed);
+	}
 	/* Release: cancelling is set before any worker can see shutdown (the acquire loads in
 	 * terminate_locked, tdm__try_terminate and tdm__submit_to). Seq_cst is more than that
 	 * pairing needs: the termination decision itself is made under idle_lock. */
@@ -221,10 +227,9 @@ int tdm_executor_destroy(tdm_executor *ex)
 	pthread_mutex_lock(&ex->idle_lock);
 	ex->submit_closed = true;
 	pthread_mutex_unlock(&ex->idle_lock);
-	/* Tasks awaiting notifications that nothing may fire now (a cancelled task would have):
-	 * cancelled, as a woken task is, rather than waited for. */
-	if (ex->cfg.shutdown == TDM_SHUTDOWN_CANCEL)
-		tdm__notify_cancel_waiters(ex);
+	/* After cancelling is set (the wake's push releases it to the worker that pops the task):
+	 * each is reported to on_cancel, not resumed. */
+	tdm__notify_cancel(notify_waiters);
 	/* Workers that are all asleep already will not park again: decide for them. */
 	tdm__try_terminate(ex);
 	for (unsigned i = 0; i < ex->nworkers; i++)

@@ -265,9 +265,10 @@ struct tdm_executor {
 	 * them, and the worker that keeps awake for those: its index + 1, 0 when none. */
 	_Atomic unsigned holds;
 	_Atomic unsigned awake_holds;
-	/* Tasks suspended on a notification (resumable.c, under its process-wide lock): for
-	 * tdm_executor_destroy in TDM_SHUTDOWN_CANCEL to cancel. */
+	/* Tasks suspended on a notification, and whether new ones are refused (resumable.c, both
+	 * under its process-wide lock): for tdm_executor_destroy in TDM_SHUTDOWN_CANCEL. */
 	struct tdm__task *notify_waiters;
+	bool notify_closed;
 	_Atomic unsigned keeper;
 
 	/* Submissions from outside threads and holds in flight, closed by shutdown. */
@@ -366,10 +367,14 @@ bool tdm__expect_wake(struct tdm_executor *ex, unsigned home);
  * must not find the executor freed between two submissions. Release with the same awake.
  */
 int tdm__hold(struct tdm_executor *ex, bool awake);
-/* resumable.c: wakes every task of ex suspended on a notification with -ECANCELED (the shutdown
- * then reports it cancelled), and makes later awaits of notifications on ex say -ECANCELED at
- * once. For tdm_executor_destroy in TDM_SHUTDOWN_CANCEL, after shutdown is set. */
-void tdm__notify_cancel_waiters(struct tdm_executor *ex);
+/* resumable.c, for tdm_executor_destroy in TDM_SHUTDOWN_CANCEL. Close: takes every task of ex
+ * suspended on a notification off it (the notification is unfired and unawaited again) and
+ * makes later awaits of unfired notifications on ex say -ECANCELED at once; before `cancelling`
+ * is set, while no on_cancel has run (one may free a notification a cancelled task would have
+ * fired). Cancel: wakes those tasks with -ECANCELED, once `cancelling` is set (they are then
+ * reported to on_cancel, not resumed). */
+struct tdm__task *tdm__notify_close(struct tdm_executor *ex);
+void tdm__notify_cancel(struct tdm__task *waiters);
 void tdm__release(struct tdm_executor *ex, bool awake);
 
 /*

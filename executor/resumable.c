@@ -119,20 +119,26 @@ static void waiter_unlink(struct tdm_executor *ex, struct tdm__task *t)
 		next->await_obj = prev;
 }
 
-void tdm__notify_cancel_waiters(struct tdm_executor *ex)
+struct tdm__task *tdm__notify_close(struct tdm_executor *ex)
 {
 	pthread_mutex_lock(&waiters_lock);
+	ex->notify_closed = true;
 	struct tdm__task *t = ex->notify_waiters;
 	ex->notify_waiters = NULL;
 	/* Each still its notification's waiter (a fire would have taken it off the list, under
-	 * this lock): the notification goes back to unfired, the task to the wake below. Relaxed:
-	 * under the lock that every publication and fire of a waiter takes. */
+	 * this lock): the notification goes back to unfired, the task to tdm__notify_cancel.
+	 * Relaxed: under the lock that every publication and fire of a waiter takes. */
 	for (struct tdm__task *k = t; k != NULL;
 	     k = k->link.next != NULL ? tdm__task_of(k->link.next) : NULL) {
 		struct notify *in = (struct notify *)(uintptr_t)k->await_seq;
 		atomic_store_explicit(&in->state, 0, memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&waiters_lock);
+	return t;
+}
+
+void tdm__notify_cancel(struct tdm__task *t)
+{
 	while (t != NULL) {
 		struct tdm__task *next = t->link.next != NULL ? tdm__task_of(t->link.next) : NULL;
 		tdm__task_wake(t, -ECANCELED); /* reuses t->link: next was read before */
@@ -174,11 +180,9 @@ int tdm_await_notify(tdm_task *pub, tdm_notify *n)
 		return t->result = -EBUSY;
 	struct tdm_executor *ex = tdm__task_executor(t);
 	pthread_mutex_lock(&waiters_lock);
-	/* A destroy in TDM_SHUTDOWN_CANCEL swept the waiters (after setting both flags, then
-	 * taking this lock): one suspending now would wait for ever. Relaxed: the lock orders
-	 * the flags' stores before these loads. */
-	if (atomic_load_explicit(&ex->cancelling, memory_order_relaxed) &&
-	    atomic_load_explicit(&ex->shutdown, memory_order_relaxed)) {
+	/* A destroy in TDM_SHUTDOWN_CANCEL took the waiters off (tdm__notify_close): one
+	 * suspending now would wait for ever. */
+	if (ex->notify_closed) {
 		pthread_mutex_unlock(&waiters_lock);
 		return t->result = -ECANCELED;
 	}

@@ -36,9 +36,11 @@ typedef void (*tdm_fn)(void *arg);
  * one woken from an await after the shutdown began (it is not resumed; whatever it held across
  * the await, a stream lease included, is for on_cancel to release). A task whose await was over
  * before it had returned from the await call goes on running instead, as if it had not waited. It
- * may fire tdm_notify handles. Tasks awaiting a notification when the destroy begins are woken
- * and reported here too (nothing may fire them any more: the task that would have may be
- * cancelled), and a notification awaited after it began says -ECANCELED at once.
+ * may fire tdm_notify handles, and free them. Tasks awaiting a notification when the destroy
+ * begins are taken off it (it is unfired and unawaited again) before any task is reported
+ * cancelled, then reported here too (nothing may fire them any more: the task that would have
+ * may be cancelled); an unfired notification awaited after the destroy began says -ECANCELED
+ * at once.
  */
 typedef void (*tdm_cancel_fn)(void *user, tdm_fn fn, void *arg);
 
@@ -235,8 +237,8 @@ int tdm_notify_reset(tdm_notify *n);
 int tdm_notify_fire(tdm_notify *n);
 /* TDM_SUSPENDED, or 0 at once when n has fired. -EINVAL: t is NULL or not the task running on
  * the calling thread, or n is NULL or not initialised.  -EBUSY: another task already awaits n.
- * -ECANCELED: the executor's destroy began in TDM_SHUTDOWN_CANCEL (a suspended task is then
- * woken with -ECANCELED and reported to on_cancel instead of resumed). In TDM_SHUTDOWN_DRAIN
+ * -ECANCELED: n is unfired and the executor's destroy began in TDM_SHUTDOWN_CANCEL (a task
+ * suspended on n then is reported to on_cancel instead of resumed). In TDM_SHUTDOWN_DRAIN
  * the destroy waits for every awaited notification to be fired. */
 int tdm_await_notify(tdm_task *t, tdm_notify *n);
 

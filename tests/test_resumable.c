@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h" /* the executor's cancelling flag */
 #include "tandem.h"
 
 TDM_TEST_SUITE(resumable);
@@ -397,6 +398,85 @@ Test(resumable, an_await_after_a_cancel_shutdown_began_is_ecanceled, .timeout = 
 	cr_assert_eq(atomic_load(&w.done), 1, "the task went on");
 	cr_assert_eq(w.rc, -ECANCELED);
 	cr_assert_eq(w.result, -ECANCELED);
+}
+
+/*
+ * A cancelled task's on_cancel frees the notification it would have fired, while the destroy
+ * still has tasks awaiting notifications to take off them, the one on that notification last:
+ * the destroy must not write into it then (ASan: a use-after-free before the waiters were taken
+ * off ahead of every on_cancel). One worker: a blocker runs until the destroy has set
+ * cancelling, with the firer queued behind it; many other waiters make the sweep long.
+ */
+#define MANY_WAITERS 20000
+
+static tdm_notify *freed_by_cancel;
+
+static void free_on_cancel(void *user, tdm_fn fn, void *arg)
+{
+	(void)user;
+	if (fn != NULL && arg == (void *)&freed_by_cancel) {
+		free(freed_by_cancel);
+		freed_by_cancel = NULL;
+	}
+}
+
+static void fire_it(void *arg)
+{
+	(void)arg;
+	tdm_notify_fire(freed_by_cancel);
+}
+
+static atomic_int blocker_running, awaiting;
+
+/* Until the destroy has set cancelling (internal.h): the firer behind it is then cancelled at
+ * once, racing the destroy's sweep as closely as a program can. */
+static void block_until_cancelling(void *arg)
+{
+	struct tdm_executor *ex = arg;
+	atomic_store(&blocker_running, 1);
+	while (!atomic_load(&ex->cancelling))
+		sched_yield();
+}
+
+static int await_only(tdm_task *t, void *arg)
+{
+	TDM_BEGIN(t);
+	atomic_fetch_add(&awaiting, 1);
+	TDM_AWAIT(t, tdm_await_notify(t, arg));
+	TDM_END(t);
+}
+
+Test(resumable, a_notification_freed_by_on_cancel_is_not_written_by_the_destroy, .timeout = 120)
+{
+	tdm_config c;
+	tdm_config_init(&c);
+	c.workers = 1;
+	c.shutdown = TDM_SHUTDOWN_CANCEL;
+	c.on_cancel = free_on_cancel;
+	tdm_executor *ex;
+	cr_assert_eq(tdm_executor_create(&ex, &c), 0);
+	atomic_store(&blocker_running, 0);
+	atomic_store(&awaiting, 0);
+	freed_by_cancel = malloc(sizeof(*freed_by_cancel));
+	tdm_notify *others = malloc(MANY_WAITERS * sizeof(*others));
+	cr_assert(freed_by_cancel != NULL && others != NULL);
+	cr_assert_eq(tdm_notify_init(freed_by_cancel, ex), 0);
+	cr_assert_eq(tdm_spawn(ex, await_only, freed_by_cancel, NULL), 0); /* swept last */
+	for (int i = 0; i < MANY_WAITERS; i++) {
+		cr_assert_eq(tdm_notify_init(&others[i], ex), 0);
+		cr_assert_eq(tdm_spawn(ex, await_only, &others[i], NULL), 0);
+	}
+	/* Every waiter suspended, then the blocker running on the one worker, then the firer
+	 * queued behind it (submitted any earlier, the worker might run them in another order). */
+	while (atomic_load(&awaiting) < MANY_WAITERS + 1)
+		sched_yield();
+	cr_assert_eq(tdm_submit(ex, block_until_cancelling, ex), 0);
+	while (!atomic_load(&blocker_running))
+		sched_yield();
+	cr_assert_eq(tdm_submit(ex, fire_it, &freed_by_cancel), 0);
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+	cr_assert_null(freed_by_cancel, "the firer was cancelled");
+	free(others);
 }
 
 /*
