@@ -215,7 +215,9 @@ int tdm_executor_destroy(tdm_executor *ex)
 	struct tdm__task *notify_waiters = NULL;
 	if (ex->cfg.shutdown == TDM_SHUTDOWN_CANCEL) {
 		notify_waiters = tdm__notify_close(ex);
-		atomic_store_explicit(&ex->cancelling, 1, memory_order_relaxed);
+		/* Release: the close's writes into the notifications happen before any on_cancel
+		 * (pairs with the acquire load in tdm__run_task), which may free one. */
+		atomic_store_explicit(&ex->cancelling, 1, memory_order_release);
 	}
 	/* Release: cancelling is set before any worker can see shutdown (the acquire loads in
 	 * terminate_locked, tdm__try_terminate and tdm__submit_to). Seq_cst is more than that

@@ -156,7 +156,9 @@ static bool resume(struct tdm__task *t)
 void tdm__run_task(struct tdm__worker *w, struct tdm__task *t)
 {
 	struct tdm_executor *ex = w->ex;
-	bool cancelled = atomic_load_explicit(&ex->cancelling, memory_order_relaxed) != 0;
+	/* Acquire: pairs with the release store in tdm_executor_destroy; on_cancel may free a
+	 * notification the destroy's close wrote into just before. */
+	bool cancelled = atomic_load_explicit(&ex->cancelling, memory_order_acquire) != 0;
 	if (cancelled) {
 		if (ex->cfg.on_cancel != NULL)
 			ex->cfg.on_cancel(ex->cfg.on_cancel_user,
