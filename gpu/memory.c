@@ -54,10 +54,11 @@ struct tdm__stage {
 	/* Device to host: the stream and the destination range, [lo, hi), while listed. */
 	const struct tdm_stream *s;
 	uintptr_t lo, hi;
-	/* Device to host: copy_out is writing the destination (under stage_lock): still listed,
-	 * so a copy to the device from it keeps stream order, and its block is copy_out's to give
-	 * back, not tdm__staging_orphan's. */
-	bool writing;
+	/* Under stage_lock. A host function is copying through the block, outside the lock (a
+	 * copy of megabytes must not hold up the list, nor tdm__device_fail on the poller): the
+	 * block is not tdm__staging_orphan's to give back meanwhile. The ticket stays listed, so
+	 * that a copy to the device from a destination being written keeps stream order. */
+	bool busy;
 	/* Host to device read in stream order (staging_copy_in), under stage_lock: */
 	const void *src;
 	bool copied;    /* the source was read into the block */
@@ -97,7 +98,7 @@ void tdm__staging_orphan(struct tdm__gdev *d)
 {
 	pthread_mutex_lock(&d->stage_lock);
 	for (struct tdm__stage *n = d->staged; n != NULL; n = n->next)
-		if (n->st != NULL && !n->writing) {
+		if (n->st != NULL && !n->busy) {
 			tdm_pinned_free(d->gpu, n->st);
 			n->st = NULL;
 		}
@@ -135,22 +136,44 @@ static bool pending_write_overlaps(struct tdm__gdev *d, const struct tdm_stream 
 	return hit;
 }
 
-/* Host to device in stream order: the source into the block. Under stage_lock, so that the
- * device's failure (tdm__staging_orphan) cannot give the block back under the copy. */
+/* The block of n for a host function to copy through, marked busy; NULL when there is none to
+ * copy through (the device's failure took it back, or, for copy_in, the copy was abandoned). */
+static struct staging *stage_busy(struct tdm__stage *n, bool unless_abandoned)
+{
+	pthread_mutex_lock(&n->d->stage_lock);
+	struct staging *st = unless_abandoned && n->abandoned ? NULL : n->st;
+	n->busy = st != NULL;
+	pthread_mutex_unlock(&n->d->stage_lock);
+	return st;
+}
+
+/* Host to device in stream order: the source into the block, which the device copy queued after
+ * this then reads. */
 static void staging_copy_in(void *arg)
 {
 	struct tdm__stage *n = arg;
 	struct tdm__gdev *d = n->d;
+	struct staging *st = stage_busy(n, true);
+	if (st != NULL)
+		memcpy(st + 1, n->src, st->bytes);
 	pthread_mutex_lock(&d->stage_lock);
-	if (n->st != NULL && !n->abandoned)
-		memcpy(n->st + 1, n->src, n->st->bytes);
+	n->busy = false;
 	n->copied = true;
 	bool drop = n->abandoned;
+	/* The device failed during the copy: tdm__staging_orphan left the block to this, and the
+	 * release after the device copy will not run (a dead device runs no host function). The
+	 * ticket stays, blockless, for destroy. Acquire: pairs with the release in
+	 * tdm__device_fail. */
+	bool dead = !drop && st != NULL && atomic_load_explicit(&d->failed, memory_order_acquire);
+	if (dead)
+		n->st = NULL;
 	pthread_mutex_unlock(&d->stage_lock);
 	if (drop) {
-		struct staging *st = stage_unlink(n);
-		if (st != NULL)
-			tdm_pinned_free(d->gpu, st);
+		struct staging *back = stage_unlink(n);
+		if (back != NULL)
+			tdm_pinned_free(d->gpu, back);
+	} else if (dead) {
+		tdm_pinned_free(d->gpu, st);
 	}
 }
 
@@ -158,12 +181,9 @@ static void staging_copy_out(void *arg)
 {
 	struct tdm__stage *n = arg;
 	struct tdm_gpu *gpu = n->d->gpu;
-	/* Listed while it writes: a copy to the device from the destination, made meanwhile, must
-	 * see it pending (unlinked first, the destination was read half written). */
-	pthread_mutex_lock(&n->d->stage_lock);
-	struct staging *st = n->st;
-	n->writing = st != NULL;
-	pthread_mutex_unlock(&n->d->stage_lock);
+	/* Listed until the write is over: a copy to the device from the destination, made
+	 * meanwhile, must find it pending and read it in stream order, after this. */
+	struct staging *st = stage_busy(n, false);
 	if (st != NULL)
 		memcpy(st->dst, st + 1, st->bytes);
 	st = stage_unlink(n);

@@ -1469,65 +1469,89 @@ Test(gpu_memory, pageable_copies_are_refused_when_asked, .timeout = 30)
 }
 
 /*
- * Data going round through one pageable host buffer on one stream: src to device A, A to the
- * buffer h, h to device B, B to back, one await. Staged, the copy into h happens in a host
- * function on the stream; the copy from h must read h after it (it read h at the call before,
- * and sent what h held then: zeros).
+ * Data going round through one pageable host buffer on one stream: src to device buffer a, a to
+ * h, the last `tail` ints of h to device buffer b, b to back; one await. Staged, the copy into h
+ * happens in a host function on the stream, and the copy from h must read h after it. It read h
+ * at the call before, and sent what h held then: zeros.
+ *   - queued: the copies queue behind 2 ms of work (h is still to be written at the call);
+ *   - mid-write: 32 MiB, and the copy from h is made once a quarter of h has changed (the host
+ *     function is writing it: its ticket was taken off the list before it wrote, so the copy
+ *     found nothing pending). Not under ThreadSanitizer: it reads h during the write, on
+ *     purpose. Not glibc's first bytes either: its memcpy stores them last.
+ *   - dead: a sticky fault ahead of the copies; the staged blocks, the in-order one among them,
+ *     go back to the pool with the device's failure.
  */
+enum round_kind { ROUND_QUEUED, ROUND_MID_WRITE, ROUND_DEAD };
+
 struct round_state {
 	tdm_gpu *gpu;
 	tdm_stream *s;
-	int *src, *a, *h, *b, *back; /* a and b on the device, the rest pageable */
-	int rc[4], result;
+	enum round_kind kind;
+	size_t n, tail;
+	int *src, *a, *h, *b, *back;
+	int rc[4], result, saw_write;
 	struct seen sn;
 };
 
 static int round_task(tdm_task *t, void *arg)
 {
 	struct round_state *c = arg;
-	const size_t bytes = LEN * sizeof(int);
 	TDM_BEGIN(t);
 	LEASE_OR_END(c, TDM_STREAM_EXCLUSIVE);
-	c->rc[0] = tdm_memcpy_async(c->s, c->a, c->src, bytes, TDM_COPY_H2D);
-	SEE(&c->sn, tdm_launch_spin(c->s, 2000000)); /* what follows queues behind 2 ms */
-	c->rc[1] = tdm_memcpy_async(c->s, c->h, c->a, bytes, TDM_COPY_D2H);
-	c->rc[2] = tdm_memcpy_async(c->s, c->b, c->h, bytes, TDM_COPY_H2D);
-	c->rc[3] = tdm_memcpy_async(c->s, c->back, c->b, bytes, TDM_COPY_D2H);
+	c->rc[0] = tdm_memcpy_async(c->s, c->a, c->src, c->n * sizeof(int), TDM_COPY_H2D);
+	if (c->kind != ROUND_MID_WRITE)
+		SEE(&c->sn, tdm_launch_spin(c->s, 2000000));
+	if (c->kind == ROUND_DEAD)
+		SEE(&c->sn, tdm_sim_inject(c->s, TDM_SIM_FAULT_STICKY));
+	c->rc[1] = tdm_memcpy_async(c->s, c->h, c->a, c->n * sizeof(int), TDM_COPY_D2H);
+	/* Until the host function's write has reached a quarter of h, 10 s at most. */
+	for (uint64_t until = tdm_now_ns() + 10000000000ull;
+	     c->kind == ROUND_MID_WRITE && !c->saw_write && tdm_now_ns() < until;)
+		c->saw_write = __atomic_load_n(&c->h[c->n / 4], __ATOMIC_RELAXED) != 0;
+	c->rc[2] = tdm_memcpy_async(c->s, c->b, c->h + (c->n - c->tail), c->tail * sizeof(int),
+	                            TDM_COPY_H2D);
+	c->rc[3] = tdm_memcpy_async(c->s, c->back, c->b, c->tail * sizeof(int), TDM_COPY_D2H);
 	TDM_AWAIT(t, tdm_await_stream(t, c->s));
 	c->result = tdm_task_result(t);
-	SEE(&c->sn, tdm_stream_release(c->s));
+	(void)tdm_stream_release(c->s); /* a dead device may refuse */
 	TDM_END(t);
 }
 
-static void pageable_round_trip_through_one_buffer(tdm_backend backend)
+static void pageable_round_trip(tdm_backend backend, enum round_kind kind, size_t n, size_t tail)
 {
 	struct env e;
 	if (!env_open(&e, backend, TDM_COMPLETION_AUTO, 2)) {
 		cr_assert_neq(backend, TDM_BACKEND_SIM, "the simulator always opens");
 		cr_skip_test("no device for this backend");
 	}
-	const size_t bytes = LEN * sizeof(int);
-	struct round_state c = {.gpu = e.gpu, .rc = {1, 1, 1, 1}, .result = 1};
-	c.src = malloc(bytes);
-	c.h = calloc(LEN, sizeof(int));
-	c.back = calloc(LEN, sizeof(int));
+	struct round_state c = {
+	    .gpu = e.gpu, .kind = kind, .n = n, .tail = tail, .rc = {1, 1, 1, 1}, .result = 1};
+	c.src = malloc(n * sizeof(int));
+	c.h = calloc(n, sizeof(int));
+	c.back = calloc(tail, sizeof(int));
 	cr_assert(c.src != NULL && c.h != NULL && c.back != NULL);
-	for (int i = 0; i < LEN; i++)
-		c.src[i] = 3 * i + 1;
-	cr_assert_eq(tdm_device_alloc(e.gpu, 0, bytes, (void **)&c.a), 0);
-	cr_assert_eq(tdm_device_alloc(e.gpu, 0, bytes, (void **)&c.b), 0);
+	for (size_t i = 0; i < n; i++)
+		c.src[i] = (int)i + 1;
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, n * sizeof(int), (void **)&c.a), 0);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, tail * sizeof(int), (void **)&c.b), 0);
 	cr_assert_eq(run_one(&e, round_task, &c), 0);
 	ASSERT_SEEN(&c.sn);
-	for (int k = 0; k < 4; k++)
-		cr_assert_eq(c.rc[k], 0, "copy %d: %s", k, tdm_strerror(c.rc[k]));
-	cr_assert_eq(c.result, 0, "the await: %s", tdm_strerror(c.result));
-	for (int i = 0; i < LEN; i++) {
-		cr_assert_eq(c.h[i], 3 * i + 1, "h at %d", i);
-		cr_assert_eq(c.back[i], 3 * i + 1, "round trip through h at %d", i);
-	}
 	tdm_pinned_stats ps;
 	cr_assert_eq(tdm_pinned_stats_get(e.gpu, &ps), 0);
 	cr_assert_eq(ps.bytes_in_use, 0, "staging blocks went back to the pool");
+	if (kind == ROUND_DEAD) {
+		cr_assert_eq(c.result, -EIO, "the await: %s", tdm_strerror(c.result));
+	} else {
+		for (int k = 0; k < 4; k++)
+			cr_assert_eq(c.rc[k], 0, "copy %d: %s", k, tdm_strerror(c.rc[k]));
+		cr_assert_eq(c.result, 0, "the await: %s", tdm_strerror(c.result));
+		cr_assert(kind != ROUND_MID_WRITE || c.saw_write, "the write into h was seen");
+		size_t wrong = 0;
+		for (size_t i = 0; i < tail; i++)
+			wrong += c.back[i] != c.src[n - tail + i];
+		cr_assert_eq(wrong, 0, "%zu of %zu ints sent before the pending write reached them",
+		             wrong, tail);
+	}
 	tdm_device_free(e.gpu, 0, c.a);
 	tdm_device_free(e.gpu, 0, c.b);
 	free(c.src);
@@ -1538,48 +1562,7 @@ static void pageable_round_trip_through_one_buffer(tdm_backend backend)
 
 Test(gpu_memory, pageable_round_trip_through_one_buffer_keeps_stream_order, .timeout = 30)
 {
-	pageable_round_trip_through_one_buffer(TDM_BACKEND_SIM);
-}
-
-/*
- * The same while the pending copy is writing the buffer: a copy to the device from its tail,
- * made once a quarter of it has changed (the host function is copying 32 MiB into it), waits
- * for the rest of the write. Before, the host function took its ticket off the list before writing,
- * so the copy found nothing pending and read the tail at the call, still zeros. Not under
- * ThreadSanitizer: the test reads the buffer while the host function writes it, on purpose.
- */
-#define BIG_INTS ((size_t)8 << 20) /* 32 MiB */
-#define TAIL_INTS ((size_t)256 << 10)
-
-struct late_state {
-	tdm_gpu *gpu;
-	tdm_stream *s;
-	int *src, *a, *h, *b, *back;
-	int rc[4], result, saw_write;
-	struct seen sn;
-};
-
-static int late_task(tdm_task *t, void *arg)
-{
-	struct late_state *c = arg;
-	TDM_BEGIN(t);
-	LEASE_OR_END(c, TDM_STREAM_EXCLUSIVE);
-	c->rc[0] = tdm_memcpy_async(c->s, c->a, c->src, BIG_INTS * sizeof(int), TDM_COPY_H2D);
-	c->rc[1] = tdm_memcpy_async(c->s, c->h, c->a, BIG_INTS * sizeof(int), TDM_COPY_D2H);
-	/* Until the host function's write has reached a quarter of h, 10 s at most (not h[0]:
-	 * glibc's memcpy stores the first bytes last). */
-	for (uint64_t until = tdm_now_ns() + 10000000000ull; tdm_now_ns() < until;)
-		if (__atomic_load_n(&c->h[BIG_INTS / 4], __ATOMIC_RELAXED) != 0) {
-			c->saw_write = 1;
-			break;
-		}
-	c->rc[2] = tdm_memcpy_async(c->s, c->b, c->h + BIG_INTS - TAIL_INTS,
-	                            TAIL_INTS * sizeof(int), TDM_COPY_H2D);
-	c->rc[3] = tdm_memcpy_async(c->s, c->back, c->b, TAIL_INTS * sizeof(int), TDM_COPY_D2H);
-	TDM_AWAIT(t, tdm_await_stream(t, c->s));
-	c->result = tdm_task_result(t);
-	SEE(&c->sn, tdm_stream_release(c->s));
-	TDM_END(t);
+	pageable_round_trip(TDM_BACKEND_SIM, ROUND_QUEUED, LEN, LEN);
 }
 
 Test(gpu_memory, a_copy_from_a_buffer_being_written_waits_for_the_write, .timeout = 60)
@@ -1587,43 +1570,18 @@ Test(gpu_memory, a_copy_from_a_buffer_being_written_waits_for_the_write, .timeou
 #ifdef TDM_TEST_TSAN
 	cr_skip_test("reads the buffer while the host function writes it, on purpose");
 #endif
-	struct env e;
-	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
-	struct late_state c = {.gpu = e.gpu, .rc = {1, 1, 1, 1}, .result = 1};
-	c.src = malloc(BIG_INTS * sizeof(int));
-	c.h = calloc(BIG_INTS, sizeof(int));
-	c.back = calloc(TAIL_INTS, sizeof(int));
-	cr_assert(c.src != NULL && c.h != NULL && c.back != NULL);
-	for (size_t i = 0; i < BIG_INTS; i++)
-		c.src[i] = (int)i + 1;
-	cr_assert_eq(tdm_device_alloc(e.gpu, 0, BIG_INTS * sizeof(int), (void **)&c.a), 0);
-	cr_assert_eq(tdm_device_alloc(e.gpu, 0, TAIL_INTS * sizeof(int), (void **)&c.b), 0);
-	cr_assert_eq(run_one(&e, late_task, &c), 0);
-	ASSERT_SEEN(&c.sn);
-	for (int k = 0; k < 4; k++)
-		cr_assert_eq(c.rc[k], 0, "copy %d: %s", k, tdm_strerror(c.rc[k]));
-	cr_assert_eq(c.result, 0, "the await: %s", tdm_strerror(c.result));
-	cr_assert(c.saw_write, "the write into h was seen beginning");
-	size_t wrong = 0;
-	for (size_t i = 0; i < TAIL_INTS; i++)
-		wrong += c.back[i] != (int)(BIG_INTS - TAIL_INTS + i) + 1;
-	cr_assert_eq(wrong, 0, "%zu of %zu ints sent before the pending write reached them", wrong,
-	             TAIL_INTS);
-	tdm_pinned_stats ps;
-	cr_assert_eq(tdm_pinned_stats_get(e.gpu, &ps), 0);
-	cr_assert_eq(ps.bytes_in_use, 0, "staging blocks went back to the pool");
-	tdm_device_free(e.gpu, 0, c.a);
-	tdm_device_free(e.gpu, 0, c.b);
-	free(c.src);
-	free(c.h);
-	free(c.back);
-	env_close(&e);
+	pageable_round_trip(TDM_BACKEND_SIM, ROUND_MID_WRITE, (size_t)8 << 20, (size_t)256 << 10);
+}
+
+Test(gpu_memory, a_dead_devices_round_trip_gives_its_blocks_back, .timeout = 30)
+{
+	pageable_round_trip(TDM_BACKEND_SIM, ROUND_DEAD, LEN, LEN);
 }
 
 #ifndef TANDEM_TEST_NO_CUDA
 Test(gpu_memory, pageable_round_trip_through_one_buffer_keeps_stream_order_cuda, .timeout = 30)
 {
-	pageable_round_trip_through_one_buffer(TDM_BACKEND_CUDA);
+	pageable_round_trip(TDM_BACKEND_CUDA, ROUND_QUEUED, LEN, LEN);
 }
 
 /* On CUDA, pageable is what cudaPointerGetAttributes calls unregistered host memory, and the

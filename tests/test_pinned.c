@@ -693,13 +693,20 @@ Test(pinned_errors, a_layer_without_a_backend_has_no_pool)
 	tdm_test_destroy(ex);
 }
 
+/* The defaults on the simulator, for the tests that change a field and create the layer. */
+static tdm_gpu_config sim_config(void)
+{
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	return g;
+}
+
 Test(pinned_errors, a_chunk_size_past_64_gib_is_refused)
 {
 	tdm_executor *ex = tdm_test_create(1);
 	tdm_gpu *gpu = NULL;
-	tdm_gpu_config g;
-	tdm_gpu_config_init(&g);
-	g.backend = TDM_BACKEND_SIM;
+	tdm_gpu_config g = sim_config();
 	g.pinned_chunk_bytes = (size_t)1 << 40;
 	cr_assert_eq(tdm_gpu_create(&gpu, ex, &g), -EINVAL);
 	g.backend = TDM_BACKEND_NONE; /* no pool then, but the value is refused all the same */
@@ -713,9 +720,7 @@ Test(pinned_errors, a_cap_below_64_kib_is_refused)
 {
 	tdm_executor *ex = tdm_test_create(1);
 	tdm_gpu *gpu = NULL;
-	tdm_gpu_config g;
-	tdm_gpu_config_init(&g);
-	g.backend = TDM_BACKEND_SIM;
+	tdm_gpu_config g = sim_config();
 	g.pinned_cap_bytes = 1;
 	cr_assert_eq(tdm_gpu_create(&gpu, ex, &g), -EINVAL);
 	g.pinned_cap_bytes = 64 * KIB - 1;
@@ -735,9 +740,7 @@ Test(pinned_errors, the_pool_works_between_the_executors_destroy_and_the_layers)
 {
 	tdm_executor *ex = tdm_test_create(2);
 	tdm_gpu *gpu = NULL;
-	tdm_gpu_config g;
-	tdm_gpu_config_init(&g);
-	g.backend = TDM_BACKEND_SIM;
+	tdm_gpu_config g = sim_config();
 	cr_assert_eq(tdm_gpu_create(&gpu, ex, &g), 0);
 	void *p;
 	cr_assert_eq(tdm_pinned_alloc(gpu, 4096, &p), 0);
