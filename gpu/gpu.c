@@ -544,10 +544,32 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 	return rc;
 }
 
+static int lease_on(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm_stream **out);
+
+/* TDM_DEVICE_ANY: the placement's device first; when it has no stream to give (-EBUSY) or failed
+ * since (-ENODEV), the other live devices in turn, so that the lease says -EBUSY only when no
+ * device could take it, and -ENODEV only when every device failed. */
 static int lease(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm_stream **out)
 {
-	if (device == TDM_DEVICE_ANY)
-		device = place(gpu);
+	if (device != TDM_DEVICE_ANY)
+		return lease_on(gpu, device, flags, wi, out);
+	int first = place(gpu);
+	bool busy = false;
+	for (int k = 0; k < gpu->ndev; k++) {
+		int i = (first + k) % gpu->ndev;
+		if (k > 0 && device_failed(&gpu->devs[i]))
+			continue;
+		int rc = lease_on(gpu, i, flags, wi, out);
+		if (rc == -EBUSY)
+			busy = true;
+		else if (rc != -ENODEV)
+			return rc; /* the lease, or an error making a stream */
+	}
+	return busy ? -EBUSY : -ENODEV;
+}
+
+static int lease_on(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm_stream **out)
+{
 	struct tdm__gdev *d = &gpu->devs[device];
 	/* Acquire: pairs with the release in tdm__device_fail. */
 	if (atomic_load_explicit(&d->failed, memory_order_acquire))

@@ -192,7 +192,9 @@ enum {
 /*
  * Leases a stream of `device` (or of the device the placement policy picks, for TDM_DEVICE_ANY)
  * from the calling worker's slice of the device's bounded set. A task keeps its device across
- * its awaits by keeping its lease; tdm_stream_device() says which device it got.
+ * its awaits by keeping its lease; tdm_stream_device() says which device it got. For
+ * TDM_DEVICE_ANY the placement's pick is tried first, then the other devices that have not
+ * failed: -EBUSY then says that none of them had a stream to give, -ENODEV that all failed.
  * Shared leases never wait. -EINVAL: gpu or out is NULL, device out of range (and not
  * TDM_DEVICE_ANY), or an unknown flag.  -ENODEV: device failed or no device.  -EBUSY: an
  * exclusive lease was asked for and every stream of the set is in use, or a shared one and

@@ -1255,6 +1255,57 @@ Test(gpu_placement, any_device_skips_a_failed_one, .timeout = 30)
 	}
 }
 
+/* A lease for any device that finds the placement's pick full takes a stream of another device,
+ * whatever the policy (it said -EBUSY while the other device had streams free), and says -EBUSY
+ * only when every device is full; it leases again once a stream comes back. */
+Test(gpu_placement, any_device_falls_over_to_a_device_with_room, .timeout = 30)
+{
+	static const int policies[] = {TDM_PLACE_ROUND_ROBIN, TDM_PLACE_LEAST_LOADED,
+	                               TDM_PLACE_NEAREST};
+	enum { MAX_HELD = 256 };
+	for (size_t p = 0; p < sizeof(policies) / sizeof(policies[0]); p++) {
+		struct env e;
+		open_two(&e, policies[p]);
+		tdm_stream *held[MAX_HELD], *s;
+		int n0 = 0, n;
+		/* Device 0 full: every stream of its set held exclusively. */
+		while (tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &s) == 0) {
+			cr_assert_lt(n0, MAX_HELD / 2);
+			held[n0++] = s;
+		}
+		cr_assert_gt(n0, 0);
+		/* Shared leases for any device go to device 1 (round robin picks device 0 for one
+		 * of every two). */
+		for (int i = 0; i < 4; i++) {
+			cr_assert_eq(tdm_stream_lease(e.gpu, TDM_DEVICE_ANY, 0, &s), 0,
+			             "policy %d, shared lease %d", policies[p], i);
+			cr_assert_eq(tdm_stream_device(s), 1);
+			cr_assert_eq(tdm_stream_release(s), 0);
+		}
+		/* Exclusive ones too, until device 1 is full as well (its set is as large). */
+		for (n = n0; n < 2 * n0; n++) {
+			cr_assert_eq(
+			    tdm_stream_lease(e.gpu, TDM_DEVICE_ANY, TDM_STREAM_EXCLUSIVE, &held[n]),
+			    0, "policy %d, exclusive lease %d", policies[p], n - n0);
+			cr_assert_eq(tdm_stream_device(held[n]), 1);
+		}
+		/* Both full: -EBUSY, for an exclusive lease and for a shared one. */
+		cr_assert_eq(tdm_stream_lease(e.gpu, TDM_DEVICE_ANY, TDM_STREAM_EXCLUSIVE, &s),
+		             -EBUSY);
+		cr_assert_eq(tdm_stream_lease(e.gpu, TDM_DEVICE_ANY, 0, &s), -EBUSY);
+		/* One of device 1's streams back: leases for any device take it again. */
+		cr_assert_eq(tdm_stream_release(held[--n]), 0);
+		for (int i = 0; i < 2; i++) {
+			cr_assert_eq(tdm_stream_lease(e.gpu, TDM_DEVICE_ANY, 0, &s), 0);
+			cr_assert_eq(tdm_stream_device(s), 1);
+			cr_assert_eq(tdm_stream_release(s), 0);
+		}
+		while (n > 0)
+			cr_assert_eq(tdm_stream_release(held[--n]), 0);
+		env_close(&e);
+	}
+}
+
 Test(gpu_placement, round_robin_spreads_leases_over_devices)
 {
 	struct env e;
