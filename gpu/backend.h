@@ -122,6 +122,11 @@ struct tdm__backend_ops {
 	/* Sets how much freed memory the device's stream-ordered pool keeps for reuse (the release
 	 * threshold); the topology's plan sizes it per device. May be NULL. */
 	int (*pool_release)(struct tdm__backend *b, int dev, uint64_t bytes);
+	/* Called before open, with no instance: sets CUDA_DEVICE_MAX_CONNECTIONS to n while it is
+	 * unset and the backend's runtime has not started in the process. 0: set; -EEXIST: set
+	 * already; -EALREADY: started already, so it would be read too late; -ENOMEM. May be NULL
+	 * (nothing to set). */
+	int (*set_connections)(unsigned n);
 };
 
 extern const struct tdm__backend_ops tdm__backend_sim;

@@ -32,6 +32,7 @@ const struct tdm__backend_ops tdm__backend_cuda = {
 
 #else /* TANDEM_HAVE_CUDA */
 
+#include <dlfcn.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1066,6 +1067,32 @@ static int tdm__cuda_memcpy_peer_async(struct tdm__backend *b, void *stream, voi
 	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
 }
 
+/*
+ * CUDA reads CUDA_DEVICE_MAX_CONNECTIONS once, as it starts. It has not started while libcuda is
+ * not loaded in the process, or while the loaded one says CUDA_ERROR_NOT_INITIALIZED (any driver
+ * call before cuInit does; cuDeviceGetCount changes nothing). Asking that through cudart would
+ * start it, so libcuda is looked up without loading it.
+ */
+static int tdm__cuda_set_connections(unsigned n)
+{
+	static const char var[] = "CUDA_DEVICE_MAX_CONNECTIONS";
+	if (getenv(var) != NULL)
+		return -EEXIST;
+	void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+	if (lib != NULL) {
+		CUresult (*count)(int *) = NULL;
+		*(void **)&count = dlsym(lib, "cuDeviceGetCount");
+		int k = 0;
+		bool started = count == NULL || count(&k) != CUDA_ERROR_NOT_INITIALIZED;
+		dlclose(lib);
+		if (started)
+			return -EALREADY;
+	}
+	char v[16];
+	snprintf(v, sizeof(v), "%u", n);
+	return setenv(var, v, 0) == 0 ? 0 : -ENOMEM;
+}
+
 const struct tdm__backend_ops tdm__backend_cuda = {
     .name = "cuda",
     .open = tdm__cuda_open,
@@ -1108,6 +1135,7 @@ const struct tdm__backend_ops tdm__backend_cuda = {
     .memcpy_peer_async = tdm__cuda_memcpy_peer_async,
     .pool_release = tdm__cuda_pool_release,
     .launch_busy = tdm__cuda_launch_busy,
+    .set_connections = tdm__cuda_set_connections,
 };
 
 #endif /* TANDEM_HAVE_CUDA */

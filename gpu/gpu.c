@@ -162,6 +162,45 @@ static int init_device(struct tdm_gpu *gpu, int i)
 	return 0;
 }
 
+/*
+ * tdm_gpu_config.connections: sets CUDA_DEVICE_MAX_CONNECTIONS for the backend when the rule at
+ * the top of topology.c asks for it. The value set is kept for the process, since CUDA keeps
+ * it: every later tdm_gpu_create's decisions read the variable as tandem's (topology.c). The
+ * lock orders tandem's own calls; other threads' getenv are the caller's (tandem_gpu.h).
+ */
+static pthread_mutex_t connections_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned connections_set; /* connections_lock */
+
+/* True when this call set the variable. */
+static bool set_connections(struct tdm_gpu *gpu)
+{
+	bool set = false;
+	int workers = tdm_executor_workers(gpu->ex);
+	unsigned want = tdm__connections_wanted(gpu->cfg.connections, gpu->cfg.streams_per_device,
+	                                        workers > 0 ? (unsigned)workers : 0);
+	pthread_mutex_lock(&connections_lock);
+	if (want != 0 && gpu->ops->set_connections != NULL) {
+		int rc = gpu->ops->set_connections(want);
+		if (rc == 0)
+			connections_set = want;
+		set = rc == 0;
+		gpu->connections_late = rc == -EALREADY;
+	}
+	gpu->connections_by_tandem = connections_set;
+	pthread_mutex_unlock(&connections_lock);
+	return set;
+}
+
+/* The backend did not open (no device, no driver): CUDA did not start on the setting, so the
+ * process gets its environment back. */
+static void unset_connections(void)
+{
+	pthread_mutex_lock(&connections_lock);
+	unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	connections_set = 0;
+	pthread_mutex_unlock(&connections_lock);
+}
+
 int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in)
 {
 	if (out == NULL || ex == NULL)
@@ -175,6 +214,7 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	    (unsigned)cfg.placement > TDM_PLACE_NEAREST ||
 	    (unsigned)cfg.pageable > TDM_PAGEABLE_REFUSE || cfg.streams_per_device > 1024 ||
 	    cfg.launch_limit > 1024 || cfg.pinned_chunk_bytes > ((size_t)64 << 30) ||
+	    cfg.connections < TDM_CONNECTIONS_KEEP || cfg.connections > 32 ||
 	    (cfg.pinned_cap_bytes != 0 && cfg.pinned_cap_bytes < ((size_t)64 << 10)))
 		return -EINVAL;
 	if (cfg.completion == TDM_COMPLETION_AUTO) {
@@ -220,7 +260,10 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	gpu->ops = ops;
 	ck_ec32_init(&gpu->ec, 0);
 	if (ops != NULL) {
+		bool set = set_connections(gpu);
 		rc = ops->open(&gpu->b, &cfg);
+		if (rc != 0 && set)
+			unset_connections();
 		if (rc != 0) {
 			free(gpu);
 			return rc;

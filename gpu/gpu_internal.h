@@ -117,6 +117,10 @@ struct tdm_gpu {
 	int ndev;
 	struct tdm__gdev *devs;
 	bool nvml; /* TANDEM_NVML: load NVML for discovery (topology_discover.c) */
+	/* CUDA_DEVICE_MAX_CONNECTIONS as a tdm_gpu_create of this process set it (0: none), and
+	 * whether this one wanted to and found CUDA started: for the topology's decisions. */
+	unsigned connections_by_tandem;
+	bool connections_late;
 
 	/* Awaits handed to the poller, newest first. */
 	_Alignas(TDM__CACHELINE) struct tdm__stack submit;

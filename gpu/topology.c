@@ -7,6 +7,15 @@
  * ---- Decisions (tdm__topology_decide) ----
  * - base work queues Q: CUDA_DEVICE_MAX_CONNECTIONS as CUDA reads it (its leading number, at
  *   most 32), else 8 (CUDA's default; more streams than queues alias onto the same queues).
+ *   A value tandem set itself counts as unset here: it only gives the streams queues.
+ * - CUDA_DEVICE_MAX_CONNECTIONS that tandem sets (tdm__connections_wanted; gpu.c sets it while
+ *   it is unset and CUDA has not started): tdm_gpu_config.connections if 1..32; with AUTO, the
+ *   stream set's size (streams_per_device, else the workers) when it is above 8, at most 32,
+ *   so that no two streams share a queue. A completion mark behind a kernel holds its queue
+ *   until the kernel ends, so streams sharing a queue run one kernel at a time between them:
+ *   16 workers, 100 us kernels on an H200, 59k-60k tasks/s over 8 queues, 149k-150k over 16
+ *   (32: the same); at 8 workers 16 queues measured 0.81-0.89x of cuda-sync against 1.02x
+ *   with 8, which is why the set's size and not 32 (tandem-bench gpu-throughput, 2026-12-01).
  * - share of a MIG instance: its SMs over its GPU's when both are known, else its compute slices
  *   over 7 (the profile "<k>g..."), else its SMs over 132 (an H100/H200), saying so.
  * - streams per priority class: tdm_gpu_config.streams_per_device if set; a whole device Q, or
@@ -406,6 +415,18 @@ void tdm__decide_env_init(struct tdm__decide_env *env, const struct tdm__topolog
 	}
 }
 
+unsigned tdm__connections_wanted(int connections, unsigned streams_per_device, unsigned workers)
+{
+	if (connections >= 1 && connections <= TDM__TOPO_MAX_QUEUES)
+		return (unsigned)connections;
+	if (connections != TDM_CONNECTIONS_AUTO)
+		return 0;
+	unsigned set = streams_per_device != 0 ? streams_per_device : workers;
+	if (set <= TDM__TOPO_DEFAULT_QUEUES)
+		return 0;
+	return set < TDM__TOPO_MAX_QUEUES ? set : TDM__TOPO_MAX_QUEUES;
+}
+
 /* ceil(k * num / den) */
 static unsigned scale_up(unsigned k, uint64_t num, uint64_t den)
 {
@@ -429,7 +450,12 @@ void tdm__topology_decide(const struct tdm__topo_dev *d, const struct tdm__decid
 	memset(out, 0, sizeof(*out));
 	if (env == NULL)
 		env = &none;
-	if (env->max_connections >= 1 && env->max_connections <= TDM__TOPO_MAX_QUEUES) {
+	if (env->connections_by_tandem != 0 &&
+	    env->max_connections == (int)env->connections_by_tandem) {
+		tdm__topo_say(base_why, sizeof(base_why),
+		              "CUDA_DEVICE_MAX_CONNECTIONS=%u set by tandem, a queue per stream",
+		              env->connections_by_tandem);
+	} else if (env->max_connections >= 1 && env->max_connections <= TDM__TOPO_MAX_QUEUES) {
 		base = (unsigned)env->max_connections;
 		tdm__topo_say(base_why, sizeof(base_why),
 		              "CUDA_DEVICE_MAX_CONNECTIONS=%u work queues", base);
@@ -438,6 +464,12 @@ void tdm__topology_decide(const struct tdm__topo_dev *d, const struct tdm__decid
 		    base_why, sizeof(base_why),
 		    "CUDA_DEVICE_MAX_CONNECTIONS not a number of 1 or more, CUDA's default "
 		    "%u work queues",
+		    base);
+	} else if (env->connections_late) {
+		tdm__topo_say(
+		    base_why, sizeof(base_why),
+		    "CUDA_DEVICE_MAX_CONNECTIONS unset, default %u work queues (CUDA started "
+		    "before tandem could set it)",
 		    base);
 	} else {
 		tdm__topo_say(base_why, sizeof(base_why),
@@ -816,6 +848,8 @@ int tdm__topology_for_backend(struct tdm_gpu *gpu)
 	tdm__decide_env_init(&env, t, &gpu->cfg);
 	int workers = tdm_executor_workers(gpu->ex);
 	env.workers = workers > 0 ? (unsigned)workers : 0;
+	env.connections_by_tandem = gpu->connections_by_tandem;
+	env.connections_late = gpu->connections_late;
 	rc = tdm__topology_plan(t, &env);
 	if (rc != 0) {
 		tdm__topology_free(t);

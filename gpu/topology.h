@@ -80,7 +80,18 @@ struct tdm__decide_env {
 	unsigned launch_override;  /* tdm_gpu_config.launch_limit; 0: decide */
 	unsigned workers;          /* the executor's workers; 0: unknown */
 	const char *allowed_cpus;  /* cpulist the process may run on; NULL or "": any */
+	/* CUDA_DEVICE_MAX_CONNECTIONS as tandem set it in this process (tdm__connections_wanted),
+	 * 0: not set by tandem. When max_connections is that value, the decisions take CUDA's
+	 * default queues, as if unset: tandem's setting gives streams queues, never more streams.
+	 */
+	unsigned connections_by_tandem;
+	/* tandem wanted to set it, and CUDA had started in the process first. */
+	bool connections_late;
 };
+
+/* The CUDA_DEVICE_MAX_CONNECTIONS tdm_gpu_config.connections asks tandem to set (rules at the top
+ * of topology.c), given the config's streams_per_device and the executor's workers; 0: none. */
+unsigned tdm__connections_wanted(int connections, unsigned streams_per_device, unsigned workers);
 
 /* Decisions for one device, each with the one line that says why. */
 struct tdm__device_plan {

@@ -99,7 +99,28 @@ typedef struct tdm_gpu_config {
 	/* Nonzero: run the poller on the CPUs nearest device 0 (tdm_device_info.pin_cpus), where
 	 * those are known. Off by default: not yet measured on a machine of several NUMA nodes. */
 	int pin_poller;
+	/*
+	 * CUDA_DEVICE_MAX_CONNECTIONS, the hardware work queues CUDA gives each device (8 unless
+	 * set; CUDA reads it once per process, when it starts). Streams beyond the queues share
+	 * them, and a completion mark behind one stream's kernel then holds back the other's: 16
+	 * workers running 100 us kernels on an H200 ran 59k-60k tasks/s on 16 streams over 8
+	 * queues, 149k-150k with 16 queues (perf/README.md). 0 (TDM_CONNECTIONS_AUTO, the
+	 * default): when the cuda backend's stream set will hold more than 8 streams (more than 8
+	 * workers, or streams_per_device above 8), tdm_gpu_create sets the variable to the set's
+	 * size (at most 32), so that each stream has a queue of its own. 1..32: set it to this
+	 * instead, whatever the set. -1 (TDM_CONNECTIONS_KEEP): never set it. Either way tandem
+	 * sets it only where it is unset, with the cuda backend, and before CUDA has started in
+	 * the process (tdm_device_info.why_streams says what happened). It uses setenv(3), which
+	 * must not race another thread's getenv: create the GPU layer before such threads start,
+	 * set the variable yourself, or say TDM_CONNECTIONS_KEEP. Other values: -EINVAL.
+	 */
+	int connections;
 } tdm_gpu_config;
+
+enum {
+	TDM_CONNECTIONS_AUTO = 0,
+	TDM_CONNECTIONS_KEEP = -1,
+};
 
 /* Placement of tasks that do not name a device (tdm_stream_lease with TDM_DEVICE_ANY), among the
  * devices that have not failed (-ENODEV once every one has). */
@@ -125,16 +146,16 @@ void tdm_gpu_config_init(tdm_gpu_config *cfg);
 /*
  * Starts the GPU layer for ex: backend, poller thread, pools. cfg may be NULL for defaults.
  * -EINVAL: out or ex is NULL; backend, completion, placement or pageable is not one of its
- * values; streams_per_device or launch_limit above 1024; sim_devices above 1024 (sim);
- * pinned_chunk_bytes above 64 GiB; pinned_cap_bytes from 1 to 64 KiB - 1; with TDM_BACKEND_AUTO,
- * TANDEM_GPU set to something other than cuda, sim or none; with TDM_COMPLETION_AUTO,
- * TANDEM_COMPLETION set to something other than word, event or adaptive; TANDEM_LEASE_BALANCE set
- * to something other than always or never, TANDEM_WORKER_WATCH to something other than 0 or 1, or
- * TANDEM_NVML to something other than 0, off, 1 or on (README.md, "Async/await on the GPU").
- * -ENODEV: the backend asked for (or cuda by default) has no device or is not built in.  -ENOTSUP:
- * TDM_COMPLETION_WORD or _ADAPTIVE asked for (in cfg or by TANDEM_COMPLETION) on a device that
- * cannot write completion words.  -ENOMEM, -EAGAIN: resources.  -EIO: the driver failed while the
- * devices were set up (cuda).
+ * values; streams_per_device or launch_limit above 1024; connections below -1 or above 32;
+ * sim_devices above 1024 (sim); pinned_chunk_bytes above 64 GiB; pinned_cap_bytes from 1 to 64 KiB
+ * - 1; with TDM_BACKEND_AUTO, TANDEM_GPU set to something other than cuda, sim or none; with
+ * TDM_COMPLETION_AUTO, TANDEM_COMPLETION set to something other than word, event or adaptive;
+ * TANDEM_LEASE_BALANCE set to something other than always or never, TANDEM_WORKER_WATCH to
+ * something other than 0 or 1, or TANDEM_NVML to something other than 0, off, 1 or on (README.md,
+ * "Async/await on the GPU"). -ENODEV: the backend asked for (or cuda by default) has no device or
+ * is not built in.  -ENOTSUP: TDM_COMPLETION_WORD or _ADAPTIVE asked for (in cfg or by
+ * TANDEM_COMPLETION) on a device that cannot write completion words.  -ENOMEM, -EAGAIN: resources.
+ * -EIO: the driver failed while the devices were set up (cuda).
  */
 int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg);
 

@@ -387,6 +387,62 @@ Test(topology, max_connections_is_read_as_cuda_reads_it)
 	tdm__topology_free(t);
 }
 
+/* What tdm_gpu_config.connections asks tandem to set: the stream set's size past CUDA's 8 queues
+ * with AUTO, at most 32; the config's own value; never with KEEP. */
+Test(topology, connections_tandem_sets_follow_the_stream_set)
+{
+	static const struct {
+		int connections;
+		unsigned streams_per_device, workers, want;
+	} cases[] = {{TDM_CONNECTIONS_AUTO, 0, 16, 16},
+	             {TDM_CONNECTIONS_AUTO, 0, 9, 9},
+	             {TDM_CONNECTIONS_AUTO, 0, 8, 0},
+	             {TDM_CONNECTIONS_AUTO, 0, 2, 0},
+	             {TDM_CONNECTIONS_AUTO, 0, 0, 0},
+	             {TDM_CONNECTIONS_AUTO, 0, 40, 32},
+	             {TDM_CONNECTIONS_AUTO, 12, 2, 12},
+	             {TDM_CONNECTIONS_AUTO, 4, 16, 0},
+	             {TDM_CONNECTIONS_AUTO, 1024, 1, 32},
+	             {TDM_CONNECTIONS_KEEP, 0, 16, 0},
+	             {5, 0, 2, 5},
+	             {32, 0, 64, 32}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		cr_assert_eq(tdm__connections_wanted(cases[i].connections,
+		                                     cases[i].streams_per_device, cases[i].workers),
+		             cases[i].want, "case %zu", i);
+}
+
+/* A value tandem set gives the streams queues and changes no decision: the stream set and a MIG
+ * instance's share are those of CUDA's default, and the reason says who set it. A value that is
+ * not tandem's (the user's) is the base, as ever. */
+Test(topology, a_connections_value_tandem_set_gives_queues_not_streams)
+{
+	struct tdm__topology *h200 = load("h200.topo");
+	struct tdm__topology *mig = load("h100-mig-7x1g.topo");
+	struct tdm__decide_env env = {.max_connections = 16, .connections_by_tandem = 16};
+	struct tdm__device_plan p;
+	env.workers = 16;
+	tdm__topology_decide(&h200->devs[0], &env, &p);
+	cr_assert_eq(p.streams, 16);
+	cr_assert_not_null(strstr(p.why_streams, "one per worker"), "%s", p.why_streams);
+	cr_assert_not_null(strstr(p.why_streams, "set by tandem"), "%s", p.why_streams);
+	env.workers = 4;
+	tdm__topology_decide(&h200->devs[0], &env, &p);
+	cr_assert_eq(p.streams, 8, "4 workers: CUDA's default set, not 16 streams");
+	tdm__topology_decide(&mig->devs[0], &env, &p);
+	cr_assert_eq(p.streams, decide_with(&mig->devs[0], 0).streams);
+	env.max_connections = 12; /* someone else's value since */
+	tdm__topology_decide(&h200->devs[0], &env, &p);
+	cr_assert_eq(p.streams, 12);
+	struct tdm__decide_env late = {.connections_late = true, .workers = 16};
+	tdm__topology_decide(&h200->devs[0], &late, &p);
+	cr_assert_eq(p.streams, 16);
+	cr_assert_not_null(strstr(p.why_streams, "CUDA started before tandem"), "%s",
+	                   p.why_streams);
+	tdm__topology_free(h200);
+	tdm__topology_free(mig);
+}
+
 Test(topology, decisions_read_the_env_struct_not_the_process_env)
 {
 	setenv("CUDA_DEVICE_MAX_CONNECTIONS", "2", 1); /* this test's own process */
@@ -781,5 +837,86 @@ Test(topology, the_executors_workers_size_the_stream_set)
 	tdm_gpu *gpu = open_sim_info(ex, 0, &info);
 	cr_assert_eq(info.streams, 12, "%u: %s", info.streams, info.why_streams);
 	cr_assert_not_null(strstr(info.why_streams, "one per worker"), "%s", info.why_streams);
+	close_gpu(gpu, ex);
+}
+
+/* tdm_gpu_config.connections through tdm_gpu_create, 12 workers. The sim never sets
+ * CUDA_DEVICE_MAX_CONNECTIONS. The cuda backend sets it to 12 where it opens, and leaves it
+ * unset where it does not (no device: this machine without a GPU); KEEP, and a value already
+ * set, are left alone either way. -EINVAL outside -1..32. */
+static int open_with(tdm_executor *ex, tdm_backend backend, int connections, tdm_gpu **gpu)
+{
+	tdm_gpu_config cfg;
+	tdm_gpu_config_init(&cfg);
+	cfg.backend = backend;
+	cfg.connections = connections;
+	return tdm_gpu_create(gpu, ex, &cfg);
+}
+
+Test(topology, connections_are_set_only_by_a_cuda_backend_that_opens, .timeout = 60)
+{
+	static const char var[] = "CUDA_DEVICE_MAX_CONNECTIONS";
+	unsetenv(var);
+	/* First, while nothing has started CUDA in this test's process (Criterion runs each test in
+	 * a process of its own). */
+	tdm_executor *ex = tdm_test_create(12);
+	tdm_gpu *gpu = NULL;
+	int rc = open_with(ex, TDM_BACKEND_CUDA, TDM_CONNECTIONS_AUTO, &gpu);
+	cr_assert(rc == 0 || rc == -ENODEV, "%d", rc);
+	if (rc == -ENODEV) {
+		cr_assert_null(getenv(var), "no device, and still set: %s", getenv(var));
+	} else {
+		cr_assert_str_eq(getenv(var), "12");
+		tdm_device_info info;
+		cr_assert_eq(tdm_gpu_device_info(gpu, 0, &info), 0);
+		cr_assert_eq(info.streams, 12, "%s", info.why_streams);
+		cr_assert_not_null(strstr(info.why_streams, "set by tandem"), "%s",
+		                   info.why_streams);
+		cr_assert_eq(tdm_gpu_destroy(gpu), 0);
+		unsetenv(var);
+	}
+	cr_assert_eq(open_with(ex, TDM_BACKEND_SIM, -2, &gpu), -EINVAL);
+	cr_assert_eq(open_with(ex, TDM_BACKEND_SIM, 33, &gpu), -EINVAL);
+	cr_assert_eq(open_with(ex, TDM_BACKEND_SIM, TDM_CONNECTIONS_AUTO, &gpu), 0);
+	cr_assert_null(getenv(var), "the sim set %s", getenv(var));
+	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
+	rc = open_with(ex, TDM_BACKEND_CUDA, TDM_CONNECTIONS_KEEP, &gpu);
+	cr_assert(rc == 0 || rc == -ENODEV, "%d", rc);
+	cr_assert_null(getenv(var), "KEEP set %s", getenv(var));
+	if (rc == 0)
+		cr_assert_eq(tdm_gpu_destroy(gpu), 0);
+	setenv(var, "5", 1);
+	rc = open_with(ex, TDM_BACKEND_CUDA, TDM_CONNECTIONS_AUTO, &gpu);
+	cr_assert(rc == 0 || rc == -ENODEV, "%d", rc);
+	cr_assert_str_eq(getenv(var), "5", "a value already set stays");
+	if (rc == 0)
+		cr_assert_eq(tdm_gpu_destroy(gpu), 0);
+	tdm_test_destroy(ex);
+}
+
+/* Where CUDA started before the tdm_gpu_create that wanted more queues (here a first tdm_gpu of 2
+ * workers, which wanted none), the variable stays unset and the reason says why. GPU only. */
+Test(topology, connections_wanted_after_cuda_started_are_reported, .timeout = 60)
+{
+	static const char var[] = "CUDA_DEVICE_MAX_CONNECTIONS";
+	unsetenv(var);
+	tdm_executor *two = tdm_test_create(2);
+	tdm_gpu *gpu = NULL;
+	int rc = open_with(two, TDM_BACKEND_CUDA, TDM_CONNECTIONS_AUTO, &gpu);
+	if (rc == -ENODEV) {
+		tdm_test_destroy(two);
+		cr_skip_test("no CUDA device");
+	}
+	cr_assert_eq(rc, 0);
+	cr_assert_null(getenv(var), "2 workers want no more queues");
+	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
+	tdm_test_destroy(two);
+	tdm_executor *ex = tdm_test_create(12);
+	cr_assert_eq(open_with(ex, TDM_BACKEND_CUDA, TDM_CONNECTIONS_AUTO, &gpu), 0);
+	cr_assert_null(getenv(var), "set after CUDA started: %s", getenv(var));
+	tdm_device_info info;
+	cr_assert_eq(tdm_gpu_device_info(gpu, 0, &info), 0);
+	cr_assert_not_null(strstr(info.why_streams, "CUDA started before tandem"), "%s",
+	                   info.why_streams);
 	close_gpu(gpu, ex);
 }
