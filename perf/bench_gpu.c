@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tandem.h"
@@ -186,14 +187,17 @@ struct gpu_info {
 	char device[96];
 	/* What tandem decided for device 0 with the default configuration (tdm_gpu_device_info). */
 	unsigned streams, launch_limit;
+	/* CUDA_DEVICE_MAX_CONNECTIONS once tandem's GPU layer is open (NULL: unset, CUDA's 8). */
+	const char *connections;
 };
 
-static void gpu_probe(const struct bench_gpu_opts *o, struct gpu_info *info)
+/* The GPU layer of `workers` on o's backend, as a run of that many workers will have it. */
+static void gpu_probe(const struct bench_gpu_opts *o, unsigned workers, struct gpu_info *info)
 {
 	struct env e;
 	tdm_device_info di;
 
-	env_open(&e, o, 1, 0);
+	env_open(&e, o, workers, 0);
 	info->backend = o->sim ? "sim" : "cuda";
 	switch (tdm_gpu_completion(e.gpu, 0)) {
 	case TDM_COMPLETION_WORD:
@@ -681,7 +685,7 @@ int bench_gpu_latency(const struct bench_gpu_opts *o)
 	 * default) while its background kernels spin would wait for them to end. */
 	setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 	c.connections = cuda_connections();
-	gpu_probe(o, &info);
+	gpu_probe(o, 1, &info);
 	ns = malloc((size_t)o->n * sizeof(*ns));
 	if (ns == NULL)
 		die("gpu-latency", -ENOMEM);
@@ -946,9 +950,10 @@ static const char *const tp_names[TP_NIMPL] = {"tandem", "cuda-sync", "cuda-host
 static void tp_header(const struct bench_gpu_opts *o, const struct gpu_info *info, int nimpl)
 {
 	printf("\ngpu-throughput on %s (%s; tandem: completion %s, %u streams per set (or one "
-	       "per worker where there are more workers, at most 32), launch limit %u): tasks/s, "
-	       "median of %d runs of %llu tasks (a "
-	       "kernel and its await each)\n",
+	       "per worker where there are more workers, at most 32, each with a hardware queue: "
+	       "CUDA_DEVICE_MAX_CONNECTIONS set by tandem where unset), launch limit %u): tasks/s, "
+	       "median of %d runs of %llu tasks (a kernel and its await each); each worker count "
+	       "in a process of its own\n",
 	       info->backend, info->device, info->completion, info->streams, info->launch_limit,
 	       o->reps, (unsigned long long)o->n);
 	printf("%7s %9s", "workers", "kernel_us");
@@ -993,6 +998,10 @@ static void tp_json(const struct bench_gpu_opts *o, const struct gpu_info *info,
 		       info->completion, r->stream_set, info->launch_limit);
 		bench_stats_json(&r->st);
 	}
+	if (info->connections != NULL)
+		printf(",\"connections\":\"%s\"", info->connections);
+	else
+		printf(",\"connections\":null");
 	printf(",\"workers\":%u,\"kernel_us\":%llu,\"n\":%llu,\"reps\":%d,"
 	       "\"tasks_per_s\":%.1f,\"best_tasks_per_s\":%.1f,\"median_ms\":%.3f,\"min_ms\":%.3f,"
 	       "\"streams\":%u,\"in_flight\":%llu,\"cpus\":%u}\n",
@@ -1002,7 +1011,8 @@ static void tp_json(const struct bench_gpu_opts *o, const struct gpu_info *info,
 	fflush(stdout);
 }
 
-int bench_gpu_throughput(const struct bench_gpu_opts *o)
+/* One worker count's rows (o->workers[0]); the header first where `header`. */
+static int throughput_of(const struct bench_gpu_opts *o, int header)
 {
 	struct gpu_info info;
 	int nimpl = HAVE_RAW && !o->sim ? TP_NIMPL : 1;
@@ -1010,11 +1020,13 @@ int bench_gpu_throughput(const struct bench_gpu_opts *o)
 
 	if (ms == NULL)
 		die("gpu-throughput", -ENOMEM);
-	gpu_probe(o, &info);
-	if (!o->json)
+	/* tandem's GPU layer first, so that what it sets as CUDA starts
+	 * (CUDA_DEVICE_MAX_CONNECTIONS for more than 8 workers: tdm_gpu_config.connections) holds
+	 * for every row, the baselines' too, as in a program of that many workers. */
+	gpu_probe(o, o->workers[0], &info);
+	info.connections = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	if (header && !o->json)
 		tp_header(o, &info, nimpl);
-	/* Workers outside: should a configuration stall (the watchdog then ends the run), the ones
-	 * with most workers, where workers share streams and awaits race on them, come last. */
 	for (int w = 0; w < o->nworkers; w++) {
 		for (int k = 0; k < o->nkernel; k++) {
 			uint32_t ns = (uint32_t)(o->kernel_us[k] * 1000u);
@@ -1040,5 +1052,39 @@ int bench_gpu_throughput(const struct bench_gpu_opts *o)
 		}
 	}
 	free(ms);
+	return 0;
+}
+
+/*
+ * Each worker count runs in a process of its own, one after another, as a program of that many
+ * workers would: CUDA reads CUDA_DEVICE_MAX_CONNECTIONS once per process, and tandem sets it for
+ * more than 8 workers (tdm_gpu_config.connections). This process starts no CUDA itself. Fewest
+ * workers first: should a configuration stall (the watchdog then ends its process with 4), the
+ * ones with most workers, where workers share streams and awaits race on them, come last.
+ */
+int bench_gpu_throughput(const struct bench_gpu_opts *o)
+{
+	for (int w = 0; w < o->nworkers; w++) {
+		struct bench_gpu_opts one = *o;
+		one.workers = &o->workers[w];
+		one.nworkers = 1;
+		fflush(stdout);
+		fflush(stderr);
+		pid_t pid = fork();
+		if (pid < 0)
+			die("gpu-throughput: fork", -errno);
+		if (pid == 0) {
+			int code = throughput_of(&one, w == 0);
+			fflush(stdout);
+			_exit(code);
+		}
+		int status;
+		while (waitpid(pid, &status, 0) < 0)
+			if (errno != EINTR)
+				die("gpu-throughput: waitpid", -errno);
+		int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+		if (code != 0)
+			return code;
+	}
 	return 0;
 }

@@ -2,7 +2,7 @@
 # One call on the GPU machine: build with CUDA, then run what the mode asks for; logs go to $OUT.
 # $OUT ends with summary.txt and logs.tgz (everything else), as the device tool returns 8 files.
 # Prepare here first: ../shared/device/prepare-deps.sh; then run with carry [".devdeps"]:
-#   bash scripts/gpu-machine.sh [all|test|bench|scaling|pipeline|issue4]
+#   bash scripts/gpu-machine.sh [all|test|bench|scaling|pipeline|issue4|connections|final]
 # all:      every test (the cuda suites included), the cuda tests under compute-sanitizer, the GPU
 #           examples, and the benchmarks.
 # test:     the tests, memcheck and examples only.   bench: the benchmarks only.
@@ -10,6 +10,10 @@
 # pipeline: test_pipeline's cuda suite (plain and under memcheck), then
 #           `tandem-bench pipeline --trace` PIPE_CALLS times (default 3; 15 rounds each, the
 #           bench's default), and `tandem-bench pinned`: issue 4's figures, with the lead and tail of each run.
+# connections: tandem-bench gpu-throughput with CUDA_DEVICE_MAX_CONNECTIONS unset (tandem sets
+#           it for more than 8 workers) against 8 (CUDA's default, left alone), in turn.
+# final:    the tests, memcheck and examples, `connections`, then `pipeline`'s benchmarks
+#           (PIPE_CALLS default 2 here).
 # issue4:   the tests, memcheck and examples, then what `pipeline` runs: everything issue 4 is
 #           judged by, in one call.
 set -uo pipefail
@@ -89,6 +93,26 @@ if ! { cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON &&
 	exit 1
 fi
 
+# gpu-throughput (every worker count, each in a process of its own) with
+# CUDA_DEVICE_MAX_CONNECTIONS unset, which tandem then sets for more than 8 workers, and set to
+# CUDA's default 8, which it leaves: CONN_PASSES passes (default 2) of the two.
+connections_ab() {
+	log gpu-throughput, CUDA_DEVICE_MAX_CONNECTIONS unset against 8
+	for p in $(seq 1 "${CONN_PASSES:-2}"); do
+		for c in unset 8; do
+			f="$OUT/throughput-conn-$c-$p.jsonl"
+			if [ $c = unset ]; then
+				env -u CUDA_DEVICE_MAX_CONNECTIONS timeout 200 $bench gpu-throughput \
+					--json >"$f" 2>&1
+			else
+				CUDA_DEVICE_MAX_CONNECTIONS=$c timeout 200 $bench gpu-throughput \
+					--json >"$f" 2>&1
+			fi
+			echo "connections $c pass $p: exit $?" | tee -a "$OUT/summary.txt"
+		done
+	done
+}
+
 case $what in
 all) tests; benches ;;
 test) tests ;;
@@ -107,7 +131,11 @@ pipeline)
 	pipeline_benches
 	;;
 issue4) tests; pipeline_benches ;;
-*) echo "unknown mode: $what (all|test|bench|scaling|pipeline|issue4)" >&2; exit 2 ;;
+connections)
+	connections_ab
+	;;
+final) tests; connections_ab; PIPE_CALLS=${PIPE_CALLS:-2} pipeline_benches ;;
+*) echo "unknown mode: $what (all|test|bench|scaling|pipeline|issue4|connections|final)" >&2; exit 2 ;;
 esac
 log finished
 # The device tool brings back at most 8 files: keep summary.txt beside one archive of the rest.
