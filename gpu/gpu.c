@@ -166,7 +166,8 @@ static int init_device(struct tdm_gpu *gpu, int i)
  * tdm_gpu_config.connections: sets CUDA_DEVICE_MAX_CONNECTIONS for the backend when the rule at
  * the top of topology.c asks for it. The value set is kept for the process, since CUDA keeps
  * it: every later tdm_gpu_create's decisions read the variable as tandem's (topology.c). The
- * lock orders tandem's own calls; other threads' getenv are the caller's (tandem_gpu.h).
+ * lock orders tandem's own setenv calls; no other thread may read the environment meanwhile
+ * (tandem_gpu.h), other tdm_gpu_create calls included.
  */
 static pthread_mutex_t connections_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned connections_set; /* connections_lock */
@@ -177,7 +178,8 @@ static bool set_connections(struct tdm_gpu *gpu)
 	bool set = false;
 	int workers = tdm_executor_workers(gpu->ex);
 	unsigned want = tdm__connections_wanted(gpu->cfg.connections, gpu->cfg.streams_per_device,
-	                                        workers > 0 ? (unsigned)workers : 0);
+	                                        workers > 0 ? (unsigned)workers : 0,
+	                                        getenv("CUDA_VISIBLE_DEVICES"));
 	pthread_mutex_lock(&connections_lock);
 	if (want != 0 && gpu->ops->set_connections != NULL) {
 		int rc = gpu->ops->set_connections(want);
@@ -191,12 +193,15 @@ static bool set_connections(struct tdm_gpu *gpu)
 	return set;
 }
 
-/* The backend did not open (no device, no driver): CUDA did not start on the setting, so the
- * process gets its environment back. */
+/* The backend did not open (no device, no driver): the process gets its environment back, if the
+ * variable still holds tandem's value. (Should CUDA have started before the open failed, it keeps
+ * the value; the decisions are the same either way, CUDA's default's.) */
 static void unset_connections(void)
 {
 	pthread_mutex_lock(&connections_lock);
-	unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	if (v != NULL && connections_set != 0 && strtoul(v, NULL, 10) == connections_set)
+		unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
 	connections_set = 0;
 	pthread_mutex_unlock(&connections_lock);
 }

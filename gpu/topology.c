@@ -11,7 +11,8 @@
  * - CUDA_DEVICE_MAX_CONNECTIONS that tandem sets (tdm__connections_wanted; gpu.c sets it while
  *   it is unset and CUDA has not started): tdm_gpu_config.connections if 1..32; with AUTO, the
  *   stream set's size (streams_per_device, else the workers) when it is above 8, at most 32,
- *   so that no two streams share a queue. A completion mark behind a kernel holds its queue
+ *   so that no two streams share a queue; none where CUDA_VISIBLE_DEVICES names a MIG instance
+ *   (its set is a share of 8 queues, below 8). A completion mark behind a kernel holds its queue
  *   until the kernel ends, so streams sharing a queue run one kernel at a time between them:
  *   16 workers, 100 us kernels on an H200, 59k-60k tasks/s over 8 queues, 149k-150k over 16
  *   (32: the same); at 8 workers 16 queues measured 0.81-0.89x of cuda-sync against 1.02x
@@ -415,11 +416,16 @@ void tdm__decide_env_init(struct tdm__decide_env *env, const struct tdm__topolog
 	}
 }
 
-unsigned tdm__connections_wanted(int connections, unsigned streams_per_device, unsigned workers)
+unsigned tdm__connections_wanted(int connections, unsigned streams_per_device, unsigned workers,
+                                 const char *visible_devices)
 {
 	if (connections >= 1 && connections <= TDM__TOPO_MAX_QUEUES)
 		return (unsigned)connections;
 	if (connections != TDM_CONNECTIONS_AUTO)
+		return 0;
+	/* A MIG instance's set is its share of CUDA's default queues (at most 8): no queue to add.
+	 */
+	if (visible_devices != NULL && strstr(visible_devices, "MIG-") != NULL)
 		return 0;
 	unsigned set = streams_per_device != 0 ? streams_per_device : workers;
 	if (set <= TDM__TOPO_DEFAULT_QUEUES)
@@ -452,9 +458,11 @@ void tdm__topology_decide(const struct tdm__topo_dev *d, const struct tdm__decid
 		env = &none;
 	if (env->connections_by_tandem != 0 &&
 	    env->max_connections == (int)env->connections_by_tandem) {
-		tdm__topo_say(base_why, sizeof(base_why),
-		              "CUDA_DEVICE_MAX_CONNECTIONS=%u set by tandem, a queue per stream",
-		              env->connections_by_tandem);
+		tdm__topo_say(
+		    base_why, sizeof(base_why),
+		    "CUDA_DEVICE_MAX_CONNECTIONS=%u set by tandem (%u hardware queues; the "
+		    "set as with CUDA's default %u)",
+		    env->connections_by_tandem, env->connections_by_tandem, base);
 	} else if (env->max_connections >= 1 && env->max_connections <= TDM__TOPO_MAX_QUEUES) {
 		base = (unsigned)env->max_connections;
 		tdm__topo_say(base_why, sizeof(base_why),

@@ -90,8 +90,10 @@ struct tdm__decide_env {
 };
 
 /* The CUDA_DEVICE_MAX_CONNECTIONS tdm_gpu_config.connections asks tandem to set (rules at the top
- * of topology.c), given the config's streams_per_device and the executor's workers; 0: none. */
-unsigned tdm__connections_wanted(int connections, unsigned streams_per_device, unsigned workers);
+ * of topology.c), given the config's streams_per_device, the executor's workers and
+ * CUDA_VISIBLE_DEVICES (NULL: unset); 0: none. */
+unsigned tdm__connections_wanted(int connections, unsigned streams_per_device, unsigned workers,
+                                 const char *visible_devices);
 
 /* Decisions for one device, each with the one line that says why. */
 struct tdm__device_plan {

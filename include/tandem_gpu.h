@@ -103,16 +103,21 @@ typedef struct tdm_gpu_config {
 	 * CUDA_DEVICE_MAX_CONNECTIONS, the hardware work queues CUDA gives each device (8 unless
 	 * set; CUDA reads it once per process, when it starts). Streams beyond the queues share
 	 * them, and a completion mark behind one stream's kernel then holds back the other's: 16
-	 * workers running 100 us kernels on an H200 ran 59k-60k tasks/s on 16 streams over 8
-	 * queues, 149k-150k with 16 queues (perf/README.md). 0 (TDM_CONNECTIONS_AUTO, the
-	 * default): when the cuda backend's stream set will hold more than 8 streams (more than 8
-	 * workers, or streams_per_device above 8), tdm_gpu_create sets the variable to the set's
-	 * size (at most 32), so that each stream has a queue of its own. 1..32: set it to this
-	 * instead, whatever the set. -1 (TDM_CONNECTIONS_KEEP): never set it. Either way tandem
-	 * sets it only where it is unset, with the cuda backend, and before CUDA has started in
-	 * the process (tdm_device_info.why_streams says what happened). It uses setenv(3), which
-	 * must not race another thread's getenv: create the GPU layer before such threads start,
-	 * set the variable yourself, or say TDM_CONNECTIONS_KEEP. Other values: -EINVAL.
+	 * workers running 100 us kernels on an H200 ran 58k-61k tasks/s on 16 streams over 8
+	 * queues, 149k-151k over 16 (perf/README.md).
+	 * 0 (TDM_CONNECTIONS_AUTO, the default): where the cuda backend's stream set has more than
+	 * 8 streams (its size: streams_per_device, else one per worker), tdm_gpu_create sets the
+	 * variable to that size (at most 32), so that each stream has a queue of its own; not for a
+	 * MIG instance named in CUDA_VISIBLE_DEVICES (its set is a share of 8). 1..32: set it to
+	 * this instead. -1 (TDM_CONNECTIONS_KEEP): never set it. Other values: -EINVAL.
+	 * Either way tandem sets it only where it is unset, with the cuda backend, before CUDA has
+	 * started in the process, and gives it back if the backend then does not open. A value
+	 * tandem set adds queues and changes none of its decisions: the stream set is the one
+	 * CUDA's default would give (a value you set yourself is the base of the set instead).
+	 * tdm_device_info.why_streams says what happened. setenv(3) must not race another
+	 * thread's getenv or setenv: while a tdm_gpu_create that may set it runs, no other thread
+	 * (tasks on the executor's workers, another tdm_gpu_create) may read or change the
+	 * environment; else set the variable yourself or say TDM_CONNECTIONS_KEEP.
 	 */
 	int connections;
 } tdm_gpu_config;

@@ -950,8 +950,9 @@ static const char *const tp_names[TP_NIMPL] = {"tandem", "cuda-sync", "cuda-host
 static void tp_header(const struct bench_gpu_opts *o, const struct gpu_info *info, int nimpl)
 {
 	printf("\ngpu-throughput on %s (%s; tandem: completion %s, %u streams per set (or one "
-	       "per worker where there are more workers, at most 32, each with a hardware queue: "
-	       "CUDA_DEVICE_MAX_CONNECTIONS set by tandem where unset), launch limit %u): tasks/s, "
+	       "per worker where there are more workers, at most 32; past 8, tandem sets "
+	       "CUDA_DEVICE_MAX_CONNECTIONS to the set's size where it is unset: the JSON's "
+	       "connections), launch limit %u): tasks/s, "
 	       "median of %d runs of %llu tasks (a kernel and its await each); each worker count "
 	       "in a process of its own\n",
 	       info->backend, info->device, info->completion, info->streams, info->launch_limit,

@@ -1270,18 +1270,24 @@ Test(gpu_placement, any_device_falls_over_to_a_device_with_room, .timeout = 30)
 		int n0 = 0, n;
 		/* Device 0 full: every stream of its set held exclusively. */
 		while (tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &s) == 0) {
-			cr_assert_lt(n0, MAX_HELD / 2);
+			cr_assert_lt(n0, MAX_HELD / 2 - 1);
 			held[n0++] = s;
 		}
 		cr_assert_gt(n0, 0);
 		/* Shared leases for any device go to device 1 (round robin picks device 0 for one
-		 * of every two). */
+		 * of every two; least loaded picks it while device 1 holds more leases, as here).
+		 */
+		tdm_stream *load[MAX_HELD / 2];
+		for (int i = 0; i <= n0; i++)
+			cr_assert_eq(tdm_stream_lease(e.gpu, 1, 0, &load[i]), 0);
 		for (int i = 0; i < 4; i++) {
 			cr_assert_eq(tdm_stream_lease(e.gpu, TDM_DEVICE_ANY, 0, &s), 0,
 			             "policy %d, shared lease %d", policies[p], i);
 			cr_assert_eq(tdm_stream_device(s), 1);
 			cr_assert_eq(tdm_stream_release(s), 0);
 		}
+		for (int i = 0; i <= n0; i++)
+			cr_assert_eq(tdm_stream_release(load[i]), 0);
 		/* Exclusive ones too, until device 1 is full as well (its set is as large). */
 		for (n = n0; n < 2 * n0; n++) {
 			cr_assert_eq(

@@ -388,27 +388,34 @@ Test(topology, max_connections_is_read_as_cuda_reads_it)
 }
 
 /* What tdm_gpu_config.connections asks tandem to set: the stream set's size past CUDA's 8 queues
- * with AUTO, at most 32; the config's own value; never with KEEP. */
+ * with AUTO, at most 32, and nothing for a MIG instance; the config's own value; never with
+ * KEEP. */
 Test(topology, connections_tandem_sets_follow_the_stream_set)
 {
+	static const char *const mig = "MIG-GPU-8932f937-d72c-4106-c12f-20bd9faed9f6/1/2";
 	static const struct {
 		int connections;
-		unsigned streams_per_device, workers, want;
-	} cases[] = {{TDM_CONNECTIONS_AUTO, 0, 16, 16},
-	             {TDM_CONNECTIONS_AUTO, 0, 9, 9},
-	             {TDM_CONNECTIONS_AUTO, 0, 8, 0},
-	             {TDM_CONNECTIONS_AUTO, 0, 2, 0},
-	             {TDM_CONNECTIONS_AUTO, 0, 0, 0},
-	             {TDM_CONNECTIONS_AUTO, 0, 40, 32},
-	             {TDM_CONNECTIONS_AUTO, 12, 2, 12},
-	             {TDM_CONNECTIONS_AUTO, 4, 16, 0},
-	             {TDM_CONNECTIONS_AUTO, 1024, 1, 32},
-	             {TDM_CONNECTIONS_KEEP, 0, 16, 0},
-	             {5, 0, 2, 5},
-	             {32, 0, 64, 32}};
+		unsigned streams_per_device, workers;
+		const char *visible;
+		unsigned want;
+	} cases[] = {{TDM_CONNECTIONS_AUTO, 0, 16, NULL, 16},
+	             {TDM_CONNECTIONS_AUTO, 0, 9, NULL, 9},
+	             {TDM_CONNECTIONS_AUTO, 0, 8, NULL, 0},
+	             {TDM_CONNECTIONS_AUTO, 0, 2, NULL, 0},
+	             {TDM_CONNECTIONS_AUTO, 0, 0, NULL, 0},
+	             {TDM_CONNECTIONS_AUTO, 0, 40, NULL, 32},
+	             {TDM_CONNECTIONS_AUTO, 12, 2, NULL, 12},
+	             {TDM_CONNECTIONS_AUTO, 4, 16, NULL, 0},
+	             {TDM_CONNECTIONS_AUTO, 1024, 1, NULL, 32},
+	             {TDM_CONNECTIONS_KEEP, 0, 16, NULL, 0},
+	             {TDM_CONNECTIONS_AUTO, 0, 16, "0,1", 16},
+	             {TDM_CONNECTIONS_AUTO, 0, 16, mig, 0},
+	             {5, 0, 2, NULL, 5},
+	             {32, 0, 64, mig, 32}};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		cr_assert_eq(tdm__connections_wanted(cases[i].connections,
-		                                     cases[i].streams_per_device, cases[i].workers),
+		                                     cases[i].streams_per_device, cases[i].workers,
+		                                     cases[i].visible),
 		             cases[i].want, "case %zu", i);
 }
 
