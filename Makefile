@@ -68,7 +68,9 @@ test-nocuda:
 	$(CMAKE) --build build-nocuda -j$(JOBS)
 	build-nocuda/perf/tandem-bench pipeline --backend sim --batches 4 --reps 1 >/dev/null
 	build-nocuda/perf/tandem-bench pinned --backend sim --reps 1 --n 1000 >/dev/null
-	@echo "built without CUDA; tandem-bench pipeline and pinned ran on sim"
+	build-nocuda/perf/tandem-bench gpu-throughput --backend sim --workers 1,2 --kernel-us 10 \
+		--n 200 --reps 1 >/dev/null
+	@echo "built without CUDA; tandem-bench pipeline, pinned and gpu-throughput ran on sim"
 
 # Presets tsan and asan build into build-tsan and build-asan.
 test-tsan test-asan: test-%:
