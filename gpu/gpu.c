@@ -165,12 +165,14 @@ static int init_device(struct tdm_gpu *gpu, int i)
 /*
  * tdm_gpu_config.connections: sets CUDA_DEVICE_MAX_CONNECTIONS for the backend when the rule at
  * the top of topology.c asks for it. The value set is kept for the process, since CUDA keeps
- * it: every later tdm_gpu_create's decisions read the variable as tandem's (topology.c). The
- * lock orders tandem's own setenv calls; no other thread may read the environment meanwhile
+ * it: where AUTO set it, every later tdm_gpu_create's decisions read the variable as tandem's,
+ * as if unset (topology.c); a value the config named is read as a value the user set. The lock
+ * orders tandem's own setenv calls; no other thread may read the environment meanwhile
  * (tandem_gpu.h), other tdm_gpu_create calls included.
  */
 static pthread_mutex_t connections_lock = PTHREAD_MUTEX_INITIALIZER;
-static unsigned connections_set; /* connections_lock */
+static unsigned connections_set; /* connections_lock: the value written; 0: none */
+static bool connections_auto;    /* connections_lock: written by TDM_CONNECTIONS_AUTO */
 
 /* True when this call set the variable. */
 static bool set_connections(struct tdm_gpu *gpu)
@@ -183,12 +185,14 @@ static bool set_connections(struct tdm_gpu *gpu)
 	pthread_mutex_lock(&connections_lock);
 	if (want != 0 && gpu->ops->set_connections != NULL) {
 		int rc = gpu->ops->set_connections(want);
-		if (rc == 0)
+		if (rc == 0) {
 			connections_set = want;
+			connections_auto = gpu->cfg.connections == TDM_CONNECTIONS_AUTO;
+		}
 		set = rc == 0;
 		gpu->connections_late = rc == -EALREADY;
 	}
-	gpu->connections_by_tandem = connections_set;
+	gpu->connections_by_tandem = connections_auto ? connections_set : 0;
 	pthread_mutex_unlock(&connections_lock);
 	return set;
 }
@@ -203,6 +207,7 @@ static void unset_connections(void)
 	if (v != NULL && connections_set != 0 && strtoul(v, NULL, 10) == connections_set)
 		unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
 	connections_set = 0;
+	connections_auto = false;
 	pthread_mutex_unlock(&connections_lock);
 }
 

@@ -7,7 +7,8 @@
  * ---- Decisions (tdm__topology_decide) ----
  * - base work queues Q: CUDA_DEVICE_MAX_CONNECTIONS as CUDA reads it (its leading number, at
  *   most 32), else 8 (CUDA's default; more streams than queues alias onto the same queues).
- *   A value tandem set itself counts as unset here: it only gives the streams queues.
+ *   A value tandem set itself by TDM_CONNECTIONS_AUTO counts as unset here: it only gives the
+ *   streams queues (a value tdm_gpu_config.connections named counts as the user's).
  * - CUDA_DEVICE_MAX_CONNECTIONS that tandem sets (tdm__connections_wanted; gpu.c sets it while
  *   it is unset and CUDA has not started): tdm_gpu_config.connections if 1..32; with AUTO, the
  *   stream set's size (streams_per_device, else the workers) when it is above 8, at most 32,
@@ -15,8 +16,10 @@
  *   (its set is a share of 8 queues, below 8). A completion mark behind a kernel holds its queue
  *   until the kernel ends, so streams sharing a queue run one kernel at a time between them:
  *   16 workers, 100 us kernels on an H200, 59k-60k tasks/s over 8 queues, 149k-150k over 16
- *   (32: the same); at 8 workers 16 queues measured 0.81-0.89x of cuda-sync against 1.02x
- *   with 8, which is why the set's size and not 32 (tandem-bench gpu-throughput, 2026-12-01).
+ *   (32: the same). A set value is also the base above, so set by hand at 8 workers it made
+ *   16 or 32 streams, which measured 0.81-0.89x of cuda-sync against 1.02-1.03x with 8
+ *   streams: hence a value AUTO sets changes no decision, and AUTO sets none for 8 or fewer
+ *   (tandem-bench gpu-throughput, 2026-12-01).
  * - share of a MIG instance: its SMs over its GPU's when both are known, else its compute slices
  *   over 7 (the profile "<k>g..."), else its SMs over 132 (an H100/H200), saying so.
  * - streams per priority class: tdm_gpu_config.streams_per_device if set; a whole device Q, or
@@ -448,7 +451,7 @@ void tdm__topology_decide(const struct tdm__topo_dev *d, const struct tdm__decid
                           struct tdm__device_plan *out)
 {
 	static const struct tdm__decide_env none = {0};
-	char base_why[96], share[96];
+	char base_why[160], share[96];
 	unsigned base = TDM__TOPO_DEFAULT_QUEUES;
 	uint64_t num = 1, den = 1;
 	int rc;

@@ -112,8 +112,9 @@ typedef struct tdm_gpu_config {
 	 * this instead. -1 (TDM_CONNECTIONS_KEEP): never set it. Other values: -EINVAL.
 	 * Either way tandem sets it only where it is unset, with the cuda backend, before CUDA has
 	 * started in the process, and gives it back if the backend then does not open. A value
-	 * tandem set adds queues and changes none of its decisions: the stream set is the one
-	 * CUDA's default would give (a value you set yourself is the base of the set instead).
+	 * AUTO set gives the streams queues and changes none of tandem's decisions: the stream
+	 * set is the one CUDA's default would give. A value named here (1..32), like one you set
+	 * yourself, is the base of the set instead (streams_per_device above).
 	 * tdm_device_info.why_streams says what happened. setenv(3) must not race another
 	 * thread's getenv or setenv: while a tdm_gpu_create that may set it runs, no other thread
 	 * (tasks on the executor's workers, another tdm_gpu_create) may read or change the
@@ -425,9 +426,10 @@ int tdm_await_deadline(tdm_task *t, tdm_gpu *gpu, uint64_t deadline_ns);
  * that leaves at least one stream of the device's set to other tasks' shared leases, shared past
  * that, and takes fewer when no more can be had. With more workers than hardware work queues the
  * set is larger than the queues (one stream per worker, see tdm_gpu_config.streams_per_device),
- * and an exclusive stream may share a queue with another stream's work; set
- * CUDA_DEVICE_MAX_CONNECTIONS to at least the set's size when a pipeline shares the device with
- * other work.
+ * and an exclusive stream would share a queue with another stream's work, but for the queues
+ * tdm_gpu_create gives the set by default (tdm_gpu_config.connections). Where it could not (CUDA
+ * started first, or TDM_CONNECTIONS_KEEP), set CUDA_DEVICE_MAX_CONNECTIONS to at least the set's
+ * size yourself when a pipeline shares the device with other work.
  * Buffers come from tdm_pinned_alloc and from tdm_device_alloc_async (tdm_device_alloc where the
  * backend has no stream-ordered memory), taken before the first batch and given back before
  * tdm_pipeline_run returns.

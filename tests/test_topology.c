@@ -433,6 +433,8 @@ Test(topology, a_connections_value_tandem_set_gives_queues_not_streams)
 	cr_assert_eq(p.streams, 16);
 	cr_assert_not_null(strstr(p.why_streams, "one per worker"), "%s", p.why_streams);
 	cr_assert_not_null(strstr(p.why_streams, "set by tandem"), "%s", p.why_streams);
+	size_t len = strlen(p.why_streams);
+	cr_assert(len > 0 && p.why_streams[len - 1] == ')', "cut short: %s", p.why_streams);
 	env.workers = 4;
 	tdm__topology_decide(&h200->devs[0], &env, &p);
 	cr_assert_eq(p.streams, 8, "4 workers: CUDA's default set, not 16 streams");
@@ -446,6 +448,8 @@ Test(topology, a_connections_value_tandem_set_gives_queues_not_streams)
 	cr_assert_eq(p.streams, 16);
 	cr_assert_not_null(strstr(p.why_streams, "CUDA started before tandem"), "%s",
 	                   p.why_streams);
+	len = strlen(p.why_streams);
+	cr_assert(len > 0 && p.why_streams[len - 1] == ')', "cut short: %s", p.why_streams);
 	tdm__topology_free(h200);
 	tdm__topology_free(mig);
 }
