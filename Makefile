@@ -79,15 +79,17 @@ test-tsan test-asan: test-%:
 	$(CMAKE) --build --preset $* -j$(JOBS)
 	$(CTEST) --preset $* -j$(CTEST_JOBS)
 
+# valgrind_one,PROGRAM: PROGRAM (under BUILD_DIR) under valgrind, where both exist.
+define valgrind_one
+	$(call stage,valgrind $(BUILD_DIR)/$(1))
+	@if ! command -v valgrind >/dev/null; then echo "valgrind not found: skipped"; \
+	elif [ ! -x $(BUILD_DIR)/$(1) ]; then echo "no $(1): skipped"; \
+	else valgrind $(VALGRIND_FLAGS) $(BUILD_DIR)/$(1); fi
+endef
+
 valgrind:
-	$(call stage,valgrind $(BUILD_DIR)/examples/demo)
-	@if ! command -v valgrind >/dev/null; then echo "valgrind not found: skipped"; \
-	elif [ ! -x $(BUILD_DIR)/examples/demo ]; then echo "no examples/demo.c yet: skipped"; \
-	else valgrind $(VALGRIND_FLAGS) $(BUILD_DIR)/examples/demo; fi
-	$(call stage,valgrind $(BUILD_DIR)/tests/fresh_init)
-	@if ! command -v valgrind >/dev/null; then echo "valgrind not found: skipped"; \
-	elif [ ! -x $(BUILD_DIR)/tests/fresh_init ]; then echo "no tests/fresh_init: skipped"; \
-	else valgrind $(VALGRIND_FLAGS) $(BUILD_DIR)/tests/fresh_init; fi
+	$(call valgrind_one,examples/demo)
+	$(call valgrind_one,tests/fresh_init)
 
 format:
 	@if [ -n "$(FORMAT_FILES)" ]; then clang-format -i $(FORMAT_FILES); fi

@@ -201,7 +201,7 @@ static inline struct tdm_executor *tdm__task_executor(const struct tdm__task *t)
  * closed, against the destroyer's seq_cst store of closed, then its seq_cst loads of the
  * stripes: either the call sees closed and backs out, or the destroyer sees its count and waits
  * for its leave. A leave is release: what the call did happens before the drain returns.
- * tdm_executor_destroy gates outside submissions and awake holds; tdm_gpu_destroy, leases.
+ * tdm_executor_destroy gates outside submissions and holds; tdm_gpu_destroy, leases.
  */
 #define TDM__GATE_STRIPES 32
 struct tdm__gate {
@@ -265,11 +265,11 @@ struct tdm_executor {
 	 * them, and the worker that keeps awake for those: its index + 1, 0 when none. */
 	_Atomic unsigned holds;
 	_Atomic unsigned awake_holds;
+	_Atomic unsigned keeper;
 	/* Tasks suspended on a notification, and whether new ones are refused (resumable.c, both
 	 * under its process-wide lock): for tdm_executor_destroy in TDM_SHUTDOWN_CANCEL. */
 	struct tdm__task *notify_waiters;
 	bool notify_closed;
-	_Atomic unsigned keeper;
 
 	/* Submissions from outside threads and holds in flight, closed by shutdown. */
 	struct tdm__gate outside;
@@ -367,6 +367,8 @@ bool tdm__expect_wake(struct tdm_executor *ex, unsigned home);
  * must not find the executor freed between two submissions. Release with the same awake.
  */
 int tdm__hold(struct tdm_executor *ex, bool awake);
+void tdm__release(struct tdm_executor *ex, bool awake);
+
 /* resumable.c, for tdm_executor_destroy in TDM_SHUTDOWN_CANCEL. Close: takes every task of ex
  * suspended on a notification off it (the notification is unfired and unawaited again) and
  * makes later awaits of unfired notifications on ex say -ECANCELED at once; before `cancelling`
@@ -375,7 +377,6 @@ int tdm__hold(struct tdm_executor *ex, bool awake);
  * reported to on_cancel, not resumed). */
 struct tdm__task *tdm__notify_close(struct tdm_executor *ex);
 void tdm__notify_cancel(struct tdm__task *waiters);
-void tdm__release(struct tdm_executor *ex, bool awake);
 
 /*
  * For an awaitable whose completion is cheap to look at (a completion word: one memory read),

@@ -58,8 +58,7 @@ int tdm_notify_init(tdm_notify *n, tdm_executor *ex)
 {
 	if (n == NULL || ex == NULL)
 		return -EINVAL;
-	/* Reads nothing of *n: it may be fresh memory (a check of what it held made valgrind
-	 * report a jump on uninitialised memory in every program that made a notification). */
+	/* Reads nothing of *n: it may be fresh memory (tests/fresh_init.c runs under valgrind). */
 	struct notify *in = (struct notify *)(void *)n;
 	/* Relaxed: the caller hands the notification to other threads after this returns. */
 	atomic_store_explicit(&in->state, 0, memory_order_relaxed);

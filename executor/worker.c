@@ -321,6 +321,9 @@ void *tdm__worker_main(void *arg)
 {
 	struct tdm__worker *w = arg;
 	tdm__self = w;
+	/* Workers take gate stripes by index, not in the order threads first enter a gate, so that
+	 * up to TDM__GATE_STRIPES workers never share one (a stream lease enters on every task). */
+	tdm__gate_mine = w->index % TDM__GATE_STRIPES + 1;
 	for (;;) {
 		struct tdm__task *t = tdm__find_task(w, false);
 		if (t == NULL)

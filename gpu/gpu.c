@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "gpu_internal.h"
@@ -163,12 +164,11 @@ static int init_device(struct tdm_gpu *gpu, int i)
 }
 
 /*
- * tdm_gpu_config.connections: sets CUDA_DEVICE_MAX_CONNECTIONS for the backend when the rule at
- * the top of topology.c asks for it. The value set is kept for the process, since CUDA keeps
- * it: where AUTO set it, every later tdm_gpu_create's decisions read the variable as tandem's,
- * as if unset (topology.c); a value the config named is read as a value the user set. The lock
- * orders tandem's own setenv calls; no other thread may read the environment meanwhile
- * (tandem_gpu.h), other tdm_gpu_create calls included.
+ * tdm_gpu_config.connections: sets CUDA_DEVICE_MAX_CONNECTIONS as the rule at the top of
+ * topology.c says. What was set is kept for the process, since CUDA keeps it: every later
+ * tdm_gpu_create's decisions need it. The lock orders tandem's own setenv calls; no other
+ * thread may read the environment meanwhile (tandem_gpu.h), other tdm_gpu_create calls
+ * included.
  */
 static pthread_mutex_t connections_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned connections_set; /* connections_lock: the value written; 0: none */
@@ -204,7 +204,9 @@ static void unset_connections(void)
 {
 	pthread_mutex_lock(&connections_lock);
 	const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-	if (v != NULL && connections_set != 0 && strtoul(v, NULL, 10) == connections_set)
+	char mine[16];
+	snprintf(mine, sizeof(mine), "%u", connections_set);
+	if (v != NULL && connections_set != 0 && strcmp(v, mine) == 0)
 		unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
 	connections_set = 0;
 	connections_auto = false;
@@ -224,7 +226,7 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	    (unsigned)cfg.placement > TDM_PLACE_NEAREST ||
 	    (unsigned)cfg.pageable > TDM_PAGEABLE_REFUSE || cfg.streams_per_device > 1024 ||
 	    cfg.launch_limit > 1024 || cfg.pinned_chunk_bytes > ((size_t)64 << 30) ||
-	    cfg.connections < TDM_CONNECTIONS_KEEP || cfg.connections > 32 ||
+	    cfg.connections < TDM_CONNECTIONS_KEEP || cfg.connections > TDM__TOPO_MAX_QUEUES ||
 	    (cfg.pinned_cap_bytes != 0 && cfg.pinned_cap_bytes < ((size_t)64 << 10)))
 		return -EINVAL;
 	if (cfg.completion == TDM_COMPLETION_AUTO) {
@@ -624,8 +626,7 @@ static int lease(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm_st
 static int lease_on(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm_stream **out)
 {
 	struct tdm__gdev *d = &gpu->devs[device];
-	/* Acquire: pairs with the release in tdm__device_fail. */
-	if (atomic_load_explicit(&d->failed, memory_order_acquire))
+	if (device_failed(d))
 		return -ENODEV;
 	int c = (flags & TDM_STREAM_HIGH_PRIORITY) ? 1 : 0;
 	unsigned first =

@@ -162,8 +162,11 @@ static void staging_copy_in(void *arg)
 	bool drop = n->abandoned;
 	/* The device failed during the copy: tdm__staging_orphan left the block to this, and the
 	 * release after the device copy will not run (a dead device runs no host function). The
-	 * ticket stays, blockless, for destroy. Acquire: pairs with the release in
-	 * tdm__device_fail. */
+	 * ticket stays, blockless, for destroy. stage_lock orders this against the orphaning:
+	 * tdm__device_fail sets failed before it takes the lock for tdm__staging_orphan, so an
+	 * orphaning that skipped this busy ticket is seen here, and one still to come finds the
+	 * ticket not busy (or blockless) and takes what is left. (Acquire: the release in
+	 * tdm__device_fail, for the plain reading.) */
 	bool dead = !drop && st != NULL && atomic_load_explicit(&d->failed, memory_order_acquire);
 	if (dead)
 		n->st = NULL;

@@ -419,6 +419,17 @@ void tdm__decide_env_init(struct tdm__decide_env *env, const struct tdm__topolog
 	}
 }
 
+/* A whole device's stream set: the override, else `base` queues' worth or one per worker past
+ * them, at most TDM__TOPO_MAX_QUEUES (the rule at the top of this file). */
+static unsigned whole_device_set(unsigned override, unsigned workers, unsigned base)
+{
+	if (override != 0)
+		return override;
+	if (workers <= base)
+		return base;
+	return workers < TDM__TOPO_MAX_QUEUES ? workers : TDM__TOPO_MAX_QUEUES;
+}
+
 unsigned tdm__connections_wanted(int connections, unsigned streams_per_device, unsigned workers,
                                  const char *visible_devices)
 {
@@ -426,11 +437,10 @@ unsigned tdm__connections_wanted(int connections, unsigned streams_per_device, u
 		return (unsigned)connections;
 	if (connections != TDM_CONNECTIONS_AUTO)
 		return 0;
-	/* A MIG instance's set is its share of CUDA's default queues (at most 8): no queue to add.
-	 */
+	/* A MIG instance's set is a share of CUDA's default queues: no queue to add. */
 	if (visible_devices != NULL && strstr(visible_devices, "MIG-") != NULL)
 		return 0;
-	unsigned set = streams_per_device != 0 ? streams_per_device : workers;
+	unsigned set = whole_device_set(streams_per_device, workers, TDM__TOPO_DEFAULT_QUEUES);
 	if (set <= TDM__TOPO_DEFAULT_QUEUES)
 		return 0;
 	return set < TDM__TOPO_MAX_QUEUES ? set : TDM__TOPO_MAX_QUEUES;
@@ -513,18 +523,16 @@ void tdm__topology_decide(const struct tdm__topo_dev *d, const struct tdm__decid
 	unsigned pct = (unsigned)(100 * num / den);
 
 	/* Streams. */
+	if (env->streams_override != 0 || !d->mig)
+		out->streams = whole_device_set(env->streams_override, env->workers, base);
 	if (env->streams_override != 0) {
-		out->streams = env->streams_override;
 		tdm__topo_say(out->why_streams, sizeof(out->why_streams),
 		              "%u streams: tdm_gpu_config.streams_per_device", out->streams);
 	} else if (!d->mig && env->workers > base) {
-		out->streams =
-		    env->workers < TDM__TOPO_MAX_QUEUES ? env->workers : TDM__TOPO_MAX_QUEUES;
 		tdm__topo_say(out->why_streams, sizeof(out->why_streams),
 		              "%u streams: one per worker (at most %u) over %s", out->streams,
 		              TDM__TOPO_MAX_QUEUES, base_why);
 	} else if (!d->mig) {
-		out->streams = base;
 		tdm__topo_say(out->why_streams, sizeof(out->why_streams), "%u streams: %s", base,
 		              base_why);
 	} else {

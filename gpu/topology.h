@@ -80,10 +80,8 @@ struct tdm__decide_env {
 	unsigned launch_override;  /* tdm_gpu_config.launch_limit; 0: decide */
 	unsigned workers;          /* the executor's workers; 0: unknown */
 	const char *allowed_cpus;  /* cpulist the process may run on; NULL or "": any */
-	/* CUDA_DEVICE_MAX_CONNECTIONS as tandem set it in this process by TDM_CONNECTIONS_AUTO
-	 * (tdm__connections_wanted), 0: not so set. When max_connections is that value, the
-	 * decisions take CUDA's default queues, as if unset: that setting gives streams queues,
-	 * never more streams. (A value the config named counts as the user's.) */
+	/* CUDA_DEVICE_MAX_CONNECTIONS as TDM_CONNECTIONS_AUTO set it in this process, 0: not so
+	 * set (how decisions read it: the top of topology.c). */
 	unsigned connections_by_tandem;
 	/* tandem wanted to set it, and CUDA had started in the process first. */
 	bool connections_late;

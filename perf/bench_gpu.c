@@ -1012,8 +1012,8 @@ static void tp_json(const struct bench_gpu_opts *o, const struct gpu_info *info,
 	fflush(stdout);
 }
 
-/* One worker count's rows (o->workers[0]); the header first where `header`. */
-static int throughput_of(const struct bench_gpu_opts *o, int header)
+/* The rows of `workers`; the header first where `header`. */
+static int throughput_of(const struct bench_gpu_opts *o, unsigned workers, int header)
 {
 	struct gpu_info info;
 	int nimpl = HAVE_RAW && !o->sim ? TP_NIMPL : 1;
@@ -1024,33 +1024,29 @@ static int throughput_of(const struct bench_gpu_opts *o, int header)
 	/* tandem's GPU layer first, so that what it sets as CUDA starts
 	 * (CUDA_DEVICE_MAX_CONNECTIONS for more than 8 workers: tdm_gpu_config.connections) holds
 	 * for every row, the baselines' too, as in a program of that many workers. */
-	gpu_probe(o, o->workers[0], &info);
+	gpu_probe(o, workers, &info);
 	info.connections = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
 	if (header && !o->json)
 		tp_header(o, &info, nimpl);
-	for (int w = 0; w < o->nworkers; w++) {
-		for (int k = 0; k < o->nkernel; k++) {
-			uint32_t ns = (uint32_t)(o->kernel_us[k] * 1000u);
-			struct tp_result r[TP_NIMPL];
+	for (int k = 0; k < o->nkernel; k++) {
+		uint32_t ns = (uint32_t)(o->kernel_us[k] * 1000u);
+		struct tp_result r[TP_NIMPL];
 
-			memset(r, 0, sizeof(r));
-			tandem_throughput(o, o->workers[w], ns, ms, &r[TP_TANDEM]);
+		memset(r, 0, sizeof(r));
+		tandem_throughput(o, workers, ns, ms, &r[TP_TANDEM]);
 #if HAVE_RAW
-			if (nimpl > 1) {
-				raw_throughput(o, RAW_CUDA_TP_SYNC, o->workers[w], ns, ms,
-				               &r[TP_SYNC]);
-				raw_throughput(o, RAW_CUDA_TP_HOSTFUNC, o->workers[w], ns, ms,
-				               &r[TP_HOSTFUNC]);
-			}
-#endif
-			if (!o->json) {
-				tp_row(o->kernel_us[k], o->workers[w], r, nimpl);
-				continue;
-			}
-			for (int i = 0; i < nimpl; i++)
-				if (r[i].have)
-					tp_json(o, &info, i, o->kernel_us[k], o->workers[w], &r[i]);
+		if (nimpl > 1) {
+			raw_throughput(o, RAW_CUDA_TP_SYNC, workers, ns, ms, &r[TP_SYNC]);
+			raw_throughput(o, RAW_CUDA_TP_HOSTFUNC, workers, ns, ms, &r[TP_HOSTFUNC]);
 		}
+#endif
+		if (!o->json) {
+			tp_row(o->kernel_us[k], workers, r, nimpl);
+			continue;
+		}
+		for (int i = 0; i < nimpl; i++)
+			if (r[i].have)
+				tp_json(o, &info, i, o->kernel_us[k], workers, &r[i]);
 	}
 	free(ms);
 	return 0;
@@ -1066,16 +1062,13 @@ static int throughput_of(const struct bench_gpu_opts *o, int header)
 int bench_gpu_throughput(const struct bench_gpu_opts *o)
 {
 	for (int w = 0; w < o->nworkers; w++) {
-		struct bench_gpu_opts one = *o;
-		one.workers = &o->workers[w];
-		one.nworkers = 1;
 		fflush(stdout);
 		fflush(stderr);
 		pid_t pid = fork();
 		if (pid < 0)
 			die("gpu-throughput: fork", -errno);
 		if (pid == 0) {
-			int code = throughput_of(&one, w == 0);
+			int code = throughput_of(o, o->workers[w], w == 0);
 			fflush(stdout);
 			_exit(code);
 		}

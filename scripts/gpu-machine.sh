@@ -8,8 +8,8 @@
 # test:     the tests, memcheck and examples only.   bench: the benchmarks only.
 # scaling:  the tests, then tandem-bench gpu-scaling.
 # pipeline: test_pipeline's cuda suite (plain and under memcheck), then
-#           `tandem-bench pipeline --trace` PIPE_CALLS times (default 3; 15 rounds each, the
-#           bench's default), and `tandem-bench pinned`: issue 4's figures, with the lead and tail of each run.
+#           `tandem-bench pipeline --trace` PIPE_CALLS times (default 3), and `tandem-bench
+#           pinned`: issue 4's figures, with the lead and tail of each run.
 # connections: tandem-bench gpu-throughput with CUDA_DEVICE_MAX_CONNECTIONS unset (tandem sets
 #           it for more than 8 workers) against 8 (CUDA's default, left alone), in turn.
 # final:    the tests, memcheck and examples, `connections`, then `pipeline`'s benchmarks
@@ -57,10 +57,9 @@ tests() {
 pipeline_benches() {
 	log pipeline benchmarks
 	for k in $(seq 1 "${PIPE_CALLS:-3}"); do
-		args=(--json --trace)
-		timeout 180 $bench pipeline "${args[@]}" >"$OUT/pipeline-$k.jsonl" \
+		timeout 180 $bench pipeline --json --trace >"$OUT/pipeline-$k.jsonl" \
 			2>"$OUT/pipeline-$k.err"
-		echo "pipeline $k (${args[*]}): exit $?" | tee -a "$OUT/summary.txt"
+		echo "pipeline $k (--json --trace): exit $?" | tee -a "$OUT/summary.txt"
 		grep '"impl":"tandem"' "$OUT/pipeline-$k.jsonl" | grep -o \
 			'"config":"[a-z-]*"\|"vs_[a-z_]*":[0-9.]*\|"overlap_[a-z]*":[0-9.]*' |
 			tr '\n' ' ' | tee -a "$OUT/summary.txt"
@@ -100,14 +99,10 @@ connections_ab() {
 	log gpu-throughput, CUDA_DEVICE_MAX_CONNECTIONS unset against 8
 	for p in $(seq 1 "${CONN_PASSES:-2}"); do
 		for c in unset 8; do
-			f="$OUT/throughput-conn-$c-$p.jsonl"
-			if [ $c = unset ]; then
-				env -u CUDA_DEVICE_MAX_CONNECTIONS timeout 200 $bench gpu-throughput \
-					--json >"$f" 2>&1
-			else
-				CUDA_DEVICE_MAX_CONNECTIONS=$c timeout 200 $bench gpu-throughput \
-					--json >"$f" 2>&1
-			fi
+			if [ $c = unset ]; then e=(-u CUDA_DEVICE_MAX_CONNECTIONS)
+			else e=(CUDA_DEVICE_MAX_CONNECTIONS=$c); fi
+			env "${e[@]}" timeout 200 $bench gpu-throughput --json \
+				>"$OUT/throughput-conn-$c-$p.jsonl" 2>&1
 			echo "connections $c pass $p: exit $?" | tee -a "$OUT/summary.txt"
 		done
 	done
