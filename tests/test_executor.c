@@ -694,3 +694,38 @@ Test(park, submission_wakes_a_parked_worker_every_time, .timeout = 30)
 	spinning_rounds(2, 8);
 	spinning_rounds(4, 9);
 }
+
+/* Each worker's gate stripe is its own index's (stream leases enter a gate on every task, and
+ * two workers on one stripe would share its cache line); it was 0 until a worker's first gate
+ * entry and then taken in turn with every other thread. */
+#define STRIPE_WORKERS 4
+static _Atomic unsigned stripe_seen[STRIPE_WORKERS];
+
+static void record_stripe(void *arg)
+{
+	tdm_executor *ex = arg;
+	int w = tdm_worker_index(ex);
+	if (w >= 0 && w < STRIPE_WORKERS)
+		atomic_store(&stripe_seen[w], tdm__gate_mine);
+}
+
+Test(executor, workers_take_gate_stripes_by_index, .timeout = 30)
+{
+	tdm_executor *ex = tdm_test_create(STRIPE_WORKERS);
+	for (int w = 0; w < STRIPE_WORKERS; w++)
+		atomic_store(&stripe_seen[w], 1000);
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	for (int i = 0; i < 4000; i++)
+		cr_assert_eq(tdm_group_spawn(&g, record_stripe, ex), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	int ran = 0;
+	for (int w = 0; w < STRIPE_WORKERS; w++) {
+		unsigned seen = atomic_load(&stripe_seen[w]);
+		ran += seen != 1000;
+		cr_assert(seen == 1000 || seen == (unsigned)w % TDM__GATE_STRIPES + 1,
+		          "worker %d on stripe %u", w, seen);
+	}
+	cr_assert_gt(ran, 0, "no worker ran a task");
+	tdm_test_destroy(ex);
+}
