@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The tree against an earlier one on the GPU machine, side by side in one call: both built with
+# CUDA, this tree's tests (cuda suites under compute-sanitizer memcheck too) and examples, then
+# the GPU and CPU benchmarks of the two trees in turn, PASSES times (default 2).
+# Prepare here first:
+#   ../shared/device/prepare-deps.sh
+#   rm -rf .before && mkdir .before && git archive REV | tar -x -C .before
+#   (.before must be ignored: echo /.before/ >> .git/info/exclude)
+# then run with carry [".devdeps", ".before"]:
+#   bash scripts/gpu-ab.sh [build|test|bench|all]
+# build: both trees only. test: build, then this tree's tests. bench: build (kept from an
+# earlier call on a warm machine), then the benchmarks. all: everything.
+set -uo pipefail
+what=${1:-all}
+OUT=${OUT:-/tmp/tandem-out}
+mkdir -p "$OUT"
+export CMAKE_PREFIX_PATH=$PWD/.devdeps/root/usr
+export LD_LIBRARY_PATH=$PWD/.devdeps/root/usr/lib/x86_64-linux-gnu
+A=build-gpu
+B=.before/build-gpu
+log() { printf '\n==== %s %s ====\n' "$(date -u +%T)" "$*" | tee -a "$OUT/summary.txt"; }
+
+build_both() {
+	log build
+	{ date -u; nvidia-smi --query-gpu=name,driver_version,mig.mode.current --format=csv; nproc; } \
+		>>"$OUT/machine.txt" 2>&1
+	local jobs=$(($(nproc) / 2))
+	(cmake -S . -B $A -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON &&
+		cmake --build $A -j$jobs) >"$OUT/build.log" 2>&1 &
+	(cmake -S .before -B $B -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON &&
+		cmake --build $B -j$jobs) >"$OUT/build-before.log" 2>&1 &
+	local ok=0
+	wait %1 || { ok=1; tail -30 "$OUT/build.log" | tee -a "$OUT/summary.txt"; }
+	wait %2 || { ok=1; tail -30 "$OUT/build-before.log" | tee -a "$OUT/summary.txt"; }
+	return $ok
+}
+
+# memcheck BINARY: the binary's cuda suites, one test at a time, under compute-sanitizer. The
+# trapping-kernel tests are left out: the API errors after the trap are their point.
+memcheck() {
+	local name
+	name=$(basename "$1")
+	"$1" --list 2>/dev/null | grep -q 'cuda' || return 0
+	timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+		"$1" --jobs 1 --filter '*cuda*/[!t]*' >"$OUT/memcheck-$name.log" 2>&1
+	echo "memcheck $name exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-$name.log" | tail -1)" |
+		tee -a "$OUT/summary.txt"
+}
+
+tests() {
+	log ctest
+	ctest --test-dir $A --output-on-failure -j8 >"$OUT/ctest.log" 2>&1
+	tail -25 "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
+	log compute-sanitizer memcheck, cuda suites
+	command -v compute-sanitizer >/dev/null || echo "no compute-sanitizer" | tee -a "$OUT/summary.txt"
+	for t in $A/tests/test_*; do
+		[ -x "$t" ] && command -v compute-sanitizer >/dev/null && memcheck "$t"
+	done
+	log examples
+	for e in $A/examples/*; do
+		[ -x "$e" ] || continue
+		echo "-- $(basename "$e")" | tee -a "$OUT/summary.txt"
+		timeout 60 "$e" 2>&1 | tail -3 | tee -a "$OUT/summary.txt"
+	done
+}
+
+# one TREE NAME ARGS...: tandem-bench of TREE's build, JSON appended to NAME-TREE.jsonl.
+one() {
+	local tree=$1 name=$2 bin
+	shift 2
+	if [ "$tree" = before ]; then bin=$B/perf/tandem-bench; else bin=$A/perf/tandem-bench; fi
+	timeout 240 "$bin" "$@" --json >>"$OUT/$name-$tree.jsonl" 2>>"$OUT/$name-$tree.err"
+	echo "$name $tree: exit $?" >>"$OUT/summary.txt"
+}
+
+benches() {
+	log benchmarks, ${PASSES:-2} passes, before and after in turn
+	for p in $(seq 1 "${PASSES:-2}"); do
+		for t in before after; do
+			one $t latency gpu-latency --workers 1,16 --n 10000
+			one $t throughput gpu-throughput --workers 1,8,16
+			one $t cpu fib --n 30 --threads 1,8,16
+			one $t cpu skynet --depth 6 --threads 1,8,16
+		done
+		for t in after before; do
+			one $t pipeline pipeline
+		done
+	done
+	wc -l "$OUT"/*.jsonl | tee -a "$OUT/summary.txt"
+}
+
+case $what in
+build) build_both ;;
+test) build_both && tests ;;
+bench) build_both && benches ;;
+all) build_both && tests && benches ;;
+*) echo "unknown mode: $what (build|test|bench|all)" >&2; exit 2 ;;
+esac
+log finished
+# The device tool brings back at most 8 files: summary.txt beside one archive of the rest.
+tar czf /tmp/logs.tgz -C "$OUT" --exclude summary.txt . && find "$OUT" -mindepth 1 \
+	! -name summary.txt -delete && mv /tmp/logs.tgz "$OUT/logs.tgz"
