@@ -28,8 +28,40 @@ enum bench_kind {
 	BENCH_GPU_THROUGHPUT,
 	BENCH_COUNT
 };
-static const char *const bench_names[] = {"fib", "skynet",      "spawn",         "idle",
-                                          "all", "gpu-latency", "gpu-throughput"};
+/*
+ * Every subcommand tandem-bench accepts, in the order the usage lists them: the dispatch (main,
+ * parse_args) and the usage both read this table, so the usage names all of them. Entries
+ * 0..BENCH_COUNT-1 are indexed by bench_kind and parsed by parse_args; the ones after it parse
+ * their own options (`own`, handed the whole command line). `synopsis` follows the name on the
+ * usage's first lines, `what` is its line in the list.
+ */
+static const struct subcommand {
+	const char *name;
+	int (*own)(int argc, char **argv);
+	const char *synopsis, *what;
+} subcommands[] = {
+    [BENCH_FIB] = {"fib", NULL, "[options]", "fork-join fib(n), a task per call"},
+    [BENCH_SKYNET] = {"skynet", NULL, "[options]", "wide fork-join: a 10-ary tree of tasks"},
+    [BENCH_SPAWN] = {"spawn", NULL, "[options]", "N empty tasks submitted from outside the pool"},
+    [BENCH_IDLE] = {"idle", NULL, "[options]", "CPU burnt by a pool with nothing to do"},
+    [BENCH_ALL] = {"all", NULL, "[options]", "fib, skynet, spawn and idle with their defaults"},
+    [BENCH_GPU_LATENCY] = {"gpu-latency", NULL, "[options]",
+                           "await round trip of an empty kernel, beside plain-CUDA floors"},
+    [BENCH_GPU_THROUGHPUT] = {"gpu-throughput", NULL, "[options]",
+                              "tasks/s of tasks that await one kernel each, beside plain CUDA"},
+    {"gpu-idle", bench_gpu_idle, "[--backend cuda|sim] [--json]",
+     "CPU burnt by a GPU layer's workers and poller with nothing outstanding"},
+    {"topology", bench_topology, "[--backend cuda|sim] [--json]",
+     "the devices found and what tandem decided for each"},
+    {"pinned", bench_pinned, "[options]   (tandem-bench SUBCOMMAND --help)",
+     "pinned host memory: tandem's pool beside cudaHostAlloc and malloc"},
+    {"pipeline", bench_pipeline, "[options]   (tandem-bench SUBCOMMAND --help)",
+     "tdm_pipeline_run, copy- and compute-bound, against its bounds"},
+    {"gpu-scaling", bench_gpu_scaling, "[options]   (tandem-bench SUBCOMMAND --help)",
+     "compute-bound tasks spread over 1..G GPUs"},
+};
+#define NSUBCOMMANDS ((int)(sizeof(subcommands) / sizeof(subcommands[0])))
+#define bench_name(kind) (subcommands[(kind)].name)
 
 #define MAX_THREAD_CONFIGS 64
 #define MAX_IMPLS 3
@@ -209,12 +241,35 @@ struct opts {
 	unsigned launch_limit; /* 0: the topology's default */
 };
 
+/*
+ * The usage, from the subcommand table: a line per synopsis, naming every subcommand that has it,
+ * a line per subcommand, then the options parse_args takes.
+ */
 static void usage(FILE *f)
 {
-	fputs("usage: tandem-bench fib|skynet|spawn|idle|all [options]\n"
-	      "       tandem-bench gpu-latency|gpu-throughput [options]\n"
-	      "       tandem-bench pipeline [options]   (tandem-bench pipeline --help)\n"
-	      "       tandem-bench gpu-scaling [options]   (tandem-bench gpu-scaling --help)\n"
+	for (int i = 0; i < NSUBCOMMANDS; i++) {
+		int first = 1;
+
+		for (int j = 0; j < i && first; j++)
+			first = strcmp(subcommands[j].synopsis, subcommands[i].synopsis) != 0;
+		if (!first)
+			continue;
+		fputs(i == 0 ? "usage: tandem-bench " : "       tandem-bench ", f);
+		for (int j = i, sep = 0; j < NSUBCOMMANDS; j++) {
+			if (strcmp(subcommands[j].synopsis, subcommands[i].synopsis) != 0)
+				continue;
+			fprintf(f, "%s%s", sep ? "|" : "", subcommands[j].name);
+			sep = 1;
+		}
+		fprintf(f, " %s\n", subcommands[i].synopsis);
+	}
+	fputs("subcommands:\n", f);
+	for (int i = 0; i < NSUBCOMMANDS; i++)
+		fprintf(f, "  %-15s %s\n", subcommands[i].name, subcommands[i].what);
+	fputs("options of", f);
+	for (int k = 0; k < BENCH_COUNT; k++)
+		fprintf(f, "%s%s", k ? ", " : " ", bench_name(k));
+	fputs(":\n"
 	      "  --threads LIST  comma-separated thread counts (default: 1,<CPUs>)\n"
 	      "  --reps N        timed reps per config, after 1 untimed warm-up (default 10;\n"
 	      "                  idle: 1 window unless given; gpu-throughput: 3; gpu-latency: 3\n"
@@ -225,7 +280,7 @@ static void usage(FILE *f)
 	      "                  trips (default 20000); gpu-throughput: tasks (default 20000)\n"
 	      "  --depth D       skynet: tree depth, 0..9 (default 6)\n"
 	      "  --json          one JSON object per line instead of a table\n"
-	      "GPU benchmarks only:\n"
+	      "gpu-latency and gpu-throughput only:\n"
 	      "  --backend B     cuda or sim (default cuda; no device exits with status 3)\n"
 	      "  --workers LIST  executor workers (default: gpu-latency 1,<CPUs>;\n"
 	      "                  gpu-throughput 1,2,4,8,16)\n"
@@ -396,7 +451,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		if (a[0] != '-') {
 			if (have_cmd)
 				bad("unexpected argument '%s'", a);
-			for (k = 0; k < BENCH_COUNT && strcmp(a, bench_names[k]) != 0; k++)
+			for (k = 0; k < BENCH_COUNT && strcmp(a, bench_name(k)) != 0; k++)
 				;
 			if (k == BENCH_COUNT)
 				bad("unknown subcommand '%s'", a);
@@ -478,9 +533,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	/* Options that belong to the other family, or to the other GPU benchmark, are errors. */
 	gpu = o->bench == BENCH_GPU_LATENCY || o->bench == BENCH_GPU_THROUGHPUT;
 	if (gpu && o->nthreads)
-		bad("--threads does not apply to %s (--workers does)", bench_names[o->bench]);
+		bad("--threads does not apply to %s (--workers does)", bench_name(o->bench));
 	if (gpu && (o->want[0] | o->want[1] | o->want[2]))
-		bad("--impl does not apply to %s", bench_names[o->bench]);
+		bad("--impl does not apply to %s", bench_name(o->bench));
 	if (gpu && o->depth_given)
 		bad("--depth applies to skynet only");
 	if (!gpu && (o->nworkers || o->backend_given || o->launch_limit))
@@ -500,9 +555,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		                      hi[] = {60, 0, 1000000000, 3600, 0, 10000000, 10000000};
 
 		if (o->bench == BENCH_SKYNET || o->bench == BENCH_ALL)
-			bad("--n does not apply to %s", bench_names[o->bench]);
+			bad("--n does not apply to %s", bench_name(o->bench));
 		if (o->n < lo[o->bench] || o->n > hi[o->bench])
-			bad("--n for %s must be in %llu..%llu", bench_names[o->bench],
+			bad("--n for %s must be in %llu..%llu", bench_name(o->bench),
 			    (unsigned long long)lo[o->bench], (unsigned long long)hi[o->bench]);
 	}
 	if (o->depth_given && o->bench != BENCH_SKYNET)
@@ -575,7 +630,7 @@ static void check(const struct bench_impl *im, enum bench_kind b, uint64_t param
 	if (got == want)
 		return;
 	fprintf(stderr, "tandem-bench: WRONG RESULT: %s %s(%llu) = %llu, expected %llu\n", im->name,
-	        bench_names[b], (unsigned long long)param, (unsigned long long)got,
+	        bench_name(b), (unsigned long long)param, (unsigned long long)got,
 	        (unsigned long long)want);
 	abort();
 }
@@ -644,7 +699,7 @@ static void print_header(const struct opts *o, enum bench_kind b, uint64_t param
 		printf("\nidle %llu s: process CPU, %% of one core (median of %d window%s)\n",
 		       (unsigned long long)param, reps, reps == 1 ? "" : "s");
 	else
-		printf("\n%s %s=%llu: median / min ms of %d reps\n", bench_names[b],
+		printf("\n%s %s=%llu: median / min ms of %d reps\n", bench_name(b),
 		       b == BENCH_SKYNET ? "depth" : "n", (unsigned long long)param, reps);
 	printf("%7s", "threads");
 	for (int k = 0; k < o->nimpl; k++)
@@ -682,7 +737,7 @@ static void print_json(const struct opts *o, const struct bench_impl *im, enum b
 {
 	printf("{\"bench\":\"%s\",\"impl\":\"%s\",\"threads\":%u,\"n\":%llu,\"reps\":%d,"
 	       "\"median_ms\":%.3f,\"min_ms\":%.3f",
-	       bench_names[b], im->name, threads, (unsigned long long)param, reps, r->median_ms,
+	       bench_name(b), im->name, threads, (unsigned long long)param, reps, r->median_ms,
 	       r->min_ms);
 	if (b == BENCH_IDLE)
 		printf(",\"cpu_percent\":%.3f", r->cpu_percent);
@@ -782,18 +837,10 @@ int main(int argc, char **argv)
 	static const uint64_t defaults[] = {30, 6, 1000000, 2};
 	struct opts o;
 
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "pinned") == 0)
-			return bench_pinned(argc, argv);
-		if (strcmp(argv[i], "topology") == 0)
-			return bench_topology(argc, argv);
-		if (strcmp(argv[i], "gpu-idle") == 0)
-			return bench_gpu_idle(argc, argv);
-		if (strcmp(argv[i], "gpu-scaling") == 0)
-			return bench_gpu_scaling(argc, argv);
-		if (strcmp(argv[i], "pipeline") == 0)
-			return bench_pipeline(argc, argv);
-	}
+	for (int i = 1; i < argc; i++)
+		for (int k = BENCH_COUNT; k < NSUBCOMMANDS; k++)
+			if (strcmp(argv[i], subcommands[k].name) == 0)
+				return subcommands[k].own(argc, argv);
 	parse_args(argc, argv, &o);
 	if (o.bench == BENCH_GPU_LATENCY || o.bench == BENCH_GPU_THROUGHPUT)
 		return run_gpu(&o);

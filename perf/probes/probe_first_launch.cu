@@ -3,8 +3,8 @@
  * than the hand-written double buffer's (not built by CMake; sixth session of 2026-11-30).
  * From the main thread, after 20 ms idle: a 1 MiB copy in, then a device-filling 2 ms kernel,
  * then a 1 MiB copy out; it times the copy call and the launch call. Variants differ in one
- * thing each from plain CUDA (A); rounds interleave the variants. Results (run 39, 40):
- * perf/results/2026-11-30e/.
+ * thing each from plain CUDA (A); rounds interleave the variants. Results: perf/README.md,
+ * runs 39 and 40 (raw logs in perf/results until commit fa223cb).
  *
  *   nvcc -O2 -arch=sm_90 -o /tmp/pfl perf/probes/probe_first_launch.cu && /tmp/pfl [ROUNDS]
  */

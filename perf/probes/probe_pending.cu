@@ -11,8 +11,8 @@
  * (cuStreamWriteValue64), event (cudaEventRecord), mixed (one write, then events) or none; MECH
  * E (event record + cudaEventQuery spin), W (cuStreamWriteValue64 + host spin) or K (the kernel
  * itself stores the word: a lower bound). Prints p50 and p99 of N round trips (default 20000)
- * after 1000 untimed ones. Results of 2026-11-30:
- * perf/results/2026-11-30/run1-probe-pending-ops.txt.
+ * after 1000 untimed ones. Results: perf/README.md, run 1 (raw log in perf/results until commit
+ * fa223cb).
  */
 #include "probe.h"
 

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The ctest test bench_usage: `tandem-bench --help` lists every subcommand (those named here
+# among them), each with a line of its own and on a synopsis line, and tandem-bench accepts
+# every name it lists.
+# usage: check-usage.sh TANDEM_BENCH
+set -euo pipefail
+bench=$1
+
+fail() {
+	echo "bench_usage: $*" >&2
+	exit 1
+}
+
+help=$("$bench" --help)
+# The names under "subcommands:", one per line.
+listed=$(awk '/^subcommands:/ { on = 1; next } on && /^  [a-z]/ { print $1; next } on { exit }' \
+	<<<"$help")
+for name in fib skynet spawn idle all gpu-latency gpu-throughput gpu-idle topology pinned \
+	pipeline gpu-scaling; do
+	grep -qx -- "$name" <<<"$listed" || fail "--help does not list $name"
+done
+for name in $listed; do
+	grep -qE "^(usage:| +) tandem-bench ([a-z-]+\|)*${name}[ |]" <<<"$help" ||
+		fail "no synopsis line of --help names $name"
+	out=$("$bench" "$name" --help 2>&1) || true
+	if grep -q "unknown subcommand" <<<"$out"; then
+		fail "--help lists $name, which tandem-bench refuses: $out"
+	fi
+done
+# A name it does not know is refused, with the message looked for above.
+out=$("$bench" no-such-subcommand 2>&1) && fail "no-such-subcommand was accepted"
+grep -q "unknown subcommand" <<<"$out" || fail "an unknown subcommand is refused otherwise: $out"
+echo "tandem-bench --help lists $(wc -w <<<"$listed") subcommands, each accepted"
