@@ -139,6 +139,10 @@ int tdm_await_group(tdm_task *pub, tdm_group *g)
 			t->result = -EINVAL;
 		return -EINVAL;
 	}
+	/* A group of another executor is refused, as every handle of another executor is, before
+	 * anything of g changes: its owner can still wait on it. */
+	if (ig->ex != tdm__task_executor(t))
+		return t->result = -EINVAL;
 	/* Claim the waiter slot before the owner's reference is dropped: of two tasks awaiting g
 	 * at once, the second finds it taken. (A check alone let both drop a reference: one went
 	 * on before the group's tasks finished, the other was never woken.) Relaxed: the slot

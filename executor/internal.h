@@ -239,6 +239,7 @@ void tdm__gate_drain(struct tdm__gate *g);
 struct tdm_executor {
 	struct tdm__worker *workers;
 	unsigned nworkers;
+	uint32_t id; /* serial number, never 0: what a notification knows of its executor */
 	unsigned max_searching;
 	tdm_config cfg;
 	char name_prefix[16];

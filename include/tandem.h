@@ -214,8 +214,9 @@ tdm_executor *tdm_task_executor(const tdm_task *t);
  * -ECANCELED if some were cancelled). Returns TDM_SUSPENDED, or, when that already holds, the
  * result at once (the task continues without suspending). Afterwards the group must be
  * re-initialised before it is used again. -EINVAL: t is NULL or not the task running on the
- * calling thread, or g is NULL or not initialised.  -EBUSY: another task already awaits g (or
- * awaited it, and g was not re-initialised since).
+ * calling thread, or g is NULL, not initialised, or of another executor than t's (g is left as
+ * it was).  -EBUSY: another task already awaits g (or awaited it, and g was not re-initialised
+ * since).
  */
 int tdm_await_group(tdm_task *t, tdm_group *g);
 
@@ -227,8 +228,9 @@ typedef struct tdm_notify {
 	uint64_t tdm__opaque[2];
 } tdm_notify;
 
-/* Makes n on fresh memory (nothing of *n is read). To use it again, tdm_notify_reset: initialising
- * a notification that a task awaits would lose that task.  -EINVAL: n or ex is NULL. */
+/* Makes n on fresh memory (nothing of *n is read), for tasks of ex to await (any thread may fire
+ * it). To use it again, tdm_notify_reset: initialising a notification that a task awaits would
+ * lose that task.  -EINVAL: n or ex is NULL. */
 int tdm_notify_init(tdm_notify *n, tdm_executor *ex);
 /* Unfired again, for reuse.  -EINVAL: n is NULL or not initialised.  -EBUSY: a task awaits n
  * (not fired yet): starting it over would lose that task. */
@@ -236,7 +238,8 @@ int tdm_notify_reset(tdm_notify *n);
 /* Fires n, resuming its awaiting task if there is one. -EINVAL: n is NULL or not initialised. */
 int tdm_notify_fire(tdm_notify *n);
 /* TDM_SUSPENDED, or 0 at once when n has fired. -EINVAL: t is NULL or not the task running on
- * the calling thread, or n is NULL or not initialised.  -EBUSY: another task already awaits n.
+ * the calling thread, or n is NULL, not initialised, or initialised on another executor than
+ * t's.  -EBUSY: another task already awaits n.
  * -ECANCELED: n is unfired and the executor's destroy began in TDM_SHUTDOWN_CANCEL (a task
  * suspended on n then is reported to on_cancel instead of resumed). In TDM_SHUTDOWN_DRAIN
  * the destroy waits for every awaited notification to be fired. */
