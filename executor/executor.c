@@ -247,6 +247,10 @@ int tdm_executor_destroy(tdm_executor *ex)
 	 * free. */
 	pthread_mutex_lock(&ex->idle_lock);
 	pthread_mutex_unlock(&ex->idle_lock);
+	/* Outside calls that entered the gate after the first drain are refusals (-ESHUTDOWN) that
+	 * still touch the gate and the shutdown flag: wait for their leave (release, paired with
+	 * the drain's loads) so that their accesses happen before the free. */
+	tdm__gate_drain(&ex->outside);
 	/* Termination requires empty queues, nothing suspended and no hold: nothing is left to
 	 * run, and nobody uses the executor. */
 	free_executor(ex, ex->nworkers);

@@ -88,9 +88,15 @@ int tdm_executor_create(tdm_executor **out, const tdm_config *cfg);
 
 /*
  * Finishes or cancels every task (see tdm_shutdown_mode), joins every thread and frees
- * everything. Must not be called from one of the executor's own workers (-EDEADLK), nor while
- * other threads still call into the executor. Submissions from outside threads after the call
- * began get -ESHUTDOWN; tasks spawned by running tasks are still accepted and run or cancelled.
+ * everything. Must not be called from one of the executor's own workers (-EDEADLK). Tasks
+ * spawned by running tasks are still accepted and run or cancelled. Other threads may go on
+ * submitting (tdm_submit, tdm_group_spawn, tdm_spawn) while it runs: once it began they get
+ * -ESHUTDOWN, and it frees ex only after every submission that entered ex has returned. It
+ * cannot wait for a submission it never saw: none may begin once the destroy may have returned,
+ * so a thread that submits while a destroy runs must be done with its last submission before
+ * something the destroy waits for is over (a task of ex still running, a notification awaited
+ * in TDM_SHUTDOWN_DRAIN). Other calls into ex from other threads must be over before the
+ * destroy begins.
  * -EINVAL: ex is NULL.
  */
 int tdm_executor_destroy(tdm_executor *ex);
