@@ -901,3 +901,77 @@ Test(resumable, awaiting_a_group_or_notify_of_another_executor_returns_einval, .
 	cr_assert_eq(tdm_executor_destroy(other), 0);
 	cr_assert_eq(tdm_executor_destroy(ex), 0);
 }
+
+/* ---- a group's result, awaited ---- */
+
+/* Returns its value: once the gate fires, or at once when it has none. */
+struct returner {
+	tdm_notify *gate;
+	int value;
+	atomic_int running; /* set when it has started: it finishes on the one worker */
+};
+
+static int returner_task(tdm_task *t, void *arg)
+{
+	struct returner *r = arg;
+	TDM_BEGIN(t);
+	atomic_store_explicit(&r->running, 1, memory_order_release);
+	if (r->gate != NULL) {
+		TDM_AWAIT(t, tdm_await_notify(t, r->gate));
+	}
+	return r->value;
+	TDM_END(t);
+}
+
+/* With one worker: once a task of ex has started, a task submitted after it runs after it has
+ * finished, its group's count included. */
+static void after_the_running_task(tdm_executor *ex, atomic_int *running)
+{
+	while (!atomic_load_explicit(running, memory_order_acquire))
+		sched_yield();
+	tdm_test_assert_usable(ex);
+}
+
+/*
+ * The await of a group reports what the group's tasks returned (the first nonzero value), both
+ * when it suspends and when the group is over already; a task's return value went nowhere.
+ */
+Test(resumable, await_group_reports_the_first_nonzero_value_its_tasks_returned, .timeout = 30)
+{
+	tdm_executor *ex = make(1, TDM_SHUTDOWN_DRAIN, NULL);
+	tdm_notify gate;
+	cr_assert_eq(tdm_notify_init(&gate, ex), 0);
+
+	/* Suspends: the child returns -EIO after the await began. */
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	struct returner late = {.gate = &gate, .value = -EIO};
+	cr_assert_eq(tdm_spawn(ex, returner_task, &late, &g), 0);
+	struct group_awaiter a = {.g = &g};
+	tdm_group ha;
+	cr_assert_eq(tdm_group_init(&ha, ex), 0);
+	cr_assert_eq(tdm_spawn(ex, group_awaiter_task, &a, &ha), 0);
+	while (!__atomic_load_n(&a.registered, __ATOMIC_ACQUIRE))
+		sched_yield();
+	cr_assert_eq(tdm_notify_fire(&gate), 0);
+	cr_assert_eq(tdm_group_wait(&ha), 0);
+	cr_assert_eq(a.first, TDM_SUSPENDED);
+	cr_assert_eq(a.result, -EIO, "resumed with %d", a.result);
+
+	/* Over already: -ENOMEM first, then 0 and -EIO; the await returns it at once. */
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	struct returner first = {.value = -ENOMEM}, zero = {.value = 0}, second = {.value = -EIO};
+	cr_assert_eq(tdm_spawn(ex, returner_task, &first, &g), 0);
+	after_the_running_task(ex, &first.running);
+	cr_assert_eq(tdm_spawn(ex, returner_task, &zero, &g), 0);
+	after_the_running_task(ex, &zero.running);
+	cr_assert_eq(tdm_spawn(ex, returner_task, &second, &g), 0);
+	after_the_running_task(ex, &second.running);
+	struct group_awaiter b = {.g = &g};
+	cr_assert_eq(tdm_group_init(&ha, ex), 0);
+	cr_assert_eq(tdm_spawn(ex, group_awaiter_task, &b, &ha), 0);
+	cr_assert_eq(tdm_group_wait(&ha), 0);
+	cr_assert_eq(b.first, -ENOMEM, "over already: the result at once, not %d", b.first);
+	cr_assert_eq(b.result, -ENOMEM);
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
