@@ -149,6 +149,12 @@ int tdm_executor_create(tdm_executor **out, const tdm_config *cfg_in)
 	memset(ex, 0, sizeof(*ex));
 	ex->cfg = cfg;
 	ex->nworkers = n;
+	/* Relaxed: a serial number, handed to the caller with ex; no data goes with it. Unique
+	 * among the last 2^32 - 1 executors created. */
+	static _Atomic uint32_t last_id;
+	do
+		ex->id = atomic_fetch_add_explicit(&last_id, 1, memory_order_relaxed) + 1;
+	while (ex->id == 0);
 	ex->max_searching = cfg.max_searching != 0 ? cfg.max_searching : (n + 1) / 2;
 	snprintf(ex->name_prefix, sizeof(ex->name_prefix), "%s",
 	         cfg.thread_name_prefix != NULL ? cfg.thread_name_prefix : "tdm-w");
@@ -241,6 +247,10 @@ int tdm_executor_destroy(tdm_executor *ex)
 	 * free. */
 	pthread_mutex_lock(&ex->idle_lock);
 	pthread_mutex_unlock(&ex->idle_lock);
+	/* Outside calls that entered the gate after the first drain are refusals (-ESHUTDOWN) that
+	 * still touch the gate and the shutdown flag: wait for their leave (release, paired with
+	 * the drain's loads) so that their accesses happen before the free. */
+	tdm__gate_drain(&ex->outside);
 	/* Termination requires empty queues, nothing suspended and no hold: nothing is left to
 	 * run, and nobody uses the executor. */
 	free_executor(ex, ex->nworkers);

@@ -7,6 +7,13 @@
  * a waiter that sees DONE may free the group at once (it usually lives on the waiter's stack).
  * A waiter on a worker runs other tasks until it sees DONE; any other waiter publishes a record
  * in `waiter` and sleeps on it, and the finisher signals that record.
+ *
+ * `result` is what the wait reports. A task that finishes with a nonzero value (a resumable
+ * task's return value; -ECANCELED for a task that shutdown cancelled) writes it before its
+ * decrement of pending, and the wait reads it after the last one: a value is taken only while
+ * result is 0 (the first wins), except -ECANCELED (a cancelled task's, or one a task returned),
+ * which replaces any value. Tasks that finish with 0, every plain task among them, do not touch
+ * it.
  */
 #include <errno.h>
 #include <sched.h>
@@ -36,7 +43,7 @@ int tdm_group_init(tdm_group *g, tdm_executor *ex)
 	ig->ex = ex;
 	atomic_init(&ig->pending, 1);
 	atomic_init(&ig->waiter, 0);
-	atomic_init(&ig->cancelled, 0);
+	atomic_init(&ig->result, 0);
 	ig->magic = TDM__GROUP_MAGIC;
 	return 0;
 }
@@ -62,9 +69,16 @@ int tdm_group_spawn(tdm_group *g, tdm_fn fn, void *arg)
 	return tdm__group_add(g, fn, NULL, arg);
 }
 
+/* The group's result, once every task finished (the caller's decrement of pending acquired
+ * theirs). Relaxed: that decrement orders the tasks' writes of result before this load. */
+static int result_of(struct tdm__group *g)
+{
+	return atomic_load_explicit(&g->result, memory_order_relaxed);
+}
+
 static void finish(struct tdm__group *g)
 {
-	int result = atomic_load_explicit(&g->cancelled, memory_order_relaxed) ? -ECANCELED : 0;
+	int result = result_of(g);
 	/* Acq_rel: acquire the waiter's record (its CAS is release); release everything the
 	 * group's tasks did to the waiter's acquire load of DONE. Last access to g. */
 	uintptr_t w = atomic_exchange_explicit(&g->waiter, TDM__GROUP_DONE, memory_order_acq_rel);
@@ -83,10 +97,18 @@ static void finish(struct tdm__group *g)
 	pthread_mutex_unlock(&bw->lock);
 }
 
-void tdm__group_task_done(struct tdm__group *g, bool cancelled)
+void tdm__group_task_done(struct tdm__group *g, int result)
 {
-	if (cancelled)
-		atomic_store_explicit(&g->cancelled, 1, memory_order_relaxed);
+	/* Relaxed, both: the decrement below (release) carries the value to whoever reads it after
+	 * the last decrement. One modification order: a -ECANCELED stored after a task's value
+	 * replaces it, a task's value after -ECANCELED (or after any other) finds the CAS fail. */
+	if (result == -ECANCELED) {
+		atomic_store_explicit(&g->result, -ECANCELED, memory_order_relaxed);
+	} else if (result != 0) {
+		int32_t none = 0;
+		atomic_compare_exchange_strong_explicit(&g->result, &none, result,
+		                                        memory_order_relaxed, memory_order_relaxed);
+	}
 	/* Acq_rel: the last decrement acquires every earlier task's release, then finish()
 	 * passes it all on to the waiter. */
 	if (atomic_fetch_sub_explicit(&g->pending, 1, memory_order_acq_rel) == 1)
@@ -139,6 +161,10 @@ int tdm_await_group(tdm_task *pub, tdm_group *g)
 			t->result = -EINVAL;
 		return -EINVAL;
 	}
+	/* A group of another executor is refused, as every handle of another executor is, before
+	 * anything of g changes: its owner can still wait on it. */
+	if (ig->ex != tdm__task_executor(t))
+		return t->result = -EINVAL;
 	/* Claim the waiter slot before the owner's reference is dropped: of two tasks awaiting g
 	 * at once, the second finds it taken. (A check alone let both drop a reference: one went
 	 * on before the group's tasks finished, the other was never woken.) Relaxed: the slot
@@ -156,9 +182,7 @@ int tdm_await_group(tdm_task *pub, tdm_group *g)
 		 * does, so that a second await is -EBUSY rather than a wait for a finisher that
 		 * never comes. Relaxed: only this owner reads it from here on. */
 		atomic_store_explicit(&ig->waiter, TDM__GROUP_DONE, memory_order_relaxed);
-		return t->result = atomic_load_explicit(&ig->cancelled, memory_order_relaxed)
-		                       ? -ECANCELED
-		                       : 0;
+		return t->result = result_of(ig);
 	}
 	tdm__task_suspend(t);
 	uintptr_t expected = TDM__WAITER_CLAIMED;
@@ -168,8 +192,7 @@ int tdm_await_group(tdm_task *pub, tdm_group *g)
 	                                            (uintptr_t)t | TDM__WAITER_TASK,
 	                                            memory_order_acq_rel, memory_order_acquire))
 		return TDM_SUSPENDED;
-	tdm__task_wake(t,
-	               atomic_load_explicit(&ig->cancelled, memory_order_relaxed) ? -ECANCELED : 0);
+	tdm__task_wake(t, result_of(ig));
 	return TDM_SUSPENDED;
 }
 
@@ -187,10 +210,10 @@ int tdm_group_wait(tdm_group *g)
 		else
 			wait_blocking(ig);
 	}
-	int rc = atomic_load_explicit(&ig->cancelled, memory_order_relaxed) ? -ECANCELED : 0;
+	int rc = result_of(ig);
 	/* Ready for reuse: no task refers to the group any more. */
 	atomic_store_explicit(&ig->pending, 1, memory_order_relaxed);
 	atomic_store_explicit(&ig->waiter, 0, memory_order_relaxed);
-	atomic_store_explicit(&ig->cancelled, 0, memory_order_relaxed);
+	atomic_store_explicit(&ig->result, 0, memory_order_relaxed);
 	return rc;
 }

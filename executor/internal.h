@@ -118,7 +118,9 @@ struct tdm__group {
 	_Atomic int64_t pending;
 	/* NULL, a blocked waiter's record, or TDM__GROUP_DONE once the count reached zero. */
 	_Atomic(uintptr_t) waiter;
-	_Atomic uint32_t cancelled;
+	/* What the wait returns: 0, -ECANCELED once a task was cancelled, else the first nonzero
+	 * value a task finished with (group.c). */
+	_Atomic int32_t result;
 	uint32_t magic;
 };
 
@@ -127,7 +129,8 @@ struct tdm__group {
 /* An awaiting task took the slot and has not published itself yet (tdm_await_group). */
 #define TDM__WAITER_CLAIMED ((uintptr_t)3)
 
-void tdm__group_task_done(struct tdm__group *g, bool cancelled);
+/* A task of g finished with result: -ECANCELED when shutdown cancelled it, 0 for a plain task. */
+void tdm__group_task_done(struct tdm__group *g, int result);
 
 /* ---- workers ---- */
 
@@ -239,6 +242,7 @@ void tdm__gate_drain(struct tdm__gate *g);
 struct tdm_executor {
 	struct tdm__worker *workers;
 	unsigned nworkers;
+	uint32_t id; /* serial number, never 0: what a notification knows of its executor */
 	unsigned max_searching;
 	tdm_config cfg;
 	char name_prefix[16];

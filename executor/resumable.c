@@ -44,6 +44,7 @@ struct notify {
 	/* 0, the awaiting task, or NOTIFY_FIRED. */
 	_Atomic(uintptr_t) state;
 	uint32_t magic;
+	uint32_t ex_id; /* the executor's id: only its tasks may await the notification */
 };
 
 _Static_assert(sizeof(struct notify) <= sizeof(tdm_notify), "tdm_notify holds a notify");
@@ -63,6 +64,7 @@ int tdm_notify_init(tdm_notify *n, tdm_executor *ex)
 	/* Relaxed: the caller hands the notification to other threads after this returns. */
 	atomic_store_explicit(&in->state, 0, memory_order_relaxed);
 	in->magic = NOTIFY_MAGIC;
+	in->ex_id = ex->id;
 	return 0;
 }
 
@@ -172,12 +174,16 @@ int tdm_await_notify(tdm_task *pub, tdm_notify *n)
 			t->result = -EINVAL;
 		return -EINVAL;
 	}
+	struct tdm_executor *ex = tdm__task_executor(t);
+	/* Of another executor: its destroy would not find this task among its waiters, and this
+	 * executor's would reset a notification it does not own. */
+	if (in->ex_id != ex->id)
+		return t->result = -EINVAL;
 	uintptr_t cur = atomic_load_explicit(&in->state, memory_order_acquire);
 	if (cur == NOTIFY_FIRED)
 		return t->result = 0; /* acquire above pairs with the fire's exchange */
 	if (cur != 0)
 		return t->result = -EBUSY;
-	struct tdm_executor *ex = tdm__task_executor(t);
 	pthread_mutex_lock(&waiters_lock);
 	/* A destroy in TDM_SHUTDOWN_CANCEL took the waiters off (tdm__notify_close): one
 	 * suspending now would wait for ever. */

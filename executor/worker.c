@@ -8,6 +8,7 @@
  * before its own deque, so a worker busy with a long chain of local spawns still takes in
  * woken and submitted tasks.
  */
+#include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
 
@@ -182,9 +183,12 @@ void tdm__run_task(struct tdm__worker *w, struct tdm__task *t)
 			return; /* parked: its waker owns it now */
 	}
 	struct tdm__group *g = t->group;
+	/* What the group is handed: a resumable task's return value (resume() stored it), 0 for a
+	 * plain one (its result is never written after the allocation cleared it). */
+	int result = cancelled ? -ECANCELED : t->result;
 	tdm__task_free(ex, w, t);
 	if (g != NULL)
-		tdm__group_task_done(g, cancelled);
+		tdm__group_task_done(g, result);
 }
 
 int tdm__enqueue(struct tdm_executor *ex, struct tdm__task *t)

@@ -88,9 +88,15 @@ int tdm_executor_create(tdm_executor **out, const tdm_config *cfg);
 
 /*
  * Finishes or cancels every task (see tdm_shutdown_mode), joins every thread and frees
- * everything. Must not be called from one of the executor's own workers (-EDEADLK), nor while
- * other threads still call into the executor. Submissions from outside threads after the call
- * began get -ESHUTDOWN; tasks spawned by running tasks are still accepted and run or cancelled.
+ * everything. Must not be called from one of the executor's own workers (-EDEADLK). Tasks
+ * spawned by running tasks are still accepted and run or cancelled. Other threads may go on
+ * submitting (tdm_submit, tdm_group_spawn, tdm_spawn) while it runs: once it began they get
+ * -ESHUTDOWN, and it frees ex only after every submission that entered ex has returned. It
+ * cannot wait for a submission it never saw: none may begin once the destroy may have returned,
+ * so a thread that submits while a destroy runs must be done with its last submission before
+ * something the destroy waits for is over (a task of ex still running, a notification awaited
+ * in TDM_SHUTDOWN_DRAIN). Other calls into ex from other threads must be over before the
+ * destroy begins.
  * -EINVAL: ex is NULL.
  */
 int tdm_executor_destroy(tdm_executor *ex);
@@ -119,8 +125,8 @@ typedef struct tdm_group {
 } tdm_group;
 
 /* Makes g on fresh memory (nothing of *g is read). After tdm_group_wait returns, g is reused as
- * it is; after tdm_await_group, initialise it again. Initialising it while tasks spawned into it
- * run, or a task awaits it, loses them.  -EINVAL: g or ex is NULL. */
+ * it is, its result 0 again; after tdm_await_group, initialise it again. Initialising it while
+ * tasks spawned into it run, or a task awaits it, loses them.  -EINVAL: g or ex is NULL. */
 int tdm_group_init(tdm_group *g, tdm_executor *ex);
 
 /* Like tdm_submit(), counted in g. Same errors; -EINVAL also when g is NULL or not
@@ -130,8 +136,11 @@ int tdm_group_spawn(tdm_group *g, tdm_fn fn, void *arg);
 /*
  * Returns once every task spawned into g has finished. On a worker of g's executor the wait runs
  * other tasks meanwhile and never blocks the thread; on any other thread it blocks.
- * 0: all ran.  -ECANCELED: at least one was cancelled by shutdown.  -EINVAL: g is NULL or not
- * initialised.
+ * The group's result: -ECANCELED when at least one task was cancelled by shutdown (or returned
+ * -ECANCELED itself), whatever the others returned; else the first nonzero value, in the order
+ * the tasks finished, that a resumable task of g returned (tdm_spawn into g: tasks return 0 or
+ * a negative errno by convention, and any other value is passed on as it is); else 0. Plain
+ * tasks (tdm_group_spawn) count as 0.  -EINVAL: g is NULL or not initialised.
  */
 int tdm_group_wait(tdm_group *g);
 
@@ -156,8 +165,9 @@ int tdm_group_wait(tdm_group *g);
  * appear inside a `switch` of the task's own, and each TDM_AWAIT must be on its own line.
  *
  * The function returns TDM_PENDING only through TDM_AWAIT; any other value finishes the task and
- * becomes its result (0 or a negative errno). A task resumes on the worker that suspended it
- * unless an idle worker steals it first.
+ * is its result (0 or a negative errno), which a task spawned into a group hands to the group
+ * (tdm_group_wait, tdm_await_group). A task resumes on the worker that suspended it unless an
+ * idle worker steals it first.
  */
 typedef struct tdm_task tdm_task;
 typedef int (*tdm_resume_fn)(tdm_task *t, void *arg);
@@ -192,14 +202,15 @@ unsigned *tdm__task_pc(tdm_task *t);
 /*
  * Starts a resumable task: fn(t, arg) runs on a worker and again after each await until it
  * returns something other than TDM_PENDING. g may be NULL; else the task counts in g until it
- * finishes, and the group's wait or await sees it. Errors as tdm_submit(); -EINVAL also when g
- * is not a group initialised on ex (one of another executor, or one not initialised).
+ * finishes, and what it returned goes into the group's result (tdm_group_wait). Errors as
+ * tdm_submit(); -EINVAL also when g is not a group initialised on ex (one of another executor,
+ * or one not initialised).
  */
 int tdm_spawn(tdm_executor *ex, tdm_resume_fn fn, void *arg, tdm_group *g);
 
 /*
  * The outcome of the task's last await: 0, or the negative errno it resumed with (-EIO for a
- * failed GPU operation, -ECANCELED for cancelled tasks of an awaited group or a shutdown,
+ * failed GPU operation, -ECANCELED for a shutdown; after tdm_await_group, the group's result;
  * -ETIMEDOUT is never an error for deadlines: they resume with 0). An await call that fails at
  * once (a tdm_await_* here or in tandem_gpu.h that returns a negative errno) sets it to that
  * errno. -EINVAL: t is NULL.
@@ -210,12 +221,13 @@ int tdm_task_result(const tdm_task *t);
 tdm_executor *tdm_task_executor(const tdm_task *t);
 
 /*
- * Awaits a task group: resumes t once every task spawned into g finished (result 0, or
- * -ECANCELED if some were cancelled). Returns TDM_SUSPENDED, or, when that already holds, the
- * result at once (the task continues without suspending). Afterwards the group must be
- * re-initialised before it is used again. -EINVAL: t is NULL or not the task running on the
- * calling thread, or g is NULL or not initialised.  -EBUSY: another task already awaits g (or
- * awaited it, and g was not re-initialised since).
+ * Awaits a task group: resumes t once every task spawned into g finished, with the group's
+ * result (as tdm_group_wait returns it) as tdm_task_result. Returns TDM_SUSPENDED, or, when that
+ * already holds, the result at once (the task continues without suspending). Afterwards the
+ * group must be re-initialised before it is used again. -EINVAL: t is NULL or not the task
+ * running on the calling thread, or g is NULL, not initialised, or of another executor than
+ * t's (g is left as it was).  -EBUSY: another task already awaits g (or awaited it, and g was
+ * not re-initialised since).
  */
 int tdm_await_group(tdm_task *t, tdm_group *g);
 
@@ -227,8 +239,9 @@ typedef struct tdm_notify {
 	uint64_t tdm__opaque[2];
 } tdm_notify;
 
-/* Makes n on fresh memory (nothing of *n is read). To use it again, tdm_notify_reset: initialising
- * a notification that a task awaits would lose that task.  -EINVAL: n or ex is NULL. */
+/* Makes n on fresh memory (nothing of *n is read), for tasks of ex to await (any thread may fire
+ * it). To use it again, tdm_notify_reset: initialising a notification that a task awaits would
+ * lose that task.  -EINVAL: n or ex is NULL. */
 int tdm_notify_init(tdm_notify *n, tdm_executor *ex);
 /* Unfired again, for reuse.  -EINVAL: n is NULL or not initialised.  -EBUSY: a task awaits n
  * (not fired yet): starting it over would lose that task. */
@@ -236,7 +249,8 @@ int tdm_notify_reset(tdm_notify *n);
 /* Fires n, resuming its awaiting task if there is one. -EINVAL: n is NULL or not initialised. */
 int tdm_notify_fire(tdm_notify *n);
 /* TDM_SUSPENDED, or 0 at once when n has fired. -EINVAL: t is NULL or not the task running on
- * the calling thread, or n is NULL or not initialised.  -EBUSY: another task already awaits n.
+ * the calling thread, or n is NULL, not initialised, or initialised on another executor than
+ * t's.  -EBUSY: another task already awaits n.
  * -ECANCELED: n is unfired and the executor's destroy began in TDM_SHUTDOWN_CANCEL (a task
  * suspended on n then is reported to on_cancel instead of resumed). In TDM_SHUTDOWN_DRAIN
  * the destroy waits for every awaited notification to be fired. */

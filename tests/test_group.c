@@ -269,3 +269,121 @@ Test(group, group_can_be_reused_after_a_wait, .timeout = 30)
 	}
 	tdm_test_destroy(ex);
 }
+
+/* ---- what the group's tasks return ------------------------------------------------------- */
+
+/* A resumable task that returns its value; `running` is set once it has started. */
+struct ret {
+	int value;
+	atomic_int running;
+};
+
+static int ret_task(tdm_task *t, void *arg)
+{
+	(void)t;
+	struct ret *r = arg;
+	atomic_store_explicit(&r->running, 1, memory_order_release);
+	return r->value;
+}
+
+/* Spawns r into g and returns once it has finished, its count in g included: ex has one
+ * worker, so the group that tdm_test_assert_usable waits for runs after it. */
+static void spawn_and_finish(tdm_executor *ex, tdm_group *g, struct ret *r)
+{
+	atomic_store(&r->running, 0);
+	cr_assert_eq(tdm_spawn(ex, ret_task, r, g), 0);
+	while (!atomic_load_explicit(&r->running, memory_order_acquire))
+		sched_yield();
+	tdm_test_assert_usable(ex);
+}
+
+/*
+ * The wait returns the first nonzero value a resumable task of the group returned, in the order
+ * they finished, not the smallest nor the last; plain tasks and tasks that return 0 leave it be;
+ * the next use of the group starts from 0 again. The value used to go nowhere (the wait said 0).
+ */
+Test(group, wait_returns_the_first_nonzero_value_its_tasks_returned, .timeout = 30)
+{
+	tdm_executor *ex = tdm_test_create(1);
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	const int orders[2][2] = {{-EIO, -ENOMEM}, {-ENOMEM, -EIO}};
+	for (int k = 0; k < 2; k++) {
+		struct ret zero = {.value = 0}, a = {.value = orders[k][0]},
+		           b = {.value = orders[k][1]};
+		atomic_int ran = 0;
+		spawn_and_finish(ex, &g, &zero);
+		cr_assert_eq(tdm_group_spawn(&g, tdm_test_set_flag, &ran), 0);
+		spawn_and_finish(ex, &g, &a);
+		spawn_and_finish(ex, &g, &zero);
+		spawn_and_finish(ex, &g, &b);
+		int rc = tdm_group_wait(&g);
+		cr_assert_eq(rc, orders[k][0], "order %d: the wait returned %d (%s)", k, rc,
+		             tdm_strerror(rc));
+		cr_assert_eq(atomic_load(&ran), 1);
+		/* Reused: nothing returned nonzero this time. */
+		spawn_and_finish(ex, &g, &zero);
+		cr_assert_eq(tdm_group_wait(&g), 0, "order %d: the group kept the last value", k);
+	}
+	/* A positive value is passed on as it is. */
+	struct ret positive = {.value = 7};
+	spawn_and_finish(ex, &g, &positive);
+	cr_assert_eq(tdm_group_wait(&g), 7);
+	tdm_test_destroy(ex);
+}
+
+/* A task cancelled by shutdown makes the wait say -ECANCELED, even when another task of the
+ * group returned an error before. */
+struct cancel_wait {
+	tdm_group *g;
+	int rc;
+};
+
+static void *wait_thread(void *arg)
+{
+	struct cancel_wait *c = arg;
+	c->rc = tdm_group_wait(c->g);
+	return NULL;
+}
+
+static int await_forever(tdm_task *t, void *arg)
+{
+	TDM_BEGIN(t);
+	TDM_AWAIT(t, tdm_await_notify(t, (tdm_notify *)arg));
+	TDM_END(t);
+}
+
+static atomic_int cw_cancelled;
+
+static void cw_on_cancel(void *user, tdm_fn fn, void *arg)
+{
+	(void)user;
+	(void)fn;
+	(void)arg;
+	atomic_fetch_add(&cw_cancelled, 1);
+}
+
+Test(group, a_cancelled_task_takes_precedence_over_a_returned_error, .timeout = 30)
+{
+	tdm_config cfg;
+	tdm_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.shutdown = TDM_SHUTDOWN_CANCEL;
+	cfg.on_cancel = cw_on_cancel;
+	tdm_executor *ex = tdm_test_create_cfg(&cfg);
+	tdm_group g;
+	tdm_notify never;
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	cr_assert_eq(tdm_notify_init(&never, ex), 0);
+	struct ret failed = {.value = -EIO};
+	spawn_and_finish(ex, &g, &failed);
+	/* Never fired: the destroy cancels it. */
+	cr_assert_eq(tdm_spawn(ex, await_forever, &never, &g), 0);
+	struct cancel_wait c = {.g = &g, .rc = 12345};
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, wait_thread, &c), 0);
+	tdm_test_destroy(ex);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(atomic_load(&cw_cancelled), 1);
+	cr_assert_eq(c.rc, -ECANCELED, "the wait returned %d (%s)", c.rc, tdm_strerror(c.rc));
+}

@@ -804,3 +804,174 @@ Test(resumable, awaiting_a_group_over_at_once_twice_returns_ebusy, .timeout = 30
 	tdm_test_assert_usable(ex);
 	cr_assert_eq(tdm_executor_destroy(ex), 0);
 }
+
+/* ---- handles of another executor ---- */
+
+struct foreign {
+	tdm_group *idle, *busy;
+	tdm_notify *fired, *unfired;
+	int rc[4], res[4];
+	/* The await of the busy group, of the unfired notification, returned. */
+	atomic_int busy_returned, unfired_returned;
+};
+
+static int await_busy_and_flag(tdm_task *t, struct foreign *f)
+{
+	int rc = tdm_await_group(t, f->busy);
+	atomic_store_explicit(&f->busy_returned, 1, memory_order_release);
+	return rc;
+}
+
+static int await_unfired_and_flag(tdm_task *t, struct foreign *f)
+{
+	int rc = tdm_await_notify(t, f->unfired);
+	atomic_store_explicit(&f->unfired_returned, 1, memory_order_release);
+	return rc;
+}
+
+/* Each await names a handle of another executor: -EINVAL at once, which is also the result. */
+static int foreign_task(tdm_task *t, void *arg)
+{
+	struct foreign *f = arg;
+	TDM_BEGIN(t);
+	TDM_AWAIT(t, f->rc[0] = tdm_await_group(t, f->idle));
+	f->res[0] = tdm_task_result(t);
+	TDM_AWAIT(t, f->rc[1] = await_busy_and_flag(t, f));
+	f->res[1] = tdm_task_result(t);
+	TDM_AWAIT(t, f->rc[2] = tdm_await_notify(t, f->fired));
+	f->res[2] = tdm_task_result(t);
+	TDM_AWAIT(t, f->rc[3] = await_unfired_and_flag(t, f));
+	f->res[3] = tdm_task_result(t);
+	TDM_END(t);
+}
+
+/*
+ * A task of one executor awaits groups and notifications of another: each await is refused with
+ * -EINVAL at once, and leaves the handle to its own executor, where it still works. The await of
+ * such a group used to return 0 when the group was over, and never to return when it was busy;
+ * the await of such a notification was accepted.
+ */
+Test(resumable, awaiting_a_group_or_notify_of_another_executor_returns_einval, .timeout = 30)
+{
+	tdm_executor *ex = make(1, TDM_SHUTDOWN_DRAIN, NULL);
+	tdm_executor *other = make(1, TDM_SHUTDOWN_DRAIN, NULL);
+	tdm_notify gate, fired, unfired;
+	cr_assert_eq(tdm_notify_init(&gate, other), 0);
+	cr_assert_eq(tdm_notify_init(&fired, other), 0);
+	cr_assert_eq(tdm_notify_fire(&fired), 0);
+	cr_assert_eq(tdm_notify_init(&unfired, other), 0);
+	tdm_group idle, busy;
+	cr_assert_eq(tdm_group_init(&idle, other), 0);
+	cr_assert_eq(tdm_group_init(&busy, other), 0);
+	cr_assert_eq(tdm_spawn(other, gated_child, &gate, &busy), 0); /* busy until the gate */
+	struct foreign f = {.idle = &idle, .busy = &busy, .fired = &fired, .unfired = &unfired};
+	tdm_group h;
+	cr_assert_eq(tdm_group_init(&h, ex), 0);
+	cr_assert_eq(tdm_spawn(ex, foreign_task, &f, &h), 0);
+	/* Each await that could suspend returned: let its group finish, fire its notification, so
+	 * that an await wrongly accepted resumes and the test says so. */
+	while (!atomic_load_explicit(&f.busy_returned, memory_order_acquire))
+		sched_yield();
+	cr_assert_eq(tdm_notify_fire(&gate), 0);
+	while (!atomic_load_explicit(&f.unfired_returned, memory_order_acquire))
+		sched_yield();
+	cr_assert_eq(tdm_notify_fire(&unfired), 0);
+	cr_assert_eq(tdm_group_wait(&h), 0);
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(f.rc[i], -EINVAL, "await %d returned %d", i, f.rc[i]);
+		cr_assert_eq(f.res[i], -EINVAL, "await %d left the result %d", i, f.res[i]);
+	}
+	/* The handles are still their executor's: its task awaits the notification, its owner
+	 * waits for the groups. */
+	cr_assert_eq(tdm_notify_reset(&unfired), 0);
+	struct waiter w = {.n = &unfired};
+	tdm_group hw;
+	cr_assert_eq(tdm_group_init(&hw, other), 0);
+	cr_assert_eq(tdm_spawn(other, wait_task, &w, &hw), 0);
+	while (!__atomic_load_n(&w.registered, __ATOMIC_ACQUIRE))
+		sched_yield();
+	cr_assert_eq(tdm_notify_fire(&unfired), 0);
+	cr_assert_eq(tdm_group_wait(&hw), 0);
+	cr_assert_eq(w.first_rc, TDM_SUSPENDED);
+	cr_assert_eq(w.result, 0);
+	cr_assert_eq(tdm_group_wait(&busy), 0);
+	cr_assert_eq(tdm_group_wait(&idle), 0);
+	tdm_test_assert_usable(ex);
+	tdm_test_assert_usable(other);
+	cr_assert_eq(tdm_executor_destroy(other), 0);
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
+
+/* ---- a group's result, awaited ---- */
+
+/* Returns its value: once the gate fires, or at once when it has none. */
+struct returner {
+	tdm_notify *gate;
+	int value;
+	atomic_int running; /* set when it has started: it finishes on the one worker */
+};
+
+static int returner_task(tdm_task *t, void *arg)
+{
+	struct returner *r = arg;
+	TDM_BEGIN(t);
+	atomic_store_explicit(&r->running, 1, memory_order_release);
+	if (r->gate != NULL) {
+		TDM_AWAIT(t, tdm_await_notify(t, r->gate));
+	}
+	return r->value;
+	TDM_END(t);
+}
+
+/* With one worker: once a task of ex has started, a task submitted after it runs after it has
+ * finished, its group's count included. */
+static void after_the_running_task(tdm_executor *ex, atomic_int *running)
+{
+	while (!atomic_load_explicit(running, memory_order_acquire))
+		sched_yield();
+	tdm_test_assert_usable(ex);
+}
+
+/*
+ * The await of a group reports what the group's tasks returned (the first nonzero value), both
+ * when it suspends and when the group is over already; a task's return value went nowhere.
+ */
+Test(resumable, await_group_reports_the_first_nonzero_value_its_tasks_returned, .timeout = 30)
+{
+	tdm_executor *ex = make(1, TDM_SHUTDOWN_DRAIN, NULL);
+	tdm_notify gate;
+	cr_assert_eq(tdm_notify_init(&gate, ex), 0);
+
+	/* Suspends: the child returns -EIO after the await began. */
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	struct returner late = {.gate = &gate, .value = -EIO};
+	cr_assert_eq(tdm_spawn(ex, returner_task, &late, &g), 0);
+	struct group_awaiter a = {.g = &g};
+	tdm_group ha;
+	cr_assert_eq(tdm_group_init(&ha, ex), 0);
+	cr_assert_eq(tdm_spawn(ex, group_awaiter_task, &a, &ha), 0);
+	while (!__atomic_load_n(&a.registered, __ATOMIC_ACQUIRE))
+		sched_yield();
+	cr_assert_eq(tdm_notify_fire(&gate), 0);
+	cr_assert_eq(tdm_group_wait(&ha), 0);
+	cr_assert_eq(a.first, TDM_SUSPENDED);
+	cr_assert_eq(a.result, -EIO, "resumed with %d", a.result);
+
+	/* Over already: -ENOMEM first, then 0 and -EIO; the await returns it at once. */
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	struct returner first = {.value = -ENOMEM}, zero = {.value = 0}, second = {.value = -EIO};
+	cr_assert_eq(tdm_spawn(ex, returner_task, &first, &g), 0);
+	after_the_running_task(ex, &first.running);
+	cr_assert_eq(tdm_spawn(ex, returner_task, &zero, &g), 0);
+	after_the_running_task(ex, &zero.running);
+	cr_assert_eq(tdm_spawn(ex, returner_task, &second, &g), 0);
+	after_the_running_task(ex, &second.running);
+	struct group_awaiter b = {.g = &g};
+	cr_assert_eq(tdm_group_init(&ha, ex), 0);
+	cr_assert_eq(tdm_spawn(ex, group_awaiter_task, &b, &ha), 0);
+	cr_assert_eq(tdm_group_wait(&ha), 0);
+	cr_assert_eq(b.first, -ENOMEM, "over already: the result at once, not %d", b.first);
+	cr_assert_eq(b.result, -ENOMEM);
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}

@@ -358,6 +358,82 @@ Test(shutdown, destroy_waits_for_an_outside_submission_in_flight, .timeout = 30)
 	             "accepted (%d), so it must run in drain mode", f.rc);
 }
 
+/*
+ * Outside threads submit in a loop while the test thread destroys the executor, each until its
+ * first refusal. A task running when the destroy begins keeps it from finishing until every
+ * submitter was refused, so each refusal is over before the free; the destroy must order the
+ * refusals' accesses (its gate, its shutdown flag) before that free itself. The submitters tell
+ * the task with a relaxed counter on purpose: an acquire there would give ThreadSanitizer the
+ * order that the destroy has to provide. (ThreadSanitizer reported the refusals against the
+ * free until the destroy waited for every caller inside its gate before freeing.)
+ */
+enum { RACE_SUBMITTERS = 3 };
+
+static struct {
+	tdm_executor *ex;
+	atomic_int started;
+	atomic_int refused; /* relaxed only: see above */
+	atomic_size_t accepted;
+	int rc[RACE_SUBMITTERS];
+} race;
+
+static void race_blocker(void *arg)
+{
+	(void)arg;
+	atomic_store_explicit(&race.started, 1, memory_order_release);
+	while (atomic_load_explicit(&race.refused, memory_order_relaxed) < RACE_SUBMITTERS)
+		sched_yield();
+}
+
+static void *race_submitter(void *arg)
+{
+	int *rc = arg;
+	/* A pause between submissions: most refusals come after the destroy's first look at its
+	 * gate, which would otherwise have ordered them by chance. */
+	while ((*rc = tdm_submit(race.ex, probe_task, NULL)) == 0) {
+		atomic_fetch_add(&race.accepted, 1);
+		tdm_test_sleep_us(20);
+	}
+	atomic_fetch_add_explicit(&race.refused, 1, memory_order_relaxed);
+	return NULL;
+}
+
+Test(shutdown, outside_submissions_racing_the_destroy_touch_no_freed_memory, .timeout = 60)
+{
+	size_t rounds = tdm_test_size(60, 12);
+	for (size_t round = 0; round < rounds; round++) {
+		tdm_shutdown_mode mode = round % 2 ? TDM_SHUTDOWN_CANCEL : TDM_SHUTDOWN_DRAIN;
+		race.ex = create_executor(1, mode);
+		atomic_store(&race.started, 0);
+		atomic_store(&race.refused, 0);
+		atomic_store(&race.accepted, 0);
+		atomic_store(&sd.probes_ran, 0);
+		atomic_store(&sd.probes_cancelled, 0);
+		cr_assert_eq(tdm_submit(race.ex, race_blocker, NULL), 0);
+		while (!atomic_load_explicit(&race.started, memory_order_acquire))
+			sched_yield();
+		pthread_t th[RACE_SUBMITTERS];
+		for (int i = 0; i < RACE_SUBMITTERS; i++) {
+			race.rc[i] = 12345;
+			cr_assert_eq(pthread_create(&th[i], NULL, race_submitter, &race.rc[i]), 0);
+		}
+		while (atomic_load(&race.accepted) < RACE_SUBMITTERS)
+			sched_yield();
+		tdm_test_destroy(race.ex);
+		for (int i = 0; i < RACE_SUBMITTERS; i++) {
+			cr_assert_eq(pthread_join(th[i], NULL), 0);
+			cr_assert_eq(race.rc[i], -ESHUTDOWN, "round %zu: submitter %d got %d (%s)",
+			             round, i, race.rc[i], tdm_strerror(race.rc[i]));
+		}
+		size_t done = atomic_load(&sd.probes_ran) + atomic_load(&sd.probes_cancelled);
+		cr_assert_eq(done, atomic_load(&race.accepted),
+		             "round %zu: %zu submissions accepted, %zu run or cancelled", round,
+		             atomic_load(&race.accepted), done);
+		if (mode == TDM_SHUTDOWN_DRAIN)
+			cr_assert_eq(atomic_load(&sd.probes_cancelled), 0);
+	}
+}
+
 /* During the shutdown, the blocker spawns K children: with tdm_submit, then into a group. */
 enum { K = 200 };
 static tdm_executor *during_ex;
