@@ -14,7 +14,7 @@ FORMAT_FILES = $(shell find $(wildcard include executor gpu tests perf examples 
 	\( -name '*.[ch]' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' \) | sort)
 LINT_DIRS    = $(wildcard include executor gpu examples)
 CPPCHECK_FLAGS = --error-exitcode=1 --enable=warning,performance,portability --inline-suppr \
-	--std=c11 -q --suppress=missingIncludeSystem -I include -I executor -I gpu
+	--std=c11 -q --suppress=missingIncludeSystem -I include -I . -I executor -I gpu
 VALGRIND_FLAGS = --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect
 stage = @printf '\n==== %s ====\n' "$(1)"
 

@@ -19,7 +19,7 @@
 #include <ck_ec.h>
 
 #include "../executor/internal.h"
-#include "backend.h"
+#include "backend/backend.h"
 #include "tandem_gpu.h"
 
 #define TDM__PRIO_CLASSES 2 /* normal, high */
@@ -184,9 +184,16 @@ static inline void tdm__sleep_ns(uint64_t ns)
 void *tdm__poller_main(void *arg);
 /* Hands a suspended task's await to the poller. */
 void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t);
-/* gpu.c: an operation's -EIO (rc) may come from a dead device; if the stream says -EIO too, the
+/* work.c: an operation's -EIO (rc) may come from a dead device; if the stream says -EIO too, the
  * device is marked failed (leases and awaits on it fail at once from here on). True then. */
 bool tdm__fail_if_dead(struct tdm_stream *s, int rc);
+
+/* The result of an enqueue on s, after tdm__fail_if_dead had its look at it. */
+static inline int tdm__enqueued(struct tdm_stream *s, int rc)
+{
+	tdm__fail_if_dead(s, rc);
+	return rc;
+}
 /*
  * poller.c: how long after `now` the poller looks again at a stream whose oldest await, on an
  * event, has waited since moved_ns (past stall_us). typical_ns: how long the stream's awaits
@@ -207,7 +214,7 @@ int tdm__pinned_owns(struct tdm_gpu *gpu, const void *p);
 int tdm__is_pinned(struct tdm_gpu *gpu, const void *p);
 int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind);
 
-/* topology.c: the devices' facts and decisions, from the backend (cuda: live discovery; sim:
+/* topology/layer.c: the devices' facts and decisions, from the backend (cuda: live discovery; sim:
  * its device_info; none: empty), planned with gpu->cfg's overrides and the executor's worker
  * count (the stream set). Call once the backend is
  * open and gpu->ndev set, before the config's defaults are filled in (a nonzero launch_limit or
@@ -216,12 +223,22 @@ struct tdm__topology;
 int tdm__topology_for_backend(struct tdm_gpu *gpu);
 void tdm__topology_free(struct tdm__topology *t);
 
-/* gpu.c */
+/* events.c */
 int tdm__event_take(struct tdm__gdev *d, struct tdm_event **out);
-/* The streams of priority class c on d that nobody holds exclusively (those not made yet
- * among them): a snapshot, for a holder that must leave one to shared leases. */
-unsigned tdm__streams_open(const struct tdm__gdev *d, int c);
 void tdm__event_give(struct tdm_event *e);
+
+/* Whether e is back in its pool: its owner put it. Relaxed: a check of misuse (a record or an
+ * await racing the owner's own put is not caught). */
+static inline bool tdm__event_put_back(const struct tdm_event *e)
+{
+	return atomic_load_explicit(&e->pooled, memory_order_relaxed);
+}
+
+/* streams.c: the streams of priority class c on d that nobody holds exclusively (those not made
+ * yet among them): a snapshot, for a holder that must leave one to shared leases. */
+unsigned tdm__streams_open(const struct tdm__gdev *d, int c);
+
+/* layer.c */
 void tdm__device_fail(struct tdm__gdev *d);
 /* memory.c: the blocks of d's staged copies whose host functions have not run go back to the
  * pinned pool (d failed: they never will); at destroy (the streams are gone: no host function
