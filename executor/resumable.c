@@ -1,6 +1,6 @@
 /*
  * Resumable tasks (async/await in C) and the awaitables that need nothing but the executor: host
- * notifications. Task groups are awaited in group.c; GPU work and deadlines in gpu/.
+ * notifications. Task groups are awaited in group.c; other layers await through await.h.
  */
 #include <errno.h>
 

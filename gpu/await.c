@@ -23,9 +23,7 @@ static int register_await(struct tdm_gpu *gpu)
 
 static int fail_now(struct tdm__task *t, int rc)
 {
-	if (t != NULL)
-		t->result = rc;
-	return rc;
+	return t != NULL ? tdm__task_fail(t, rc) : rc;
 }
 
 /*
@@ -40,10 +38,10 @@ static int held_poll(struct tdm__task *t, int *rc)
 	struct tdm_gpu *gpu = s->dev->gpu;
 	/* Acquire: pairs with the device's write (the backend's store in sim); the work before
 	 * the write is complete. */
-	if (__atomic_load_n(s->word, __ATOMIC_ACQUIRE) < t->await_seq)
+	if (__atomic_load_n(s->word, __ATOMIC_ACQUIRE) < TDM__AW(t)->seq)
 		return 0;
 	const struct tdm__backend_ops *ops = gpu->ops;
-	*rc = ops->word_status != NULL ? ops->word_status(gpu->b, s->bs, t->await_seq) : 0;
+	*rc = ops->word_status != NULL ? ops->word_status(gpu->b, s->bs, TDM__AW(t)->seq) : 0;
 	tdm__fail_if_dead(s, *rc); /* then the poller fails the device's other awaits */
 	atomic_fetch_add_explicit(&gpu->n_direct, 1, memory_order_relaxed);
 	/* The last access to gpu. Release: pairs with the poller's seq_cst load of active before
@@ -119,12 +117,12 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *s)
 			s->seq = seq;
 		pthread_mutex_unlock(&s->wlock);
 		if (word) {
-			t->await_obj = s;
-			t->await_seq = seq;
+			TDM__AW(t)->obj = s;
+			TDM__AW(t)->seq = seq;
 		} else {
 			e->seq = seq;
-			t->await_obj = (void *)((uintptr_t)s | TDM__AW_STREAM_EVENT);
-			t->await_seq = (uint64_t)(uintptr_t)e;
+			TDM__AW(t)->obj = (void *)((uintptr_t)s | TDM__AW_STREAM_EVENT);
+			TDM__AW(t)->seq = (uint64_t)(uintptr_t)e;
 		}
 	}
 	if (rc != 0) {
@@ -161,7 +159,7 @@ int tdm_await_event(tdm_task *pub, tdm_event *e)
 		atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_release);
 		return fail_now(t, q);
 	}
-	t->await_obj = (void *)((uintptr_t)e | TDM__AW_EVENT);
+	TDM__AW(t)->obj = (void *)((uintptr_t)e | TDM__AW_EVENT);
 	tdm__task_suspend(t);
 	submit_guarded(gpu, t);
 	return TDM_SUSPENDED;
@@ -179,8 +177,8 @@ int tdm_await_deadline(tdm_task *pub, tdm_gpu *gpu, uint64_t deadline_ns)
 	int rc = register_await(gpu);
 	if (rc != 0)
 		return fail_now(t, rc);
-	t->await_obj = (void *)((uintptr_t)gpu | TDM__AW_DEADLINE);
-	t->await_seq = deadline_ns;
+	TDM__AW(t)->obj = (void *)((uintptr_t)gpu | TDM__AW_DEADLINE);
+	TDM__AW(t)->seq = deadline_ns;
 	tdm__task_suspend(t);
 	submit_guarded(gpu, t);
 	return TDM_SUSPENDED;

@@ -18,8 +18,13 @@
 
 #include <ck_ec.h>
 
-#include "../executor/internal.h"
 #include "backend/backend.h"
+#include "base/clock.h"
+#include "base/cpu.h"
+#include "base/ec.h"
+#include "base/gate.h"
+#include "base/stack.h"
+#include "executor/await.h"
 #include "tandem_gpu.h"
 
 #define TDM__PRIO_CLASSES 2 /* normal, high */
@@ -129,7 +134,7 @@ struct tdm_gpu {
 	/* Registered awaits not yet completed; with `stopping` decides when the poller exits. */
 	_Alignas(TDM__CACHELINE) _Atomic int64_t active;
 	_Atomic int stopping;
-	/* tdm_stream_lease calls in flight, closed by stopping (tdm__gate, executor/internal.h). */
+	/* tdm_stream_lease calls in flight, closed by stopping (base/gate.h). */
 	struct tdm__gate leases;
 	/* Placement's rotation: written on every TDM_DEVICE_ANY lease, so kept off the line of
 	 * ops, b and devs at the top, which every launch reads. */
@@ -147,7 +152,7 @@ struct tdm_gpu {
 	uint64_t sleep_over_ns;    /* how late a back-off step wakes, a moving average */
 	unsigned stalled_events;   /* stalled streams waiting on an event, at the last sweep */
 	struct tdm__task *ev_head; /* awaits on user events, unordered */
-	struct tdm__task **heap;   /* deadline awaits, a binary min-heap on await_seq */
+	struct tdm__task **heap;   /* deadline awaits, a binary min-heap on their slots' seq */
 	unsigned nheap, capheap;
 	_Atomic uint64_t n_word, n_event; /* stream awaits taken in, by mechanism (tdm_gpu_stats) */
 	_Atomic uint64_t n_switch, n_event_poll, n_sweep, n_sleep, n_due,
@@ -161,24 +166,19 @@ struct tdm_gpu {
 	_Alignas(TDM__CACHELINE) _Atomic uint64_t n_direct;
 };
 
-/* What a task awaits, in the low bits of its await_obj (objects are 64-byte aligned). */
+/* A suspended task's await slot (executor/await.h): obj says what it awaits here, seq a number. */
+#define TDM__AW(t) tdm__await_of(t)
+
+/* What a task awaits, in the low bits of its slot's obj (objects are 64-byte aligned). */
 enum {
 	TDM__AW_STREAM_WORD = 0,
-	TDM__AW_STREAM_EVENT = 1, /* await_seq holds the pooled tdm_event *, which holds the seq */
-	TDM__AW_EVENT = 2,        /* a user's event */
+	TDM__AW_STREAM_EVENT =
+	    1,             /* the slot's seq holds the pooled tdm_event *, which holds the seq */
+	TDM__AW_EVENT = 2, /* a user's event */
 	TDM__AW_DEADLINE = 3,
 };
-#define TDM__AW_KIND(t) ((unsigned)((uintptr_t)(t)->await_obj & 3u))
-#define TDM__AW_PTR(t) ((void *)((uintptr_t)(t)->await_obj & ~(uintptr_t)3u))
-
-/* Sleeps ns nanoseconds, through signals. */
-static inline void tdm__sleep_ns(uint64_t ns)
-{
-	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
-	                      .tv_nsec = (long)(ns % 1000000000ull)};
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-	}
-}
+#define TDM__AW_KIND(t) ((unsigned)((uintptr_t)TDM__AW(t)->obj & 3u))
+#define TDM__AW_PTR(t) ((void *)((uintptr_t)TDM__AW(t)->obj & ~(uintptr_t)3u))
 
 /* poller.c */
 void *tdm__poller_main(void *arg);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/cpulist.h"
 #include "gpu_internal.h"
 #include "topology/topology.h"
 

@@ -304,8 +304,8 @@ static void count_shared(struct tdm__pinned *pool, struct pin_cache *mine, int64
 
 static inline struct pin_cache *cache_of(struct tdm__pinned *pool)
 {
-	struct tdm__worker *w = tdm__self_of(pool->ex); /* a worker of ex: index < ex->nworkers */
-	return w != NULL ? &pool->caches[w->index] : NULL;
+	int w = tdm__worker_index(pool->ex); /* a worker of ex: below its worker count */
+	return w >= 0 ? &pool->caches[w] : NULL;
 }
 
 /*
@@ -588,7 +588,7 @@ int tdm__pinned_init(struct tdm_gpu *gpu)
 		}
 		pthread_mutex_init(&pc->lock, NULL);
 	}
-	pool->nworkers = pool->ex->nworkers;
+	pool->nworkers = (unsigned)tdm_executor_workers(pool->ex);
 	size_t caches_bytes = (size_t)pool->nworkers * sizeof(*pool->caches);
 	pool->caches = aligned_alloc(TDM__CACHELINE, caches_bytes);
 	if (pool->caches == NULL && caches_bytes > 0) {

@@ -12,9 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpulist.h"
 #include "topology.h"
-
-#define TDM__MAX_CPUS 8192
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 
@@ -66,101 +65,27 @@ void tdm__topo_inherit_gpu(struct tdm__topo_dev *inst, const struct tdm__topo_de
 	inst->parent_sm_count = gpu->sm_count;
 }
 
-/* ---- cpulists ("0-3,8,10-11") ------------------------------------------------------------ */
-
-struct cpuset {
-	uint64_t w[TDM__MAX_CPUS / 64];
-};
-
-static int cpuset_parse(const char *s, struct cpuset *set)
-{
-	memset(set, 0, sizeof(*set));
-	while (isspace((unsigned char)*s))
-		s++;
-	if (*s == '\0')
-		return 0;
-	for (;;) {
-		char *end;
-		if (!isdigit((unsigned char)*s))
-			return -EINVAL;
-		unsigned long a = strtoul(s, &end, 10), b = a;
-		s = end;
-		if (*s == '-') {
-			s++;
-			if (!isdigit((unsigned char)*s))
-				return -EINVAL;
-			b = strtoul(s, &end, 10);
-			s = end;
-		}
-		if (a > b || b >= TDM__MAX_CPUS)
-			return -EINVAL;
-		for (unsigned long c = a; c <= b; c++)
-			set->w[c / 64] |= 1ull << (c % 64);
-		if (*s == ',') {
-			s++;
-			continue;
-		}
-		while (isspace((unsigned char)*s))
-			s++;
-		return *s == '\0' ? 0 : -EINVAL;
-	}
-}
-
-static bool cpuset_has(const struct cpuset *set, unsigned c)
-{
-	return (set->w[c / 64] >> (c % 64)) & 1u;
-}
-
-static int cpuset_count(const struct cpuset *set)
-{
-	int n = 0;
-	for (unsigned c = 0; c < TDM__MAX_CPUS; c++)
-		n += cpuset_has(set, c);
-	return n;
-}
-
-/* -ENOSPC (and "") when it does not fit. */
-static int cpuset_format(const struct cpuset *set, char *out, size_t len)
-{
-	size_t at = 0;
-	if (len == 0)
-		return -ENOSPC;
-	out[0] = '\0';
-	for (unsigned c = 0; c < TDM__MAX_CPUS; c++) {
-		if (!cpuset_has(set, c))
-			continue;
-		unsigned e = c;
-		while (e + 1 < TDM__MAX_CPUS && cpuset_has(set, e + 1))
-			e++;
-		int n = e == c ? snprintf(out + at, len - at, "%s%u", at ? "," : "", c)
-		               : snprintf(out + at, len - at, "%s%u-%u", at ? "," : "", c, e);
-		if (n < 0 || (size_t)n >= len - at) {
-			out[0] = '\0';
-			return -ENOSPC;
-		}
-		at += (size_t)n;
-		c = e;
-	}
-	return 0;
-}
+/* ---- cpulists ("0-3,8,10-11"; base/cpulist.h) ---------------------------------------------- */
 
 int tdm__cpulist_count(const char *list)
 {
-	struct cpuset set;
+	cpu_set_t set;
 	if (list == NULL)
 		return -EINVAL;
-	int rc = cpuset_parse(list, &set);
-	return rc != 0 ? rc : cpuset_count(&set);
+	if (*list == '\0')
+		return 0; /* an unknown list: no CPU known */
+	int rc = tdm__cpulist_parse(list, &set);
+	return rc != 0 ? rc : CPU_COUNT(&set);
 }
 
 int tdm__cpulist_and(const char *a, const char *b, char *out, size_t len)
 {
-	struct cpuset x, y;
-	if (a == NULL || b == NULL || cpuset_parse(a, &x) != 0 || cpuset_parse(b, &y) != 0)
+	cpu_set_t x, y, both;
+	if (a == NULL || b == NULL || tdm__cpulist_parse(a, &x) != 0 ||
+	    tdm__cpulist_parse(b, &y) != 0)
 		return -EINVAL;
-	for (size_t i = 0; i < sizeof(x.w) / sizeof(x.w[0]); i++)
-		x.w[i] &= y.w[i];
-	return cpuset_format(&x, out, len);
+	CPU_AND(&both, &x, &y);
+	return tdm__cpulist_format(&both, out, len);
 }
 
 /* ---- ids ---------------------------------------------------------------------------------- */
@@ -294,14 +219,8 @@ void tdm__topo_env_facts(struct tdm__topology *t)
 	tdm__topo_set_max_connections(t, getenv("CUDA_DEVICE_MAX_CONNECTIONS"));
 	cpu_set_t cs;
 	CPU_ZERO(&cs);
-	if (sched_getaffinity(0, sizeof(cs), &cs) == 0) {
-		struct cpuset set;
-		memset(&set, 0, sizeof(set));
-		for (unsigned c = 0; c < CPU_SETSIZE && c < TDM__MAX_CPUS; c++)
-			if (CPU_ISSET(c, &cs))
-				set.w[c / 64] |= 1ull << (c % 64);
-		(void)cpuset_format(&set, t->affinity, sizeof(t->affinity));
-	}
+	if (sched_getaffinity(0, sizeof(cs), &cs) == 0)
+		(void)tdm__cpulist_format(&cs, t->affinity, sizeof(t->affinity));
 }
 
 void tdm__topology_free(struct tdm__topology *t)
