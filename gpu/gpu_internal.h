@@ -58,8 +58,8 @@ struct tdm_stream {
 
 /* When a shared lease may leave its worker's own stream for a less loaded one (two choices). */
 enum {
-	TDM__BALANCE_NEVER,  /* TANDEM_LEASE_BALANCE=never: always the own stream */
-	TDM__BALANCE_ALWAYS, /* TANDEM_LEASE_BALANCE=always: whatever the own stream's pace */
+	TDM__BALANCE_NEVER,  /* always the own stream */
+	TDM__BALANCE_ALWAYS, /* whatever the own stream's pace */
 	TDM__BALANCE_SLOW,   /* default: unless the own stream is quick (adaptive completion) */
 };
 
@@ -111,8 +111,10 @@ struct tdm__pinned; /* pinned.c */
 
 struct tdm_gpu {
 	tdm_executor *ex;
-	bool direct; /* workers may watch their own word awaits (TANDEM_WORKER_WATCH=0: never) */
-	/* Shared leases' two choices (TANDEM_LEASE_BALANCE): TDM__BALANCE_SLOW by default. */
+	/* Diagnostic switches (tdm_gpu_debug, testing/tandem_sim.h), set before the layer is used:
+	 * workers may watch their own word awaits; shared leases' two choices, TDM__BALANCE_SLOW by
+	 * default. */
+	bool direct;
 	int balance;
 	struct tdm__pinned *pinned; /* the pinned host pool */
 	struct tdm__topology *topo; /* facts and decisions per device (topology.h); immutable */
@@ -194,6 +196,20 @@ static inline int tdm__enqueued(struct tdm_stream *s, int rc)
 	tdm__fail_if_dead(s, rc);
 	return rc;
 }
+
+/* Returns from the calling function what `call`, an enqueue on stream s made through the launch
+ * gate, returned: -EINVAL for a NULL s, -EIO at once on a failed device. */
+#define TDM__LAUNCH(s, call)                                                                       \
+	do {                                                                                       \
+		if ((s) == NULL)                                                                   \
+			return -EINVAL;                                                            \
+		if (atomic_load_explicit(&(s)->dev->failed, memory_order_relaxed))                 \
+			return -EIO;                                                               \
+		tdm_launch_begin(s);                                                               \
+		int rc_ = (call);                                                                  \
+		tdm_launch_end(s);                                                                 \
+		return tdm__enqueued((s), rc_);                                                    \
+	} while (0)
 /*
  * poller.c: how long after `now` the poller looks again at a stream whose oldest await, on an
  * event, has waited since moved_ns (past stall_us). typical_ns: how long the stream's awaits

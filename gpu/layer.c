@@ -224,17 +224,10 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 			return -EINVAL;
 		cfg.completion = modes[k];
 	}
-	/* Diagnostic switches, for measuring what the shared leases' two choices and the workers'
-	 * own watching of their awaits change. */
-	static const char *const balances[] = {
-	    [TDM__BALANCE_NEVER] = "never", [TDM__BALANCE_ALWAYS] = "always"};
-	int balance = env_choice("TANDEM_LEASE_BALANCE", balances, 2, TDM__BALANCE_SLOW);
-	static const char *const watches[] = {"0", "1"};
-	int watch = env_choice("TANDEM_WORKER_WATCH", watches, 2, 1);
 	/* Kept in gpu->nvml for discovery (tdm__topology_discover). */
 	static const char *const nvml[] = {"0", "off", "1", "on"};
 	int use_nvml = env_choice("TANDEM_NVML", nvml, 4, 2);
-	if (balance < 0 || watch < 0 || use_nvml < 0)
+	if (use_nvml < 0)
 		return -EINVAL;
 	const struct tdm__backend_ops *ops;
 	int rc = pick_backend(&cfg, &ops);
@@ -250,8 +243,8 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 		cfg.stall_us = 50;
 	gpu->ex = ex;
 	gpu->nvml = use_nvml >= 2;
-	gpu->direct = watch == 1;
-	gpu->balance = balance;
+	gpu->direct = true;
+	gpu->balance = TDM__BALANCE_SLOW;
 	gpu->cfg = cfg;
 	gpu->ops = ops;
 	ck_ec32_init(&gpu->ec, 0);
