@@ -9,6 +9,7 @@
 
 #include "tandem.h"
 #include "tandem_gpu.h"
+#include "tandem_sim.h" /* tdm_launch_spin, a kernel of a given length (tandem_testing) */
 
 #define TASKS 10000
 

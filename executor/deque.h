@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define TDM__CACHELINE 64
+#include "base/cpu.h"
 
 /* Returned by steal when it lost a race with the owner or another thief: try again. */
 #define TDM__DEQUE_ABORT ((void *)(uintptr_t)1)

@@ -9,13 +9,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
+#include "base/cpulist.h"
 #include "internal.h"
 
 uint64_t tdm_now_ns(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return tdm__now_ns();
 }
 
 void tdm_config_init(tdm_config *cfg)
@@ -33,39 +33,6 @@ static unsigned allowed_cpus(cpu_set_t *set)
 		return 1;
 	int n = CPU_COUNT(set);
 	return n > 0 ? (unsigned)n : 1;
-}
-
-int tdm__cpulist_parse(const char *l, cpu_set_t *set)
-{
-	CPU_ZERO(set);
-	if (l == NULL || *l == '\0')
-		return -EINVAL;
-	for (;;) {
-		char *end;
-		/* Digits first, as in a kernel cpulist: strtol alone would take leading blanks and
-		 * a sign (" 1", "+1", "-0", "1- 1"). */
-		if (*l < '0' || *l > '9')
-			return -EINVAL;
-		long a = strtol(l, &end, 10), b = a;
-		if (*end == '-') {
-			const char *hi = end + 1;
-			if (*hi < '0' || *hi > '9')
-				return -EINVAL;
-			b = strtol(hi, &end, 10);
-			if (b < a)
-				return -EINVAL;
-		}
-		if (b >= CPU_SETSIZE)
-			return -EINVAL;
-		for (long c = a; c <= b; c++)
-			CPU_SET((int)c, set);
-		/* One trailing newline (a list read from sysfs), nothing after it. */
-		if (*end == '\0' || (*end == '\n' && end[1] == '\0'))
-			return 0;
-		if (*end != ',')
-			return -EINVAL;
-		l = end + 1;
-	}
 }
 
 /* The i-th CPU (round robin) of the affinity mask. */
@@ -271,25 +238,6 @@ int tdm_worker_index(const tdm_executor *ex)
 static int submit(struct tdm_executor *ex, struct tdm__worker *w, tdm_fn fn, tdm_resume_fn resume,
                   void *arg, struct tdm__group *g);
 
-_Thread_local unsigned tdm__gate_mine;
-
-/* This thread's stripe of every gate: threads take them in turn, at their first entry. */
-unsigned tdm__gate_stripe_new(void)
-{
-	static _Atomic unsigned next;
-	tdm__gate_mine =
-	    atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) % TDM__GATE_STRIPES + 1;
-	return tdm__gate_mine - 1;
-}
-
-void tdm__gate_drain(struct tdm__gate *g)
-{
-	/* Seq_cst: the other half of the Dekker pair (internal.h). */
-	for (unsigned i = 0; i < TDM__GATE_STRIPES; i++)
-		while (atomic_load_explicit(&g->stripe[i].n, memory_order_seq_cst) != 0)
-			sched_yield();
-}
-
 int tdm__submit_to(struct tdm_executor *ex, tdm_fn fn, tdm_resume_fn resume, void *arg,
                    struct tdm__group *g)
 {
@@ -366,25 +314,25 @@ const char *tdm_strerror(int err)
 	case -EAGAIN:
 		return "could not start a thread";
 	case -ESHUTDOWN:
-		return "shutting down (executor or GPU layer)";
+		return "shutting down";
 	case -ECANCELED:
 		return "task cancelled by shutdown";
 	case -EDEADLK:
 		return "call would wait for the calling worker itself";
 	case -ENODEV:
-		return "no such device, or no GPU backend";
+		return "no such device";
 	case -EIO:
-		return "device error";
+		return "I/O or device error";
 	case -ETIMEDOUT:
 		return "deadline passed";
 	case -EBUSY:
 		return "resource busy";
 	case -EEXIST:
-		return "already registered";
+		return "already exists";
 	case -ENOTSUP:
-		return "not supported by this device or backend";
+		return "not supported";
 	case -EFAULT:
-		return "pageable host memory refused (tdm_gpu_config.pageable)";
+		return "memory of a kind this call refuses";
 	default:
 		return "unknown error";
 	}

@@ -1,7 +1,7 @@
 /*
- * The executor's internal header: the layout of executors, workers and tasks, and the one seam
- * through which the GPU layer plugs in ("here is a task that is suspended; here is how to wake
- * it"). Nothing here is API.
+ * The executor's internal header: the layout of executors, workers and tasks. Nothing here is
+ * API, and nothing outside executor/ includes it but the executor's own tests: awaitables go
+ * through the seam, await.h.
  *
  * Lock rules: the only lock on a worker's path is the idle lock (ex->idle_lock), taken to park,
  * to wake a sleeper and to decide termination; the task pool lock is taken only to move batches
@@ -14,63 +14,18 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <ck_ec.h>
 
+#include "await.h"
+#include "base/cpu.h"
+#include "base/ec.h"
+#include "base/gate.h"
+#include "base/stack.h"
 #include "deque.h"
 #include "tandem.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#define tdm__cpu_relax() __builtin_ia32_pause()
-#else
-#define tdm__cpu_relax() ((void)0)
-#endif
-
-/*
- * An intrusive multi-producer stack whose consumer takes everything at once (the injection
- * queue and the inboxes). ck_stack offers the same (push_upmc, batch_pop_upmc) but loads its
- * head with plain volatile reads, which ThreadSanitizer reports as races; these few lines in C11
- * atomics are the same algorithm, checkable by the sanitizer. Taking the whole stack at once
- * is immune to ABA.
- */
-struct tdm__link {
-	struct tdm__link *next;
-};
-
-struct tdm__stack {
-	_Atomic(struct tdm__link *) head;
-};
-
-/* Pushes first..last, already linked, at once. */
-static inline void tdm__stack_push_chain(struct tdm__stack *s, struct tdm__link *first,
-                                         struct tdm__link *last)
-{
-	struct tdm__link *h = atomic_load_explicit(&s->head, memory_order_relaxed);
-	do
-		last->next = h;
-	/* Release: the links and the tasks behind them reach the consumer's acquire exchange. */
-	while (!atomic_compare_exchange_weak_explicit(&s->head, &h, first, memory_order_release,
-	                                              memory_order_relaxed));
-}
-
-static inline void tdm__stack_push(struct tdm__stack *s, struct tdm__link *e)
-{
-	tdm__stack_push_chain(s, e, e);
-}
-
-/* Newest first. Acquire pairs with the release CAS of every push it takes. */
-static inline struct tdm__link *tdm__stack_take_all(struct tdm__stack *s)
-{
-	if (atomic_load_explicit(&s->head, memory_order_relaxed) == NULL)
-		return NULL;
-	return atomic_exchange_explicit(&s->head, NULL, memory_order_acquire);
-}
-
-static inline bool tdm__stack_empty(struct tdm__stack *s)
-{
-	return atomic_load_explicit(&s->head, memory_order_relaxed) == NULL;
-}
 
 /* ---- tasks ---- */
 
@@ -89,16 +44,23 @@ struct tdm__group;
 
 /* One cache line. Allocated from per-worker caches over the executor's slabs. */
 struct tdm__task {
-	struct tdm__link link; /* first: injection queue, inboxes, free lists, await FIFOs */
+	/* First: the await slot (await.h), seen here by its members' own names. link: injection
+	 * queue, inboxes, free lists, and an awaitable's lists while the task is suspended; the
+	 * await words: the awaitable's then. */
+	union {
+		struct tdm__await aw;
+		struct {
+			struct tdm__link link;
+			void *await_obj;
+			uint64_t await_seq;
+		};
+	};
 	union {
 		tdm_fn fn;
 		tdm_resume_fn resume;
 	};
 	void *arg;
 	struct tdm__group *group;
-	/* Owned by the layer the task awaits in (the GPU poller: its stream and sequence). */
-	void *await_obj;
-	uint64_t await_seq;
 	_Atomic uint32_t rstate;
 	uint16_t flags;
 	uint16_t home; /* worker that last ran it; where a wake sends it */
@@ -106,7 +68,11 @@ struct tdm__task {
 	int32_t result;
 };
 
-#define tdm__task_of(l) ((struct tdm__task *)(void *)(l))
+_Static_assert(offsetof(struct tdm__task, aw) == 0 &&
+                   offsetof(struct tdm__task, link) == offsetof(struct tdm__await, link) &&
+                   offsetof(struct tdm__task, await_obj) == offsetof(struct tdm__await, obj) &&
+                   offsetof(struct tdm__task, await_seq) == offsetof(struct tdm__await, seq),
+               "a task starts with its await slot (await.h)");
 
 /* ---- task groups (layout behind tdm_group) ---- */
 
@@ -161,7 +127,7 @@ struct tdm__held {
 struct tdm__worker {
 	struct tdm__deque deque; /* cache-line aligned inside */
 
-	/* Written by other threads (wakers, the GPU poller): a line of its own. */
+	/* Written by other threads (wakers): a line of its own. */
 	_Alignas(TDM__CACHELINE) struct tdm__stack inbox;
 	_Alignas(TDM__CACHELINE) struct ck_ec32 ec; /* parking: one sleeper, this worker */
 	_Atomic bool notified;                      /* set by the waker before ec is bumped */
@@ -181,63 +147,15 @@ struct tdm__worker {
 };
 
 /*
- * Slabs are TDM__SLAB_BYTES long and aligned to their size, so a task finds its executor by
- * masking its own address: tasks need no executor pointer of their own.
+ * Slabs are TDM__SLAB_BYTES long and aligned to their size, their executor first, so a task finds
+ * its executor by masking its own address (tdm__task_executor, await.h): tasks need no executor
+ * pointer of their own.
  */
-#define TDM__SLAB_BYTES 32768u
-
 struct tdm__slab {
-	struct tdm__slab *next;
 	struct tdm_executor *ex;
+	struct tdm__slab *next;
 };
-
-static inline struct tdm_executor *tdm__task_executor(const struct tdm__task *t)
-{
-	return ((const struct tdm__slab *)((uintptr_t)t & ~(uintptr_t)(TDM__SLAB_BYTES - 1)))->ex;
-}
-
-/*
- * A gate for calls that may race the destroy of what they use. A call enters, counted on its
- * thread's stripe (each stripe on its own line, so that concurrent callers do not share one),
- * unless `closed` is set; the destroyer stores `closed` (seq_cst), then waits until every stripe
- * is zero (tdm__gate_drain). Dekker: the entry's seq_cst increment, then its seq_cst load of
- * closed, against the destroyer's seq_cst store of closed, then its seq_cst loads of the
- * stripes: either the call sees closed and backs out, or the destroyer sees its count and waits
- * for its leave. A leave is release: what the call did happens before the drain returns.
- * tdm_executor_destroy gates outside submissions and holds; tdm_gpu_destroy, leases.
- */
-#define TDM__GATE_STRIPES 32
-struct tdm__gate {
-	struct {
-		_Alignas(TDM__CACHELINE) _Atomic unsigned n;
-	} stripe[TDM__GATE_STRIPES];
-};
-/* This thread's stripe + 1 (0 until its first entry); taken in turn (tdm__gate_stripe_new). */
-extern _Thread_local unsigned tdm__gate_mine;
-unsigned tdm__gate_stripe_new(void);
-
-/* The stripe entered, or NULL (nothing counted) when closed is set. Inline: stream leases
- * enter on every task. */
-static inline _Atomic unsigned *tdm__gate_enter(struct tdm__gate *g, _Atomic int *closed)
-{
-	unsigned k = tdm__gate_mine != 0 ? tdm__gate_mine - 1 : tdm__gate_stripe_new();
-	_Atomic unsigned *n = &g->stripe[k].n;
-	/* Seq_cst, both: the Dekker pair with tdm__gate_drain's caller (above). */
-	atomic_fetch_add_explicit(n, 1, memory_order_seq_cst);
-	if (!atomic_load_explicit(closed, memory_order_seq_cst))
-		return n;
-	/* Release: pairs with the drain's loads. */
-	atomic_fetch_sub_explicit(n, 1, memory_order_release);
-	return NULL;
-}
-
-static inline void tdm__gate_leave(_Atomic unsigned *n)
-{
-	/* Release: pairs with the drain's loads; the caller's last access to what is gated. */
-	atomic_fetch_sub_explicit(n, 1, memory_order_release);
-}
-
-void tdm__gate_drain(struct tdm__gate *g);
+_Static_assert(offsetof(struct tdm__slab, ex) == 0, "a slab's first word is its executor");
 
 struct tdm_executor {
 	struct tdm__worker *workers;
@@ -264,7 +182,7 @@ struct tdm_executor {
 	_Alignas(TDM__CACHELINE) _Atomic int shutdown; /* destroy has begun */
 	_Atomic int cancelling;                        /* ... in TDM_SHUTDOWN_CANCEL mode */
 	_Atomic int terminate;                         /* workers must exit */
-	_Atomic int64_t suspended;                     /* tasks held by the GPU layer */
+	_Atomic int64_t suspended;                     /* tasks suspended in an await */
 	/* Holds taken (tdm__hold; termination waits for their release), the awake ones among
 	 * them, and the worker that keeps awake for those: its index + 1, 0 when none. */
 	_Atomic unsigned holds;
@@ -275,7 +193,8 @@ struct tdm_executor {
 	struct tdm__task *notify_waiters;
 	bool notify_closed;
 
-	/* Submissions from outside threads and holds in flight, closed by shutdown. */
+	/* Submissions from outside threads and holds in flight, closed by shutdown (the gate:
+	 * base/gate.h). */
 	struct tdm__gate outside;
 
 	/* Task memory: free tasks beyond the workers' caches, and every slab for destroy. */
@@ -304,8 +223,6 @@ void tdm__task_free(struct tdm_executor *ex, struct tdm__worker *w, struct tdm__
 void tdm__task_pool_fini(struct tdm_executor *ex);
 
 /* executor.c */
-/* "0-3,8" into set. -EINVAL when malformed or empty. */
-int tdm__cpulist_parse(const char *list, cpu_set_t *set);
 /* Exactly one of fn and resume is set. */
 int tdm__submit_to(struct tdm_executor *ex, tdm_fn fn, tdm_resume_fn resume, void *arg,
                    struct tdm__group *g);
@@ -318,7 +235,6 @@ struct tdm__task *tdm__find_task(struct tdm__worker *w, bool steal);
 void tdm__after_local_push(struct tdm__worker *w);
 
 /* park.c */
-extern const struct ck_ec_mode tdm__ec_mode;
 void tdm__notify_parked(struct tdm_executor *ex);
 /* Ends w's sleep (or its next one): the flag carries the ordering, the event count the wake. */
 void tdm__unpark(struct tdm__worker *w);
@@ -331,48 +247,6 @@ bool tdm__transition_to_searching(struct tdm__worker *w, bool bounded);
 void tdm__transition_from_searching(struct tdm__worker *w);
 bool tdm__park(struct tdm__worker *w);
 
-/*
- * The seam for the GPU layer (and every other awaitable). A resumable task that awaits calls
- * tdm__task_suspend() on itself while it runs, before it publishes itself to whoever will wake
- * it, and then returns TDM_SUSPENDED from the await call. Later, exactly once, any thread calls
- * tdm__task_wake() with the await's result: the task runs again on the worker that suspended it
- * (through its inbox), unless an idle worker steals it first. The wake may come before the task
- * has returned to its worker; the run states above make that safe. While tasks are suspended the
- * executor does not terminate.
- */
-void tdm__task_suspend(struct tdm__task *t);
-void tdm__task_wake(struct tdm__task *t, int result);
-/* Several at once: one inbox push per worker and one wake-up decision for the batch. */
-void tdm__task_wake_batch(struct tdm__task **tasks, const int *results, unsigned n);
-/*
- * A wake is due soon (the GPU poller expects a completion): unless a worker is looking for work
- * already, wake a parked one (`home` if it is parked), so that the task is taken by a spinning
- * worker rather than after a futex wake-up. A hint: it publishes no work, and the woken worker
- * spins for its usual window, then parks again. True when it woke one.
- */
-bool tdm__expect_wake(struct tdm_executor *ex, unsigned home);
-/*
- * Awake holds: a user that knows completions will come soon and often for a while (a GPU
- * pipeline while it runs) takes a hold; while any hold is taken, one idle worker at a time, the
- * keeper, looks for work without parking, so that those completions are resumed by a worker
- * that is awake instead of after a futex wake-up (50-300 us on some virtual machines). The
- * worker that first idles past its usual spin takes the role and keeps it, running tasks in
- * between, until no hold is left; the others spin and park as usual. It costs one core while a
- * hold is taken, as a thread spinning in cudaStreamSynchronize does. Taking a hold wakes a
- * worker if none is looking for work, so that a keeper is awake before the holder's first task.
- * Every hold taken must be released: while one is taken the executor does not terminate
- * (which also keeps it alive for the release, the holder's last access to it), and the worker
- * holding the keeper role does not park: it searches even when max_searching others already do.
- * A hold is taken from outside the workers, so it goes through the outside gate as a submission
- * does: -ESHUTDOWN, and no hold, once tdm_executor_destroy has begun.
- *
- * With awake false the hold only keeps the executor from terminating (and alive) until its
- * release: for a caller that submits from outside over a while (a pipeline with no_spin) and
- * must not find the executor freed between two submissions. Release with the same awake.
- */
-int tdm__hold(struct tdm_executor *ex, bool awake);
-void tdm__release(struct tdm_executor *ex, bool awake);
-
 /* resumable.c, for tdm_executor_destroy in TDM_SHUTDOWN_CANCEL. Close: takes every task of ex
  * suspended on a notification off it (the notification is unfired and unawaited again) and
  * makes later awaits of unfired notifications on ex say -ECANCELED at once; before `cancelling`
@@ -382,18 +256,6 @@ void tdm__release(struct tdm_executor *ex, bool awake);
 struct tdm__task *tdm__notify_close(struct tdm_executor *ex);
 void tdm__notify_cancel(struct tdm__task *waiters);
 
-/*
- * For an awaitable whose completion is cheap to look at (a completion word: one memory read),
- * called by t's await after tdm__task_suspend(t), instead of handing t to its waker: when t runs
- * on a worker's own loop (not inside a group wait), and that worker holds no other await and
- * has no task of its own queued, the worker keeps the await and returns true. It then looks at it
- * with poll while it spins for work, and runs t itself once poll says it is over: no other thread
- * on the round trip. It hands the await off (handoff) before it runs any other task and before it
- * parks. False: the caller hands t to its waker now.
- */
-bool tdm__task_hold(struct tdm__task *t, int (*poll)(struct tdm__task *t, int *rc),
-                    void (*handoff)(struct tdm__task *t));
-struct tdm__task *tdm__task_cast(tdm_task *t); /* NULL unless t is a running resumable task */
 extern _Thread_local struct tdm__task *tdm__current;
 
 #endif /* TDM_INTERNAL_H */

@@ -16,52 +16,8 @@
  * thread. ck_ec spins briefly, then sleeps in futex_wait with no timeout: zero CPU when idle.
  */
 #include <limits.h>
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "internal.h"
-
-static int ec_gettime(const struct ck_ec_ops *ops, struct timespec *out)
-{
-	(void)ops;
-	return clock_gettime(CLOCK_MONOTONIC, out);
-}
-
-static void ec_wait32(const struct ck_ec_wait_state *st, const uint32_t *addr, uint32_t expected,
-                      const struct timespec *deadline)
-{
-	struct timespec rel, *relp = NULL;
-	if (deadline != NULL) {
-		/* FUTEX_WAIT takes a relative timeout; val3 stays 0 (a bitset there would turn
-		 * a wait without timeout into a busy loop, the known ck_ec pitfall). */
-		rel.tv_sec = deadline->tv_sec - st->now.tv_sec;
-		rel.tv_nsec = deadline->tv_nsec - st->now.tv_nsec;
-		if (rel.tv_nsec < 0) {
-			rel.tv_nsec += 1000000000L;
-			rel.tv_sec--;
-		}
-		if (rel.tv_sec < 0)
-			return;
-		relp = &rel;
-	}
-	syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, expected, relp, NULL, 0);
-}
-
-static void ec_wake32(const struct ck_ec_ops *ops, const uint32_t *addr)
-{
-	(void)ops;
-	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
-static const struct ck_ec_ops ec_ops = {
-    .gettime = ec_gettime,
-    .wait32 = ec_wait32,
-    .wake32 = ec_wake32,
-};
-
-const struct ck_ec_mode tdm__ec_mode = {.ops = &ec_ops, .single_producer = false};
 
 void tdm__unpark(struct tdm__worker *w)
 {
@@ -165,7 +121,7 @@ void tdm__transition_from_searching(struct tdm__worker *w)
 	                                          memory_order_seq_cst);
 	/*
 	 * The last searcher found work; if more is queued, let one more worker look. Unlike
-	 * Tokio, which wakes one unconditionally, look first: a worker that resumes a woken GPU
+	 * Tokio, which wakes one unconditionally, look first: a worker that resumes a woken
 	 * task must not pay for a futex wake on the latency path when nothing else is queued.
 	 * Seq_cst fence: the searching decrement above is ordered before the queue loads; pairs
 	 * with the fence in tdm__notify_parked, so a publisher that saw us searching (and woke

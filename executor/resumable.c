@@ -1,6 +1,6 @@
 /*
  * Resumable tasks (async/await in C) and the awaitables that need nothing but the executor: host
- * notifications. Task groups are awaited in group.c; GPU work and deadlines in gpu/.
+ * notifications. Task groups are awaited in group.c; other layers await through await.h.
  */
 #include <errno.h>
 
@@ -20,7 +20,7 @@ int tdm_spawn(tdm_executor *ex, tdm_resume_fn fn, void *arg, tdm_group *g)
 	return tdm__submit_to(ex, NULL, fn, arg, NULL);
 }
 
-unsigned *tdm__task_pc(tdm_task *t)
+unsigned *tdm_task_pc(tdm_task *t)
 {
 	return &((struct tdm__task *)(void *)t)->pc;
 }

@@ -17,6 +17,7 @@
 #define TDM__GLOBAL_TICK 61
 
 _Thread_local struct tdm__worker *tdm__self;
+_Thread_local struct tdm__worker_id tdm__worker_id;
 _Thread_local struct tdm__task *tdm__current;
 
 static uint64_t next_rand(struct tdm__worker *w)
@@ -287,7 +288,7 @@ static void keeper_drop(struct tdm__worker *w)
 }
 
 /*
- * The idle spin: while tasks await the GPU (or a hold is taken), look for work for a while before
+ * The idle spin: while tasks are suspended (or a hold is taken), look for work for a while before
  * parking; the keeper (see tdm__hold) goes on for as long as a hold is taken. The held
  * await and the own inbox are a load each; a full search (every victim) now and then, every few
  * iterations for the keeper, which is the only worker awake when a completion lands in a parked
@@ -307,8 +308,8 @@ static struct tdm__task *idle_spin(struct tdm__worker *w)
 			if (!keeping && !(keeping = keeper_claim(w)))
 				break;
 			/* Past the usual window the keeper hands its held await to the waker as a
-			 * parking worker would: only the waker notices a device that died and will
-			 * never write the await's word. */
+			 * parking worker would: only the waker notices an await that will never
+			 * complete (its poll may say "not yet" for ever). */
 			held_release(w);
 		}
 		if (keeping && !awake_held(ex))
@@ -325,8 +326,10 @@ void *tdm__worker_main(void *arg)
 {
 	struct tdm__worker *w = arg;
 	tdm__self = w;
+	tdm__worker_id = (struct tdm__worker_id){w->ex, w->index};
 	/* Workers take gate stripes by index, not in the order threads first enter a gate, so that
-	 * up to TDM__GATE_STRIPES workers never share one (a stream lease enters on every task). */
+	 * up to TDM__GATE_STRIPES workers never share one (a layer may enter a gate on every
+	 * task). */
 	tdm__gate_mine = w->index % TDM__GATE_STRIPES + 1;
 	for (;;) {
 		struct tdm__task *t = tdm__find_task(w, false);
@@ -339,7 +342,7 @@ void *tdm__worker_main(void *arg)
 		if (t == NULL && (tdm__transition_to_searching(w, true) ||
 		                  (keeper_held(w) && tdm__transition_to_searching(w, false)))) {
 			t = tdm__find_task(w, true);
-			/* Tasks await the GPU: one will be woken soon, likely into this worker's
+			/* Tasks are suspended: one will be woken soon, likely into this worker's
 			 * inbox, or it is the await this worker holds. Looking for a while costs
 			 * less than a futex sleep and wake-up on the await's round trip. */
 			if (t == NULL)
@@ -361,16 +364,27 @@ void *tdm__worker_main(void *arg)
 			break;
 	}
 	tdm__self = NULL;
+	tdm__worker_id = (struct tdm__worker_id){NULL, 0};
 	return NULL;
 }
 
-/* ---- the seam for awaitables ---- */
+/* ---- the seam for awaitables (await.h) ---- */
 
 struct tdm__task *tdm__task_cast(tdm_task *pub)
 {
 	struct tdm__task *t = (struct tdm__task *)(void *)pub;
 	/* Only the task running on this thread may await. */
 	return (t != NULL && t == tdm__current && (t->flags & TDM__TASK_RESUMABLE)) ? t : NULL;
+}
+
+unsigned tdm__task_home(const struct tdm__task *t)
+{
+	return t->home;
+}
+
+int tdm__task_fail(struct tdm__task *t, int rc)
+{
+	return t->result = rc;
 }
 
 void tdm__task_suspend(struct tdm__task *t)
@@ -405,7 +419,7 @@ void tdm__task_wake_batch(struct tdm__task **tasks, const int *results, unsigned
 {
 	if (n == 0)
 		return;
-	/* One batch belongs to one executor (the poller serves one). */
+	/* One batch belongs to one executor (the seam's rule). */
 	struct tdm_executor *ex = tdm__task_executor(tasks[0]);
 	/* Chain the claimed tasks per home worker, in wake order, then push each chain once. */
 	struct tdm__link *first[64] = {0}, *last[64] = {0};

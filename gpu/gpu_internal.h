@@ -18,8 +18,13 @@
 
 #include <ck_ec.h>
 
-#include "../executor/internal.h"
-#include "backend.h"
+#include "backend/backend.h"
+#include "base/clock.h"
+#include "base/cpu.h"
+#include "base/ec.h"
+#include "base/gate.h"
+#include "base/stack.h"
+#include "executor/await.h"
 #include "tandem_gpu.h"
 
 #define TDM__PRIO_CLASSES 2 /* normal, high */
@@ -53,8 +58,8 @@ struct tdm_stream {
 
 /* When a shared lease may leave its worker's own stream for a less loaded one (two choices). */
 enum {
-	TDM__BALANCE_NEVER,  /* TANDEM_LEASE_BALANCE=never: always the own stream */
-	TDM__BALANCE_ALWAYS, /* TANDEM_LEASE_BALANCE=always: whatever the own stream's pace */
+	TDM__BALANCE_NEVER,  /* always the own stream */
+	TDM__BALANCE_ALWAYS, /* whatever the own stream's pace */
 	TDM__BALANCE_SLOW,   /* default: unless the own stream is quick (adaptive completion) */
 };
 
@@ -106,8 +111,10 @@ struct tdm__pinned; /* pinned.c */
 
 struct tdm_gpu {
 	tdm_executor *ex;
-	bool direct; /* workers may watch their own word awaits (TANDEM_WORKER_WATCH=0: never) */
-	/* Shared leases' two choices (TANDEM_LEASE_BALANCE): TDM__BALANCE_SLOW by default. */
+	/* Diagnostic switches (tdm_gpu_debug, testing/tandem_sim.h), set before the layer is used:
+	 * workers may watch their own word awaits; shared leases' two choices, TDM__BALANCE_SLOW by
+	 * default. */
+	bool direct;
 	int balance;
 	struct tdm__pinned *pinned; /* the pinned host pool */
 	struct tdm__topology *topo; /* facts and decisions per device (topology.h); immutable */
@@ -129,7 +136,7 @@ struct tdm_gpu {
 	/* Registered awaits not yet completed; with `stopping` decides when the poller exits. */
 	_Alignas(TDM__CACHELINE) _Atomic int64_t active;
 	_Atomic int stopping;
-	/* tdm_stream_lease calls in flight, closed by stopping (tdm__gate, executor/internal.h). */
+	/* tdm_stream_lease calls in flight, closed by stopping (base/gate.h). */
 	struct tdm__gate leases;
 	/* Placement's rotation: written on every TDM_DEVICE_ANY lease, so kept off the line of
 	 * ops, b and devs at the top, which every launch reads. */
@@ -147,7 +154,7 @@ struct tdm_gpu {
 	uint64_t sleep_over_ns;    /* how late a back-off step wakes, a moving average */
 	unsigned stalled_events;   /* stalled streams waiting on an event, at the last sweep */
 	struct tdm__task *ev_head; /* awaits on user events, unordered */
-	struct tdm__task **heap;   /* deadline awaits, a binary min-heap on await_seq */
+	struct tdm__task **heap;   /* deadline awaits, a binary min-heap on their slots' seq */
 	unsigned nheap, capheap;
 	_Atomic uint64_t n_word, n_event; /* stream awaits taken in, by mechanism (tdm_gpu_stats) */
 	_Atomic uint64_t n_switch, n_event_poll, n_sweep, n_sleep, n_due,
@@ -161,32 +168,48 @@ struct tdm_gpu {
 	_Alignas(TDM__CACHELINE) _Atomic uint64_t n_direct;
 };
 
-/* What a task awaits, in the low bits of its await_obj (objects are 64-byte aligned). */
+/* A suspended task's await slot (executor/await.h): obj says what it awaits here, seq a number. */
+#define TDM__AW(t) tdm__await_of(t)
+
+/* What a task awaits, in the low bits of its slot's obj (objects are 64-byte aligned). */
 enum {
 	TDM__AW_STREAM_WORD = 0,
-	TDM__AW_STREAM_EVENT = 1, /* await_seq holds the pooled tdm_event *, which holds the seq */
-	TDM__AW_EVENT = 2,        /* a user's event */
+	TDM__AW_STREAM_EVENT =
+	    1,             /* the slot's seq holds the pooled tdm_event *, which holds the seq */
+	TDM__AW_EVENT = 2, /* a user's event */
 	TDM__AW_DEADLINE = 3,
 };
-#define TDM__AW_KIND(t) ((unsigned)((uintptr_t)(t)->await_obj & 3u))
-#define TDM__AW_PTR(t) ((void *)((uintptr_t)(t)->await_obj & ~(uintptr_t)3u))
-
-/* Sleeps ns nanoseconds, through signals. */
-static inline void tdm__sleep_ns(uint64_t ns)
-{
-	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
-	                      .tv_nsec = (long)(ns % 1000000000ull)};
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-	}
-}
+#define TDM__AW_KIND(t) ((unsigned)((uintptr_t)TDM__AW(t)->obj & 3u))
+#define TDM__AW_PTR(t) ((void *)((uintptr_t)TDM__AW(t)->obj & ~(uintptr_t)3u))
 
 /* poller.c */
 void *tdm__poller_main(void *arg);
 /* Hands a suspended task's await to the poller. */
 void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t);
-/* gpu.c: an operation's -EIO (rc) may come from a dead device; if the stream says -EIO too, the
+/* work.c: an operation's -EIO (rc) may come from a dead device; if the stream says -EIO too, the
  * device is marked failed (leases and awaits on it fail at once from here on). True then. */
 bool tdm__fail_if_dead(struct tdm_stream *s, int rc);
+
+/* The result of an enqueue on s, after tdm__fail_if_dead had its look at it. */
+static inline int tdm__enqueued(struct tdm_stream *s, int rc)
+{
+	tdm__fail_if_dead(s, rc);
+	return rc;
+}
+
+/* Returns from the calling function what `call`, an enqueue on stream s made through the launch
+ * gate, returned: -EINVAL for a NULL s, -EIO at once on a failed device. */
+#define TDM__LAUNCH(s, call)                                                                       \
+	do {                                                                                       \
+		if ((s) == NULL)                                                                   \
+			return -EINVAL;                                                            \
+		if (atomic_load_explicit(&(s)->dev->failed, memory_order_relaxed))                 \
+			return -EIO;                                                               \
+		tdm_launch_begin(s);                                                               \
+		int rc_ = (call);                                                                  \
+		tdm_launch_end(s);                                                                 \
+		return tdm__enqueued((s), rc_);                                                    \
+	} while (0)
 /*
  * poller.c: how long after `now` the poller looks again at a stream whose oldest await, on an
  * event, has waited since moved_ns (past stall_us). typical_ns: how long the stream's awaits
@@ -207,7 +230,7 @@ int tdm__pinned_owns(struct tdm_gpu *gpu, const void *p);
 int tdm__is_pinned(struct tdm_gpu *gpu, const void *p);
 int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind);
 
-/* topology.c: the devices' facts and decisions, from the backend (cuda: live discovery; sim:
+/* topology/layer.c: the devices' facts and decisions, from the backend (cuda: live discovery; sim:
  * its device_info; none: empty), planned with gpu->cfg's overrides and the executor's worker
  * count (the stream set). Call once the backend is
  * open and gpu->ndev set, before the config's defaults are filled in (a nonzero launch_limit or
@@ -216,12 +239,22 @@ struct tdm__topology;
 int tdm__topology_for_backend(struct tdm_gpu *gpu);
 void tdm__topology_free(struct tdm__topology *t);
 
-/* gpu.c */
+/* events.c */
 int tdm__event_take(struct tdm__gdev *d, struct tdm_event **out);
-/* The streams of priority class c on d that nobody holds exclusively (those not made yet
- * among them): a snapshot, for a holder that must leave one to shared leases. */
-unsigned tdm__streams_open(const struct tdm__gdev *d, int c);
 void tdm__event_give(struct tdm_event *e);
+
+/* Whether e is back in its pool: its owner put it. Relaxed: a check of misuse (a record or an
+ * await racing the owner's own put is not caught). */
+static inline bool tdm__event_put_back(const struct tdm_event *e)
+{
+	return atomic_load_explicit(&e->pooled, memory_order_relaxed);
+}
+
+/* streams.c: the streams of priority class c on d that nobody holds exclusively (those not made
+ * yet among them): a snapshot, for a holder that must leave one to shared leases. */
+unsigned tdm__streams_open(const struct tdm__gdev *d, int c);
+
+/* layer.c */
 void tdm__device_fail(struct tdm__gdev *d);
 /* memory.c: the blocks of d's staged copies whose host functions have not run go back to the
  * pinned pool (d failed: they never will); at destroy (the streams are gone: no host function

@@ -1,7 +1,7 @@
 /*
- * Device memory for async work: stream-ordered allocation, managed memory on request, peer
- * copies, and what a copy does with pageable host memory (staged through the pinned pool, or
- * refused).
+ * Memory: device and pinned host allocations, stream-ordered allocation, managed memory on
+ * request, peer copies, host registration, and what a copy does with pageable host memory (staged
+ * through the pinned pool, or refused).
  *
  * Staging: the pageable side of a copy is copied on the host, in stream order. Host to device:
  * the caller's thread copies into a pinned block at once (the source may change as soon as the
@@ -284,6 +284,46 @@ static bool dev_ok(struct tdm_gpu *gpu, int device)
 	return gpu != NULL && device >= 0 && device < gpu->ndev;
 }
 
+int tdm_device_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out)
+{
+	if (gpu == NULL || out == NULL || bytes == 0)
+		return -EINVAL;
+	if (gpu->ndev == 0)
+		return -ENODEV;
+	if (device < 0 || device >= gpu->ndev)
+		return -EINVAL;
+	return gpu->ops->device_alloc(gpu->b, device, bytes, out);
+}
+
+int tdm_device_free(tdm_gpu *gpu, int device, void *p)
+{
+	if (gpu == NULL || device < 0 || device >= gpu->ndev)
+		return -EINVAL;
+	if (p != NULL)
+		gpu->ops->device_free(gpu->b, device, p);
+	return 0;
+}
+
+int tdm_host_alloc(tdm_gpu *gpu, size_t bytes, void **out)
+{
+	if (gpu == NULL || out == NULL || bytes == 0)
+		return -EINVAL;
+	if (gpu->ops == NULL)
+		return -ENODEV;
+	return gpu->ops->host_alloc(gpu->b, bytes, out);
+}
+
+int tdm_host_free(tdm_gpu *gpu, void *p)
+{
+	if (gpu == NULL)
+		return -EINVAL;
+	if (gpu->ops == NULL)
+		return -ENODEV;
+	if (p != NULL)
+		gpu->ops->host_free(gpu->b, p);
+	return 0;
+}
+
 int tdm_device_alloc_async(tdm_stream *s, size_t bytes, void **out)
 {
 	if (s == NULL || out == NULL || bytes == 0)
@@ -375,4 +415,26 @@ int tdm_memcpy_peer_async(tdm_stream *s, void *dst, int dst_device, const void *
 	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
 		return -EIO;
 	return gpu->ops->memcpy_peer_async(gpu->b, s->bs, dst, dst_device, src, src_device, bytes);
+}
+
+int tdm_host_register(tdm_gpu *gpu, void *p, size_t bytes)
+{
+	if (gpu == NULL || p == NULL || bytes == 0)
+		return -EINVAL;
+	if (gpu->ops == NULL)
+		return -ENODEV;
+	if (gpu->ops->host_register == NULL)
+		return -ENOTSUP;
+	return gpu->ops->host_register(gpu->b, p, bytes);
+}
+
+int tdm_host_unregister(tdm_gpu *gpu, void *p)
+{
+	if (gpu == NULL || p == NULL)
+		return -EINVAL;
+	if (gpu->ops == NULL)
+		return -ENODEV;
+	if (gpu->ops->host_unregister == NULL)
+		return -ENOTSUP;
+	return gpu->ops->host_unregister(gpu->b, p);
 }

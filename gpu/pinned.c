@@ -1,7 +1,6 @@
 /*
  * The pinned host memory pool (tdm_pinned_alloc, _free, _stats_get, and tdm__pinned_owns for the
- * copy path), and tdm_host_register/_unregister, which only check their arguments and pass them
- * to the backend.
+ * copy path).
  *
  * Pinning is slow (cudaHostAlloc takes about 0.75 ms per MiB on an H200), so the pool pins large
  * chunks once and hands out blocks carved from them:
@@ -66,462 +65,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_internal.h"
-
-_Static_assert(sizeof(void *) == 8, "the radix tree covers 48-bit addresses of a 64-bit target");
-
-#define PIN_GRANULE_SHIFT 8 /* 256 bytes: block alignment, and the class step below 1 KiB */
-#define PIN_PAGE_SHIFT 16
-#define PIN_PAGE ((size_t)1 << PIN_PAGE_SHIFT) /* 64 KiB: what runs are made of */
-#define PIN_OS_PAGE ((size_t)4096) /* chunk alignment, dedicated rounding, radix granule */
-#define PIN_DEFAULT_CHUNK ((size_t)64 << 20)
-#define PIN_MAX_CHUNK ((size_t)1 << 36) /* 64 GiB: keeps a chunk's page count in 32 bits */
-#define PIN_NCLASS_MAX 108              /* class_of(PIN_MAX_CHUNK) + 1 */
-#define PIN_CACHE_SLOTS 32
-#define PIN_CACHE_CLASS_BYTES ((size_t)256 << 10)
-#define PIN_NCACHED_MAX 36 /* class_of(PIN_CACHE_CLASS_BYTES) + 1 */
-#define PIN_SPARES 4
-
-#define RADIX_BITS 12
-#define RADIX_N (1u << RADIX_BITS)
-#define RADIX_KEY_BITS (48 - 12) /* 48-bit addresses in 4 KiB pages: three levels of 12 bits */
-
-/* ---- size classes ---- */
-
-/* The smallest class that holds s bytes, 0 < s <= PIN_MAX_CHUNK. */
-static unsigned class_of(size_t s)
-{
-	if (s <= 1024)
-		return (unsigned)((s - 1) >> PIN_GRANULE_SHIFT);
-	size_t t = s - 1;
-	unsigned e = 63u - (unsigned)__builtin_clzll((unsigned long long)t); /* 2^e <= t */
-	unsigned k = (unsigned)(t >> (e - 2)) & 3u;                          /* its quarter */
-	return 4u + (e - 10u) * 4u + k;
-}
-
-/* Classes 0..3: 256..1024; then 2^e + k * 2^(e-2) for k = 1..4 and e = 10, 11, ... */
-static size_t class_size(unsigned c)
-{
-	if (c < 4)
-		return (size_t)(c + 1) << PIN_GRANULE_SHIFT;
-	unsigned e = 10u + (c - 4u) / 4u, k = (c - 4u) % 4u + 1u;
-	return ((size_t)1 << e) + ((size_t)k << (e - 2));
-}
-
-/* ---- structures ---- */
-
-/* A 64 KiB page of a chunk; heap_lock. A used run marks all its pages; a free run only its two
- * ends, which is all that the run walk and coalescing read. */
-struct pin_page {
-	uint32_t head;  /* first page of the run */
-	uint32_t len;   /* pages in the run (at the head; free runs: at both ends) */
-	uint32_t count; /* reclaim's scratch, at a used run's head */
-	uint32_t used;
-};
-
-struct pin_chunk {
-	/* Fixed before the chunk is published in the radix tree, and while it is there. */
-	char *base;           /* 4 KiB aligned */
-	size_t bytes;         /* what the pool uses, and counts in bytes_pinned */
-	_Atomic uint8_t *map; /* a byte per 256-byte granule; dedicated: NULL */
-	bool dedicated;       /* never changes, even while the header lies on pool->dead */
-	/* heap_lock from here (or the chunk is private to its creator). */
-	bool own;  /* dedicated: handed out */
-	void *raw; /* what host_alloc returned, for host_free */
-	struct pin_page *pages;
-	uint32_t npages, free_pages;
-	struct pin_chunk *next, *prev;
-};
-
-struct pin_class {
-	size_t size;
-	uint32_t run_pages, run_blocks;
-	unsigned cache_cap;   /* slots a worker's cache uses for it; 0: not cached */
-	unsigned cache_batch; /* blocks moved at once between a cache and the shared list */
-	_Alignas(TDM__CACHELINE) pthread_mutex_t lock;
-	struct tdm__link *head; /* lock */
-};
-
-/* A worker's cache. Only its worker touches it, except the statistics' relaxed loads. */
-struct pin_cache {
-	/* Stored by the worker, loaded by tdm_pinned_stats_get: bytes handed out from this
-	 * cache minus bytes freed into it since the last fold, the largest delta since then, and
-	 * the shared in-use count right after that fold. */
-	_Alignas(TDM__CACHELINE) _Atomic int64_t delta;
-	_Atomic int64_t peak, base;
-	unsigned n[PIN_NCACHED_MAX];
-	void *slot[PIN_NCACHED_MAX][PIN_CACHE_SLOTS]; /* a stack per class: the top is hot */
-};
-
-struct radix_leaf {
-	_Atomic(struct pin_chunk *) e[RADIX_N];
-};
-struct radix_mid {
-	_Atomic(struct radix_leaf *) e[RADIX_N];
-};
-
-struct tdm__pinned {
-	struct tdm_gpu *gpu;
-	tdm_executor *ex;  /* compared with, never read: the executor may be destroyed first */
-	unsigned nworkers; /* ex's, copied at init */
-	size_t chunk_bytes, cap, max_class;
-	unsigned nclass, ncached;
-	struct pin_cache *caches; /* one per worker of ex */
-
-	/* Relaxed: counters, read as a whole only once the threads quiesce. */
-	_Alignas(TDM__CACHELINE) _Atomic int64_t in_use;
-	_Atomic uint64_t high_water;
-	_Alignas(TDM__CACHELINE) _Atomic uint64_t bytes_pinned, nchunks;
-	_Atomic size_t shared_free; /* bytes in the shared lists: is a reclaim worth it? */
-	_Atomic bool misaligned;    /* host_alloc gave less than 4 KiB alignment (the sim) */
-
-	_Alignas(TDM__CACHELINE) pthread_mutex_t heap_lock;
-	struct pin_chunk *regular, *dedicated, *spares; /* heap_lock */
-	/* heap_lock: headers of dedicated chunks given back to the backend (the file's header
-	 * says why they are kept until fini). */
-	struct pin_chunk *dead;
-	unsigned nspares; /* heap_lock */
-	size_t reserved;  /* heap_lock: pinned or being pinned, counted against the cap */
-	pthread_mutex_t grow_lock;
-
-	struct pin_class cls[PIN_NCLASS_MAX];
-	/* Written under heap_lock, read by anyone (radix_get). */
-	_Atomic(struct radix_mid *) root[RADIX_N];
-};
-
-/* ---- the radix tree: address -> chunk ---- */
-
-/* The chunk whose range holds p, or NULL. Lock-free. */
-static inline struct pin_chunk *radix_get(struct tdm__pinned *pool, const void *p)
-{
-	uintptr_t key = (uintptr_t)p >> 12;
-	if (key >> RADIX_KEY_BITS)
-		return NULL;
-	/* Acquire (all three): pairs with the release stores in radix_node and radix_set, so
-	 * that a node's zeroed entries and a chunk's fixed fields are seen initialised. */
-	struct radix_mid *m = atomic_load_explicit(&pool->root[key >> 24], memory_order_acquire);
-	if (m == NULL)
-		return NULL;
-	struct radix_leaf *l =
-	    atomic_load_explicit(&m->e[(key >> 12) & (RADIX_N - 1)], memory_order_acquire);
-	if (l == NULL)
-		return NULL;
-	return atomic_load_explicit(&l->e[key & (RADIX_N - 1)], memory_order_acquire);
-}
-
-/* The leaf that holds key, made if `make`. heap_lock held: the only writer. */
-static struct radix_leaf *radix_node(struct tdm__pinned *pool, uintptr_t key, bool make)
-{
-	_Atomic(struct radix_mid *) *ms = &pool->root[key >> 24];
-	/* Relaxed loads here: heap_lock orders this thread after every earlier writer. */
-	struct radix_mid *m = atomic_load_explicit(ms, memory_order_relaxed);
-	if (m == NULL) {
-		if (!make || (m = calloc(1, sizeof(*m))) == NULL)
-			return NULL;
-		/* Release: pairs with the acquire in radix_get (the zeroed node). */
-		atomic_store_explicit(ms, m, memory_order_release);
-	}
-	_Atomic(struct radix_leaf *) *ls = &m->e[(key >> 12) & (RADIX_N - 1)];
-	struct radix_leaf *l = atomic_load_explicit(ls, memory_order_relaxed);
-	if (l == NULL) {
-		if (!make || (l = calloc(1, sizeof(*l))) == NULL)
-			return NULL;
-		/* Release: pairs with the acquire in radix_get (the zeroed leaf). */
-		atomic_store_explicit(ls, l, memory_order_release);
-	}
-	return l;
-}
-
-/* Points k's pages at v (k to publish it, NULL to withdraw it). heap_lock held. */
-static int radix_set(struct tdm__pinned *pool, struct pin_chunk *k, struct pin_chunk *v)
-{
-	uintptr_t first = (uintptr_t)k->base >> 12;
-	uintptr_t last = ((uintptr_t)k->base + k->bytes - 1) >> 12;
-	if (last >> RADIX_KEY_BITS)
-		return -ENOMEM;
-	/* Every node first, so that a failed allocation leaves nothing half published. */
-	if (v != NULL)
-		for (uintptr_t key = first; key <= last; key = (key | (RADIX_N - 1)) + 1)
-			if (radix_node(pool, key, true) == NULL)
-				return -ENOMEM;
-	for (uintptr_t key = first; key <= last;) {
-		struct radix_leaf *l = radix_node(pool, key, false);
-		uintptr_t end = key | (RADIX_N - 1);
-		if (end > last)
-			end = last;
-		for (; key <= end; key++)
-			/* Release: pairs with the acquire in radix_get; k's fixed fields were
-			 * written before. */
-			atomic_store_explicit(&l->e[key & (RADIX_N - 1)], v, memory_order_release);
-	}
-	return 0;
-}
-
-/* ---- chunks and runs (heap_lock) ---- */
-
-static void list_push(struct pin_chunk **head, struct pin_chunk *k)
-{
-	k->prev = NULL;
-	k->next = *head;
-	if (*head != NULL)
-		(*head)->prev = k;
-	*head = k;
-}
-
-static void list_unlink(struct pin_chunk **head, struct pin_chunk *k)
-{
-	if (k->prev != NULL)
-		k->prev->next = k->next;
-	else
-		*head = k->next;
-	if (k->next != NULL)
-		k->next->prev = k->prev;
-	k->next = k->prev = NULL;
-}
-
-static void run_mark_free(struct pin_chunk *k, uint32_t h, uint32_t n)
-{
-	k->pages[h] = (struct pin_page){.head = h, .len = n};
-	k->pages[h + n - 1] = (struct pin_page){.head = h, .len = n};
-}
-
-/* First fit of n pages in k: the run's first page, or UINT32_MAX. */
-static uint32_t run_take(struct pin_chunk *k, uint32_t n)
-{
-	if (k->free_pages < n)
-		return UINT32_MAX;
-	for (uint32_t i = 0; i < k->npages; i += k->pages[i].len) {
-		uint32_t len = k->pages[i].len;
-		if (k->pages[i].used || len < n)
-			continue;
-		for (uint32_t j = i; j < i + n; j++)
-			k->pages[j] = (struct pin_page){.head = i, .used = 1};
-		k->pages[i].len = n;
-		if (len > n)
-			run_mark_free(k, i + n, len - n);
-		k->free_pages -= n;
-		return i;
-	}
-	return UINT32_MAX;
-}
-
-/* Gives back the used run at h, merged with free neighbours. */
-static void run_release(struct pin_chunk *k, uint32_t h)
-{
-	uint32_t n = k->pages[h].len;
-	k->free_pages += n;
-	if (h + n < k->npages && !k->pages[h + n].used)
-		n += k->pages[h + n].len;
-	if (h > 0 && !k->pages[h - 1].used) {
-		uint32_t ph = k->pages[h - 1].head;
-		n += h - ph;
-		h = ph;
-	}
-	run_mark_free(k, h, n);
-}
-
-/* A run for class c from any chunk, or NULL. */
-static char *heap_take(struct tdm__pinned *pool, unsigned c)
-{
-	uint32_t n = pool->cls[c].run_pages;
-	for (struct pin_chunk *k = pool->regular; k != NULL; k = k->next) {
-		uint32_t h = run_take(k, n);
-		if (h != UINT32_MAX)
-			return k->base + ((size_t)h << PIN_PAGE_SHIFT);
-	}
-	return NULL;
-}
-
-static char *heap_take_locked(struct tdm__pinned *pool, unsigned c)
-{
-	pthread_mutex_lock(&pool->heap_lock); /* the chunk list and their pages */
-	char *run = heap_take(pool, c);
-	pthread_mutex_unlock(&pool->heap_lock);
-	return run;
-}
-
-/* Pins `bytes` aligned to 4 KiB. Every failure is -ENOMEM (the pool has no memory to give) and
- * leaves *raw and *base as they were. */
-static int pin_host_alloc(struct tdm__pinned *pool, size_t bytes, void **raw, char **base)
-{
-	struct tdm_gpu *gpu = pool->gpu;
-	void *p = NULL;
-	/* Relaxed: a hint; at worst one more try at the exact size. */
-	if (!atomic_load_explicit(&pool->misaligned, memory_order_relaxed)) {
-		if (gpu->ops->host_alloc(gpu->b, bytes, &p) != 0)
-			return -ENOMEM;
-		if (((uintptr_t)p & (PIN_OS_PAGE - 1)) == 0) {
-			*raw = p;
-			*base = p;
-			return 0;
-		}
-		gpu->ops->host_free(gpu->b, p);
-		atomic_store_explicit(&pool->misaligned, true, memory_order_relaxed);
-	}
-	/* cudaHostAlloc returns whole pages; a backend that does not (the sim) is asked for a
-	 * page more, which the cap and the statistics leave out: it is not what was asked for. */
-	if (bytes > SIZE_MAX - PIN_OS_PAGE || gpu->ops->host_alloc(gpu->b, bytes + PIN_OS_PAGE, &p))
-		return -ENOMEM;
-	*raw = p;
-	*base = (char *)(((uintptr_t)p + PIN_OS_PAGE - 1) & ~(uintptr_t)(PIN_OS_PAGE - 1));
-	return 0;
-}
-
-static void chunk_free(struct tdm__pinned *pool, struct pin_chunk *k)
-{
-	if (k->raw != NULL)
-		pool->gpu->ops->host_free(pool->gpu->b, k->raw);
-	free((void *)k->map);
-	free(k->pages);
-	free(k);
-}
-
-/*
- * A dedicated chunk's header back to pool->dead (kept until fini: the file's header), its memory
- * (if any) to the backend. Its `dedicated` is never written again (it stays true), the rest
- * only before it is published.
- */
-static void dead_give(struct tdm__pinned *pool, struct pin_chunk *k)
-{
-	if (k->raw != NULL)
-		pool->gpu->ops->host_free(pool->gpu->b, k->raw);
-	k->raw = NULL;
-	pthread_mutex_lock(&pool->heap_lock); /* pool->dead */
-	k->next = pool->dead;
-	pool->dead = k;
-	pthread_mutex_unlock(&pool->heap_lock);
-}
-
-/* A header for a new dedicated chunk: a dead one, or a new one. No lock held. */
-static struct pin_chunk *dedicated_header(struct tdm__pinned *pool)
-{
-	pthread_mutex_lock(&pool->heap_lock); /* pool->dead */
-	struct pin_chunk *k = pool->dead;
-	if (k != NULL)
-		pool->dead = k->next;
-	pthread_mutex_unlock(&pool->heap_lock);
-	if (k == NULL && (k = calloc(1, sizeof(*k))) != NULL)
-		k->dedicated = true;
-	return k;
-}
-
-/* A new chunk, pinned and private to the caller, not yet published. No lock held. */
-static int chunk_new(struct tdm__pinned *pool, size_t bytes, bool dedicated, struct pin_chunk **out)
-{
-	if (dedicated) {
-		struct pin_chunk *d = dedicated_header(pool);
-		if (d == NULL)
-			return -ENOMEM;
-		d->bytes = bytes;
-		d->next = d->prev = NULL;
-		d->own = false;
-		if (pin_host_alloc(pool, bytes, &d->raw, &d->base) != 0) {
-			dead_give(pool, d); /* raw is NULL: dead headers' and calloc's */
-			return -ENOMEM;
-		}
-		*out = d;
-		return 0;
-	}
-	struct pin_chunk *k = calloc(1, sizeof(*k));
-	if (k == NULL)
-		return -ENOMEM;
-	k->bytes = bytes;
-	k->npages = (uint32_t)(bytes >> PIN_PAGE_SHIFT);
-	k->free_pages = k->npages;
-	k->pages = malloc(k->npages * sizeof(*k->pages));
-	k->map = calloc(bytes >> PIN_GRANULE_SHIFT, 1);
-	if (k->pages == NULL || k->map == NULL) {
-		chunk_free(pool, k);
-		return -ENOMEM;
-	}
-	run_mark_free(k, 0, k->npages);
-	if (pin_host_alloc(pool, bytes, &k->raw, &k->base) != 0) {
-		chunk_free(pool, k);
-		return -ENOMEM;
-	}
-	*out = k;
-	return 0;
-}
-
-/* heap_lock: counts a published chunk in, or out. */
-static void chunk_count(struct tdm__pinned *pool, struct pin_chunk *k, int sign)
-{
-	uint64_t pinned = atomic_load_explicit(&pool->bytes_pinned, memory_order_relaxed);
-	uint64_t n = atomic_load_explicit(&pool->nchunks, memory_order_relaxed);
-	/* Relaxed: only heap_lock holders write these; readers want a number, not an order. */
-	atomic_store_explicit(&pool->bytes_pinned, sign > 0 ? pinned + k->bytes : pinned - k->bytes,
-	                      memory_order_relaxed);
-	atomic_store_explicit(&pool->nchunks, sign > 0 ? n + 1 : n - 1, memory_order_relaxed);
-}
-
-/*
- * heap_lock: withdraws the oldest spares onto *drop until at most `keep` are left and the cap
- * has `room` bytes free. The caller gives them back (spares_free) once it has unlocked.
- */
-static void spares_drop(struct tdm__pinned *pool, size_t room, unsigned keep,
-                        struct pin_chunk **drop)
-{
-	while (pool->spares != NULL &&
-	       (pool->nspares > keep || pool->cap - pool->reserved < room)) {
-		struct pin_chunk *k = pool->spares;
-		while (k->next != NULL)
-			k = k->next; /* the oldest: frees push at the head */
-		list_unlink(&pool->spares, k);
-		pool->nspares--;
-		radix_set(pool, k, NULL);
-		pool->reserved -= k->bytes;
-		chunk_count(pool, k, -1);
-		k->next = *drop;
-		*drop = k;
-	}
-}
-
-/* No lock held: the dropped spares' memory to the backend, their headers to pool->dead. */
-static void spares_free(struct tdm__pinned *pool, struct pin_chunk *drop)
-{
-	while (drop != NULL) {
-		struct pin_chunk *next = drop->next;
-		dead_give(pool, drop);
-		drop = next;
-	}
-}
-
-/*
- * grow_lock held: pins a chunk (the chunk size, or what the cap leaves) and takes a run of class
- * c from it in the same critical section, so no other thread can take the room first.
- */
-static int grow(struct tdm__pinned *pool, unsigned c, char **run)
-{
-	size_t need = (size_t)pool->cls[c].run_pages << PIN_PAGE_SHIFT;
-	struct pin_chunk *drop = NULL, *k = NULL;
-	pthread_mutex_lock(&pool->heap_lock);
-	spares_drop(pool, pool->chunk_bytes, UINT32_MAX, &drop);
-	size_t bytes = pool->chunk_bytes, room = pool->cap - pool->reserved;
-	if (bytes > room)
-		bytes = room & ~(PIN_PAGE - 1);
-	if (bytes < need) {
-		pthread_mutex_unlock(&pool->heap_lock);
-		spares_free(pool, drop);
-		return -ENOMEM;
-	}
-	pool->reserved += bytes;
-	pthread_mutex_unlock(&pool->heap_lock);
-	spares_free(pool, drop);
-
-	int rc = chunk_new(pool, bytes, false, &k);
-	pthread_mutex_lock(&pool->heap_lock);
-	if (rc == 0 && (rc = radix_set(pool, k, k)) == 0) {
-		list_push(&pool->regular, k);
-		chunk_count(pool, k, +1);
-		*run = heap_take(pool, c);
-	} else {
-		pool->reserved -= bytes;
-	}
-	pthread_mutex_unlock(&pool->heap_lock);
-	if (rc != 0 && k != NULL)
-		chunk_free(pool, k); /* pinned, but the radix tree had no room for it */
-	return rc;
-}
+#include "pinned.h"
 
 /* ---- shared free lists ---- */
 
@@ -620,7 +164,7 @@ static void reclaim(struct tdm__pinned *pool)
 	/* ... give those runs back; clear the others' scratch, counting what goes back. */
 	for (struct tdm__link *b = release; b != NULL; b = b->next) {
 		struct pin_chunk *k = radix_get(pool, b);
-		run_release(k, k->pages[((char *)b - k->base) >> PIN_PAGE_SHIFT].head);
+		tdm__pin_run_release(k, k->pages[((char *)b - k->base) >> PIN_PAGE_SHIFT].head);
 	}
 	struct tdm__link *last[PIN_NCLASS_MAX] = {0};
 	size_t n[PIN_NCLASS_MAX] = {0};
@@ -643,16 +187,16 @@ static void reclaim(struct tdm__pinned *pool)
 static int run_slow(struct tdm__pinned *pool, struct pin_cache *mine, unsigned c, char **run)
 {
 	/* Another thread may have made room while this one waited for grow_lock. */
-	if ((*run = heap_take_locked(pool, c)) != NULL)
+	if ((*run = tdm__pin_heap_take_locked(pool, c)) != NULL)
 		return 0;
 	/* Reclaim before pinning more: it costs a walk of the free lists, pinning costs
 	 * milliseconds and memory. Relaxed: a hint (empty lists give nothing back). */
 	if (atomic_load_explicit(&pool->shared_free, memory_order_relaxed) > 0) {
 		reclaim(pool);
-		if ((*run = heap_take_locked(pool, c)) != NULL)
+		if ((*run = tdm__pin_heap_take_locked(pool, c)) != NULL)
 			return 0;
 	}
-	int rc = grow(pool, c, run);
+	int rc = tdm__pin_grow(pool, c, run);
 	if (rc == 0)
 		return *run != NULL ? 0 : -ENOMEM;
 	if (mine == NULL)
@@ -660,14 +204,14 @@ static int run_slow(struct tdm__pinned *pool, struct pin_cache *mine, unsigned c
 	/* At the cap: this worker's own cache may complete a run. */
 	cache_flush(pool, mine);
 	reclaim(pool);
-	*run = heap_take_locked(pool, c);
+	*run = tdm__pin_heap_take_locked(pool, c);
 	return *run != NULL ? 0 : -ENOMEM;
 }
 
 /* A new run of class c. May reclaim, and pin a chunk. */
 static int run_new(struct tdm__pinned *pool, struct pin_cache *mine, unsigned c, char **run)
 {
-	if ((*run = heap_take_locked(pool, c)) != NULL)
+	if ((*run = tdm__pin_heap_take_locked(pool, c)) != NULL)
 		return 0;
 	pthread_mutex_lock(&pool->grow_lock); /* one thread reclaims or pins at a time */
 	int rc = run_slow(pool, mine, c, run);
@@ -760,8 +304,8 @@ static void count_shared(struct tdm__pinned *pool, struct pin_cache *mine, int64
 
 static inline struct pin_cache *cache_of(struct tdm__pinned *pool)
 {
-	struct tdm__worker *w = tdm__self_of(pool->ex); /* a worker of ex: index < ex->nworkers */
-	return w != NULL ? &pool->caches[w->index] : NULL;
+	int w = tdm__worker_index(pool->ex); /* a worker of ex: below its worker count */
+	return w >= 0 ? &pool->caches[w] : NULL;
 }
 
 /*
@@ -788,9 +332,9 @@ static int alloc_dedicated(struct tdm__pinned *pool, struct pin_cache *mine, siz
 		if (s->bytes >= need && s->bytes / 2 <= need && (k == NULL || s->bytes < k->bytes))
 			k = s;
 	if (k != NULL) {
-		list_unlink(&pool->spares, k);
+		tdm__pin_list_unlink(&pool->spares, k);
 		pool->nspares--;
-		list_push(&pool->dedicated, k);
+		tdm__pin_list_push(&pool->dedicated, k);
 		k->own = true;
 		/* Read under the lock: once it is released, a racing double free of a stale
 		 * pointer to this block may make k a spare again, to be dropped and reused. */
@@ -801,21 +345,21 @@ static int alloc_dedicated(struct tdm__pinned *pool, struct pin_cache *mine, siz
 		return 0;
 	}
 	/* Keep PIN_SPARES - 1 at most, so that this block's own free stays within bound. */
-	spares_drop(pool, need, PIN_SPARES - 1, &drop);
+	tdm__pin_spares_drop(pool, need, PIN_SPARES - 1, &drop);
 	bool room = pool->cap - pool->reserved >= need;
 	if (room)
 		pool->reserved += need;
 	pthread_mutex_unlock(&pool->heap_lock);
-	spares_free(pool, drop);
+	tdm__pin_spares_free(pool, drop);
 	if (!room)
 		return -ENOMEM;
 
-	int rc = chunk_new(pool, need, true, &k);
+	int rc = tdm__pin_chunk_new(pool, need, true, &k);
 	pthread_mutex_lock(&pool->heap_lock);
 	char *base = NULL;
-	if (rc == 0 && (rc = radix_set(pool, k, k)) == 0) {
-		list_push(&pool->dedicated, k);
-		chunk_count(pool, k, +1);
+	if (rc == 0 && (rc = tdm__pin_radix_set(pool, k, k)) == 0) {
+		tdm__pin_list_push(&pool->dedicated, k);
+		tdm__pin_chunk_count(pool, k, +1);
 		k->own = true;
 		base = k->base; /* under the lock: once unlocked, a racing stale free may turn k
 		                   into a spare whose header is reused */
@@ -825,7 +369,8 @@ static int alloc_dedicated(struct tdm__pinned *pool, struct pin_cache *mine, siz
 	pthread_mutex_unlock(&pool->heap_lock);
 	if (rc != 0) {
 		if (k != NULL)
-			dead_give(pool, k); /* pinned, but the radix tree had no room for it */
+			tdm__pin_dead_give(pool,
+			                   k); /* pinned, but the radix tree had no room for it */
 		return -ENOMEM;
 	}
 	count_shared(pool, mine, (int64_t)need);
@@ -848,8 +393,8 @@ static int free_dedicated(struct tdm__pinned *pool, struct pin_cache *mine, stru
 		return -EINVAL;
 	}
 	k->own = false;
-	list_unlink(&pool->dedicated, k);
-	list_push(&pool->spares, k);
+	tdm__pin_list_unlink(&pool->dedicated, k);
+	tdm__pin_list_push(&pool->spares, k);
 	pool->nspares++;
 	/* Read before unlocking: then any thread may drop the spare and reuse its header. */
 	int64_t bytes = (int64_t)k->bytes;
@@ -987,28 +532,6 @@ int tdm__pinned_owns(struct tdm_gpu *gpu, const void *p)
 	return pool != NULL && p != NULL && radix_get(pool, p) != NULL;
 }
 
-int tdm_host_register(tdm_gpu *gpu, void *p, size_t bytes)
-{
-	if (gpu == NULL || p == NULL || bytes == 0)
-		return -EINVAL;
-	if (gpu->ops == NULL)
-		return -ENODEV;
-	if (gpu->ops->host_register == NULL)
-		return -ENOTSUP;
-	return gpu->ops->host_register(gpu->b, p, bytes);
-}
-
-int tdm_host_unregister(tdm_gpu *gpu, void *p)
-{
-	if (gpu == NULL || p == NULL)
-		return -EINVAL;
-	if (gpu->ops == NULL)
-		return -ENODEV;
-	if (gpu->ops->host_unregister == NULL)
-		return -ENOTSUP;
-	return gpu->ops->host_unregister(gpu->b, p);
-}
-
 /* ---- life ---- */
 
 int tdm__pinned_init(struct tdm_gpu *gpu)
@@ -1065,7 +588,7 @@ int tdm__pinned_init(struct tdm_gpu *gpu)
 		}
 		pthread_mutex_init(&pc->lock, NULL);
 	}
-	pool->nworkers = pool->ex->nworkers;
+	pool->nworkers = (unsigned)tdm_executor_workers(pool->ex);
 	size_t caches_bytes = (size_t)pool->nworkers * sizeof(*pool->caches);
 	pool->caches = aligned_alloc(TDM__CACHELINE, caches_bytes);
 	if (pool->caches == NULL && caches_bytes > 0) {
@@ -1091,7 +614,7 @@ void tdm__pinned_fini(struct tdm_gpu *gpu)
 	for (unsigned i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
 		while (lists[i] != NULL) {
 			struct pin_chunk *next = lists[i]->next;
-			chunk_free(pool, lists[i]);
+			tdm__pin_chunk_free(pool, lists[i]);
 			lists[i] = next;
 		}
 	while (pool->dead != NULL) { /* headers only: their memory went back already */

@@ -63,7 +63,7 @@
 
 void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t)
 {
-	tdm__stack_push(&gpu->submit, &t->link);
+	tdm__stack_push(&gpu->submit, &TDM__AW(t)->link);
 	/* ck_ec32_inc is a plain atomic add unless the poller sleeps; it orders the push above
 	 * before the count change that wakes the poller (a write barrier, ck_ec's documented
 	 * contract). Pairs with ck_ec32_value's read barrier in tdm__poller_main. */
@@ -102,7 +102,7 @@ static void add_wake(struct tdm_gpu *gpu, struct tdm__task *t, int rc)
 	atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_relaxed);
 }
 
-/* ---- deadlines: a binary min-heap on await_seq ---- */
+/* ---- deadlines: a binary min-heap on their slots' seq ---- */
 
 static void heap_push(struct tdm_gpu *gpu, struct tdm__task *t)
 {
@@ -111,7 +111,7 @@ static void heap_push(struct tdm_gpu *gpu, struct tdm__task *t)
 		return;
 	}
 	unsigned i = gpu->nheap++;
-	while (i > 0 && gpu->heap[(i - 1) / 2]->await_seq > t->await_seq) {
+	while (i > 0 && TDM__AW(gpu->heap[(i - 1) / 2])->seq > TDM__AW(t)->seq) {
 		gpu->heap[i] = gpu->heap[(i - 1) / 2];
 		i = (i - 1) / 2;
 	}
@@ -126,9 +126,9 @@ static struct tdm__task *heap_pop(struct tdm_gpu *gpu)
 		unsigned c = 2 * i + 1;
 		if (c >= n)
 			break;
-		if (c + 1 < n && gpu->heap[c + 1]->await_seq < gpu->heap[c]->await_seq)
+		if (c + 1 < n && TDM__AW(gpu->heap[c + 1])->seq < TDM__AW(gpu->heap[c])->seq)
 			c++;
-		if (gpu->heap[c]->await_seq >= last->await_seq)
+		if (TDM__AW(gpu->heap[c])->seq >= TDM__AW(last)->seq)
 			break;
 		gpu->heap[i] = gpu->heap[c];
 		i = c;
@@ -142,17 +142,17 @@ static struct tdm__task *heap_pop(struct tdm_gpu *gpu)
 
 /* A stream await's place on its stream (its word value, or its event's number). An event await
  * always holds its event: tdm_await_stream hands it over only once the record was enqueued. */
-static uint64_t aw_seq(const struct tdm__task *t)
+static uint64_t aw_seq(struct tdm__task *t)
 {
 	if (TDM__AW_KIND(t) == TDM__AW_STREAM_WORD)
-		return t->await_seq;
-	return ((const struct tdm_event *)(uintptr_t)t->await_seq)->seq;
+		return TDM__AW(t)->seq;
+	return ((const struct tdm_event *)(uintptr_t)TDM__AW(t)->seq)->seq;
 }
 
 static void stream_insert(struct tdm_gpu *gpu, struct tdm_stream *s, struct tdm__task *t,
                           uint64_t now)
 {
-	t->link.next = NULL;
+	TDM__AW(t)->link.next = NULL;
 	if (s->head == NULL) {
 		s->head = s->tail = t;
 		s->moved_ns = now;
@@ -168,14 +168,14 @@ static void stream_insert(struct tdm_gpu *gpu, struct tdm_stream *s, struct tdm_
 	/* Sequence order; submissions arrive nearly sorted, so this is almost always O(1). */
 	uint64_t seq = aw_seq(t);
 	if (aw_seq(s->tail) <= seq) {
-		s->tail->link.next = &t->link;
+		TDM__AW(s->tail)->link.next = &TDM__AW(t)->link;
 		s->tail = t;
 		return;
 	}
 	struct tdm__task **pp = &s->head;
 	while (aw_seq(*pp) <= seq)
-		pp = (struct tdm__task **)&(*pp)->link.next;
-	t->link.next = &(*pp)->link;
+		pp = (struct tdm__task **)&TDM__AW(*pp)->link.next;
+	TDM__AW(t)->link.next = &TDM__AW(*pp)->link;
 	*pp = t;
 }
 
@@ -208,7 +208,8 @@ static void intake(struct tdm_gpu *gpu, uint64_t now)
 			stream_insert(gpu, TDM__AW_PTR(t), t, now);
 			break;
 		case TDM__AW_EVENT:
-			t->link.next = gpu->ev_head != NULL ? &gpu->ev_head->link : NULL;
+			TDM__AW(t)->link.next =
+			    gpu->ev_head != NULL ? &TDM__AW(gpu->ev_head)->link : NULL;
 			gpu->ev_head = t;
 			break;
 		case TDM__AW_DEADLINE:
@@ -255,9 +256,9 @@ static void fail_stream_awaits(struct tdm_gpu *gpu, struct tdm_stream *s, int rc
 {
 	while (s->head != NULL) {
 		struct tdm__task *t = s->head;
-		s->head = (struct tdm__task *)(void *)t->link.next;
+		s->head = (struct tdm__task *)(void *)TDM__AW(t)->link.next;
 		if (TDM__AW_KIND(t) == TDM__AW_STREAM_EVENT)
-			tdm__event_give((struct tdm_event *)(uintptr_t)t->await_seq);
+			tdm__event_give((struct tdm_event *)(uintptr_t)TDM__AW(t)->seq);
 		add_wake(gpu, t, rc);
 	}
 	s->tail = NULL;
@@ -289,13 +290,13 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 				s->done = v;
 		}
 		if (TDM__AW_KIND(t) == TDM__AW_STREAM_WORD) {
-			if (s->done < t->await_seq)
+			if (s->done < TDM__AW(t)->seq)
 				break;
 			rc = ops->word_status != NULL
-			         ? ops->word_status(gpu->b, s->bs, t->await_seq)
+			         ? ops->word_status(gpu->b, s->bs, TDM__AW(t)->seq)
 			         : 0;
 		} else {
-			struct tdm_event *e = (struct tdm_event *)(uintptr_t)t->await_seq;
+			struct tdm_event *e = (struct tdm_event *)(uintptr_t)TDM__AW(t)->seq;
 			/*
 			 * Queried even when a later word has passed its number: the work is done
 			 * then, but only the event can say whether it failed (an operation's error
@@ -332,7 +333,7 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 			atomic_store_explicit(&s->quick, true, memory_order_relaxed);
 			count_one(&gpu->n_switch);
 		}
-		s->head = (struct tdm__task *)(void *)t->link.next;
+		s->head = (struct tdm__task *)(void *)TDM__AW(t)->link.next;
 		add_wake(gpu, t, rc);
 		progress = true;
 		if (tdm__fail_if_dead(s, rc)) {
@@ -384,7 +385,7 @@ static void note_due(struct tdm_gpu *gpu, const struct tdm_stream *s, uint64_t n
 	if (due + late >= now && due < gpu->due_ns) {
 		gpu->due_ns = due;
 		gpu->due_late_ns = late;
-		gpu->due_home = s->head->home;
+		gpu->due_home = tdm__task_home(s->head);
 		gpu->due_long = s->typical_ns > TDM__PREWAKE_NS;
 	}
 }
@@ -498,17 +499,17 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 		struct tdm_event *e = TDM__AW_PTR(t);
 		int rc = gpu->ops->event_query(gpu->b, e->be);
 		if (rc == -EAGAIN) {
-			tp = (struct tdm__task **)&t->link.next;
+			tp = (struct tdm__task **)&TDM__AW(t)->link.next;
 			continue;
 		}
-		*tp = (struct tdm__task *)(void *)t->link.next;
+		*tp = (struct tdm__task *)(void *)TDM__AW(t)->link.next;
 		add_wake(gpu, t, rc);
 		progress = true;
 	}
 	bool stopping = atomic_load_explicit(&gpu->stopping, memory_order_relaxed);
-	while (gpu->nheap > 0 && (stopping || gpu->heap[0]->await_seq <= now)) {
+	while (gpu->nheap > 0 && (stopping || TDM__AW(gpu->heap[0])->seq <= now)) {
 		struct tdm__task *t = heap_pop(gpu);
-		add_wake(gpu, t, t->await_seq <= now ? 0 : -ECANCELED);
+		add_wake(gpu, t, TDM__AW(t)->seq <= now ? 0 : -ECANCELED);
 		progress = true;
 	}
 	return progress;
@@ -569,8 +570,8 @@ void *tdm__poller_main(void *arg)
 			    gpu->due_ns - lead - now < step)
 				step = gpu->due_ns - lead - now;
 			if (gpu->busy == NULL && gpu->ev_head == NULL && gpu->nheap > 0 &&
-			    gpu->heap[0]->await_seq > now)
-				step = gpu->heap[0]->await_seq - now;
+			    TDM__AW(gpu->heap[0])->seq > now)
+				step = TDM__AW(gpu->heap[0])->seq - now;
 			struct timespec dl;
 			uint64_t until = now + step;
 			dl.tv_sec = (time_t)(until / 1000000000ull);

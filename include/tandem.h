@@ -17,6 +17,11 @@
 extern "C" {
 #endif
 
+/* The library is built with hidden visibility: what this header declares is what it exports. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #define TDM_VERSION_MAJOR 0
 #define TDM_VERSION_MINOR 4
 #define TDM_VERSION_PATCH 0
@@ -182,11 +187,11 @@ typedef int (*tdm_resume_fn)(tdm_task *t, void *arg);
 #endif
 
 #define TDM_BEGIN(t)                                                                               \
-	switch (*tdm__task_pc(t)) {                                                                \
+	switch (*tdm_task_pc(t)) {                                                                 \
 	case 0:
 #define TDM_AWAIT(t, call)                                                                         \
 	do {                                                                                       \
-		*tdm__task_pc(t) = __LINE__;                                                       \
+		*tdm_task_pc(t) = __LINE__;                                                        \
 		if ((call) == TDM_SUSPENDED)                                                       \
 			return TDM_PENDING;                                                        \
 		TDM__FALLTHROUGH;                                                                  \
@@ -196,8 +201,8 @@ typedef int (*tdm_resume_fn)(tdm_task *t, void *arg);
 	}                                                                                          \
 	return 0
 
-/* Private: where the macros keep the resume point. */
-unsigned *tdm__task_pc(tdm_task *t);
+/* Where the macros keep the resume point: for TDM_BEGIN and TDM_AWAIT only. */
+unsigned *tdm_task_pc(tdm_task *t);
 
 /*
  * Starts a resumable task: fn(t, arg) runs on a worker and again after each await until it
@@ -278,6 +283,10 @@ uint64_t tdm_now_ns(void);
 
 /* A message for any value tandem returns; never NULL. */
 const char *tdm_strerror(int err);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

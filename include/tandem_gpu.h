@@ -22,6 +22,11 @@
 extern "C" {
 #endif
 
+/* The library is built with hidden visibility: what this header declares is what it exports. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 typedef struct tdm_gpu tdm_gpu;
 typedef struct tdm_stream tdm_stream;
 typedef struct tdm_event tdm_event;
@@ -156,8 +161,7 @@ void tdm_gpu_config_init(tdm_gpu_config *cfg);
  * sim_devices above 1024 (sim); pinned_chunk_bytes above 64 GiB; pinned_cap_bytes from 1 to 64 KiB
  * - 1; with TDM_BACKEND_AUTO, TANDEM_GPU set to something other than cuda, sim or none; with
  * TDM_COMPLETION_AUTO, TANDEM_COMPLETION set to something other than word, event or adaptive;
- * TANDEM_LEASE_BALANCE set to something other than always or never, TANDEM_WORKER_WATCH to
- * something other than 0 or 1, or TANDEM_NVML to something other than 0, off, 1 or on (README.md,
+ * or TANDEM_NVML set to something other than 0, off, 1 or on (README.md,
  * "Async/await on the GPU"). -ENODEV: the backend asked for (or cuda by default) has no device or
  * is not built in.  -ENOTSUP: TDM_COMPLETION_WORD or _ADAPTIVE asked for (in cfg or by
  * TANDEM_COMPLETION) on a device that cannot write completion words.  -ENOMEM, -EAGAIN: resources.
@@ -270,22 +274,11 @@ typedef enum tdm_copy_kind {
  */
 int tdm_memcpy_async(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind);
 /*
- * Kernels. Each of them: -EINVAL: s is NULL (or, for tdm_launch_scale, y or x).  -EIO: s's
+ * A kernel: y[i] = a * x[i] for i < n, device pointers.  -EINVAL: s, y or x is NULL.  -EIO: s's
  * device failed (a trapping kernel, say), or the launch did.  -ENOMEM: no memory to queue it
  * (sim).
  */
-/* A kernel that runs about `ns` nanoseconds (0: an empty kernel). */
-int tdm_launch_spin(tdm_stream *s, uint32_t ns);
-/*
- * A compute-bound kernel: it keeps every SM of the stream's device busy for about `ns`
- * nanoseconds, so such kernels run one after another on a device (1e9/ns of them a second),
- * whichever streams they are on. For benchmarks of work that saturates a device.
- */
-int tdm_launch_busy(tdm_stream *s, uint32_t ns);
-/* y[i] = a * x[i] for i < n, device pointers. */
 int tdm_launch_scale(tdm_stream *s, float *y, const float *x, float a, size_t n);
-/* A kernel that traps: a sticky device error, for tests of error handling. */
-int tdm_launch_fault(tdm_stream *s);
 
 /*
  * Device memory (cudaMalloc) and pinned host memory pinned anew on each call (cudaHostAlloc:
@@ -579,19 +572,9 @@ typedef struct tdm_device_info {
  */
 int tdm_gpu_device_info(const tdm_gpu *gpu, int device, tdm_device_info *out);
 
-/* ---- the simulator ---- */
-
-typedef enum tdm_sim_fault {
-	/* The next operation enqueued on the stream fails; the await covering it resumes with
-	 * -EIO; the stream and the device go on working. */
-	TDM_SIM_FAULT_OP = 1,
-	/* The next operation enqueued on the stream faults the device for good (like a kernel
-	 * that traps): every await on the device resumes with -EIO, new ones fail at once. */
-	TDM_SIM_FAULT_STICKY = 2,
-} tdm_sim_fault;
-
-/* -EINVAL: s is NULL or not a sim stream, or fault is unknown. */
-int tdm_sim_inject(tdm_stream *s, tdm_sim_fault fault);
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,7 @@
 
 #include "tandem.h"
 #include "tandem_gpu.h"
+#include "tandem_sim.h" /* the kernels of tests and benchmarks (tandem_testing) */
 
 /* The raw CUDA baselines exist only in CUDA builds, and run only on --backend cuda. */
 #if defined(TANDEM_HAVE_CUDA) && TANDEM_HAVE_CUDA

@@ -10,6 +10,7 @@
 #include "bench.h"
 #include "tandem.h"
 #include "tandem_gpu.h"
+#include "tandem_sim.h" /* the kernels of tests and benchmarks (tandem_testing) */
 
 struct burst {
 	tdm_gpu *gpu;

@@ -19,6 +19,7 @@
 #include "bench.h"
 #include "tandem.h"
 #include "tandem_gpu.h"
+#include "tandem_sim.h" /* the kernels of tests and benchmarks (tandem_testing) */
 
 #define SC_MAX_LIST 64
 #define SC_MAX_KERNEL_US 4000000u /* tdm_launch_busy takes a uint32_t of ns */

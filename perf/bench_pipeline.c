@@ -19,6 +19,7 @@
 
 #include "tandem.h"
 #include "tandem_gpu.h"
+#include "tandem_sim.h" /* the kernels of tests and benchmarks (tandem_testing) */
 
 #if defined(TANDEM_HAVE_CUDA) && TANDEM_HAVE_CUDA
 #define HAVE_RAW 1

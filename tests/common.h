@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "tandem.h"
+#include "tandem_sim.h" /* the test hooks: tandem_testing */
 
 #if defined(__SANITIZE_THREAD__)
 #define TDM_TEST_TSAN 1

@@ -744,21 +744,12 @@ Test(gpu_errors, create_refuses_each_bad_config_field, .timeout = 30)
 	cr_assert_eq(tdm_gpu_completion(gpu, 0), TDM_COMPLETION_WORD);
 	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
 	cr_assert_eq(unsetenv("TANDEM_COMPLETION"), 0);
-	/* TANDEM_LEASE_BALANCE, the same. */
-	cr_assert_eq(setenv("TANDEM_LEASE_BALANCE", "sometimes", 1), 0);
-	assert_gpu_create_fails(e.ex, &g, -EINVAL, "TANDEM_LEASE_BALANCE=sometimes");
-	cr_assert_eq(unsetenv("TANDEM_LEASE_BALANCE"), 0);
-	cr_assert_eq(setenv("TANDEM_WORKER_WATCH", "off", 1), 0); /* 0 or 1 */
-	assert_gpu_create_fails(e.ex, &g, -EINVAL, "TANDEM_WORKER_WATCH=off");
-	cr_assert_eq(unsetenv("TANDEM_WORKER_WATCH"), 0);
 	cr_assert_eq(setenv("TANDEM_NVML", "no", 1), 0); /* 0, off, 1 or on */
 	assert_gpu_create_fails(e.ex, &g, -EINVAL, "TANDEM_NVML=no");
 	cr_assert_eq(unsetenv("TANDEM_NVML"), 0);
 	/* Each accepted value still opens: the unset default, and an explicit one of each. */
 	cr_assert_eq(setenv("TANDEM_GPU", "sim", 1), 0);
 	cr_assert_eq(setenv("TANDEM_COMPLETION", "event", 1), 0);
-	cr_assert_eq(setenv("TANDEM_LEASE_BALANCE", "never", 1), 0);
-	cr_assert_eq(setenv("TANDEM_WORKER_WATCH", "0", 1), 0);
 	cr_assert_eq(setenv("TANDEM_NVML", "off", 1), 0);
 	tdm_gpu_config_init(&g); /* backend and completion automatic: both read from the env */
 	cr_assert_eq(tdm_gpu_create(&gpu, e.ex, &g), 0, "every switch set to a value it knows");
@@ -766,10 +757,21 @@ Test(gpu_errors, create_refuses_each_bad_config_field, .timeout = 30)
 	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
 	cr_assert_eq(unsetenv("TANDEM_GPU"), 0);
 	cr_assert_eq(unsetenv("TANDEM_COMPLETION"), 0);
-	cr_assert_eq(unsetenv("TANDEM_LEASE_BALANCE"), 0);
-	cr_assert_eq(unsetenv("TANDEM_WORKER_WATCH"), 0);
 	cr_assert_eq(unsetenv("TANDEM_NVML"), 0);
 	close_usable(&e);
+}
+
+/* The diagnostic switches (tandem_sim.h) refuse a value they do not know. */
+Test(gpu_errors, debug_switches_refuse_unknown_values, .timeout = 30)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 1));
+	cr_assert_eq(tdm_gpu_debug(NULL, NULL, NULL), -EINVAL);
+	cr_assert_eq(tdm_gpu_debug(e.gpu, "sometimes", NULL), -EINVAL);
+	cr_assert_eq(tdm_gpu_debug(e.gpu, NULL, "off"), -EINVAL);
+	cr_assert_eq(tdm_gpu_debug(e.gpu, "never", "0"), 0);
+	cr_assert_eq(tdm_gpu_debug(e.gpu, NULL, NULL), 0);
+	env_close(&e);
 }
 
 Test(gpu_errors, queries_and_leases_refuse_null_and_out_of_range_arguments, .timeout = 30)
@@ -2198,8 +2200,8 @@ Test(gpu_sim_adaptive, mechanism_follows_how_long_awaits_wait, .timeout = 60)
 /*
  * The same two streams, but the worker's own one has turned quick first (adaptive completion:
  * an await that completed soon after reaching the head): its worker sets the stream's pace, so
- * its shared leases stay on it, however many it holds. TANDEM_LEASE_BALANCE=always balances
- * them still, as a stream that is not quick; =never keeps them, as the default does here.
+ * its shared leases stay on it, however many it holds. Lease balance "always" (tdm_gpu_debug)
+ * balances them still, as a stream that is not quick; =never keeps them, as the default does here.
  */
 static void quick_stream_leases(const char *balance, int *on_a, int *on_b)
 {
@@ -2210,13 +2212,8 @@ static void quick_stream_leases(const char *balance, int *on_a, int *on_b)
 	g.streams_per_device = 2;
 	g.completion = TDM_COMPLETION_ADAPTIVE;
 	g.stall_us = 200000; /* only a stall of 200 ms counts: sanitized builds run slowly */
-	if (balance != NULL)
-		cr_assert_eq(setenv("TANDEM_LEASE_BALANCE", balance, 1), 0);
-	else /* the default, whatever the shell */
-		cr_assert_eq(unsetenv("TANDEM_LEASE_BALANCE"), 0);
-	bool opened = env_open_cfg(&e, 1, &g);
-	cr_assert_eq(unsetenv("TANDEM_LEASE_BALANCE"), 0); /* read once, at tdm_gpu_create */
-	cr_assert(opened);
+	cr_assert(env_open_cfg(&e, 1, &g));
+	cr_assert_eq(tdm_gpu_debug(e.gpu, balance, NULL), 0); /* NULL: the default */
 	tdm_stream *a, *b;
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &a), 0);
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &b), 0);
@@ -2334,17 +2331,13 @@ Test(gpu_poller, look_step_tightens_near_the_due_time)
 
 /* ---- word awaits that a worker watches itself (tdm__task_hold) ---- */
 
-/* 16 short awaits, one after another, by the only task of one worker, with TANDEM_WORKER_WATCH
- * as given (NULL: unset, the default); their stats. */
+/* 16 short awaits, one after another, by the only task of one worker, with the worker watch
+ * switch (tdm_gpu_debug) as given (NULL: the default); their stats. */
 static tdm_gpu_stats short_awaits_alone(const char *watch)
 {
-	if (watch != NULL)
-		cr_assert_eq(setenv("TANDEM_WORKER_WATCH", watch, 1), 0);
-	else
-		cr_assert_eq(unsetenv("TANDEM_WORKER_WATCH"), 0);
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 1));
-	cr_assert_eq(unsetenv("TANDEM_WORKER_WATCH"), 0); /* read once, at tdm_gpu_create */
+	cr_assert_eq(tdm_gpu_debug(e.gpu, NULL, watch), 0); /* NULL: the default */
 	struct adapt_state a = {.gpu = e.gpu, .nsteps = 16};
 	for (int k = 0; k < a.nsteps; k++)
 		a.ns[k] = 1000;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "tandem_gpu.h"
+#include "testing/tandem_sim.h" /* tdm_sim_fault: the test operations below */
 
 struct tdm__backend; /* a backend instance, one per tdm_gpu */
 
@@ -84,7 +85,7 @@ struct tdm__backend_ops {
 	int (*launch_fault)(struct tdm__backend *b, void *stream);
 	/* The backend's native stream for users (cudaStream_t), or NULL. */
 	void *(*stream_native)(struct tdm__backend *b, void *stream);
-	/* sim only (NULL elsewhere): see tdm_sim_inject. */
+	/* sim only (NULL elsewhere): see tdm_sim_inject (testing/tandem_sim.h). */
 	int (*sim_inject)(struct tdm__backend *b, void *stream, tdm_sim_fault fault);
 
 	/* ---- memory ---- */

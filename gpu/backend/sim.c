@@ -42,6 +42,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "base/clock.h"
 
 #define SIM_MAX_DEVICES 1024
 #define SIM_SPIN_LIMIT_NS 50000u /* shorter kernels busy-wait: a sleep would overshoot them */
@@ -215,20 +216,13 @@ static void dev_fail(struct sim_dev *d)
 	atomic_store_explicit(&d->failed, true, memory_order_seq_cst);
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void run_spin(uint32_t ns)
 {
 	if (ns == 0)
 		return;
 	if (ns < SIM_SPIN_LIMIT_NS) {
-		uint64_t end = now_ns() + ns;
-		while (now_ns() < end) {
+		uint64_t end = tdm__now_ns() + ns;
+		while (tdm__now_ns() < end) {
 		}
 		return;
 	}

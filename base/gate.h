@@ -1,0 +1,53 @@
+/*
+ * A gate for calls that may race the destroy of what they use. A call enters, counted on its
+ * thread's stripe (each stripe on its own line, so that concurrent callers do not share one),
+ * unless `closed` is set; the destroyer stores `closed` (seq_cst), then waits until every stripe
+ * is zero (tdm__gate_drain). Dekker: the entry's seq_cst increment, then its seq_cst load of
+ * closed, against the destroyer's seq_cst store of closed, then its seq_cst loads of the
+ * stripes: either the call sees closed and backs out, or the destroyer sees its count and waits
+ * for its leave. A leave is release: what the call did happens before the drain returns.
+ */
+#ifndef TDM_BASE_GATE_H
+#define TDM_BASE_GATE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "cpu.h"
+
+#define TDM__GATE_STRIPES 32
+struct tdm__gate {
+	struct {
+		_Alignas(TDM__CACHELINE) _Atomic unsigned n;
+	} stripe[TDM__GATE_STRIPES];
+};
+/* This thread's stripe + 1 (0 until its first entry); taken in turn (tdm__gate_stripe_new), or
+ * set by a thread that knows its place among the gate's users (an executor's worker: its index). */
+extern _Thread_local unsigned tdm__gate_mine;
+unsigned tdm__gate_stripe_new(void);
+
+/* The stripe entered, or NULL (nothing counted) when closed is set. Inline: hot callers enter
+ * on every call. */
+static inline _Atomic unsigned *tdm__gate_enter(struct tdm__gate *g, _Atomic int *closed)
+{
+	unsigned k = tdm__gate_mine != 0 ? tdm__gate_mine - 1 : tdm__gate_stripe_new();
+	_Atomic unsigned *n = &g->stripe[k].n;
+	/* Seq_cst, both: the Dekker pair with tdm__gate_drain's caller (above). */
+	atomic_fetch_add_explicit(n, 1, memory_order_seq_cst);
+	if (!atomic_load_explicit(closed, memory_order_seq_cst))
+		return n;
+	/* Release: pairs with the drain's loads. */
+	atomic_fetch_sub_explicit(n, 1, memory_order_release);
+	return NULL;
+}
+
+static inline void tdm__gate_leave(_Atomic unsigned *n)
+{
+	/* Release: pairs with the drain's loads; the caller's last access to what is gated. */
+	atomic_fetch_sub_explicit(n, 1, memory_order_release);
+}
+
+/* Waits until no call is inside; the caller stored closed (seq_cst) before. */
+void tdm__gate_drain(struct tdm__gate *g);
+
+#endif /* TDM_BASE_GATE_H */

@@ -1,0 +1,185 @@
+/*
+ * The await calls: each numbers what it waits for, suspends the task (executor/await.h) and
+ * hands it to the poller, or to its own worker for a word the worker may watch itself.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "gpu_internal.h"
+
+/*
+ * Counts an await as active unless the layer is stopping. Seq_cst on both sides: pairs with
+ * the store of stopping in tdm_gpu_destroy and the poller's load of active (Dekker).
+ */
+static int register_await(struct tdm_gpu *gpu)
+{
+	atomic_fetch_add_explicit(&gpu->active, 1, memory_order_seq_cst);
+	if (atomic_load_explicit(&gpu->stopping, memory_order_seq_cst)) {
+		atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_seq_cst);
+		return -ESHUTDOWN;
+	}
+	return 0;
+}
+
+static int fail_now(struct tdm__task *t, int rc)
+{
+	return t != NULL ? tdm__task_fail(t, rc) : rc;
+}
+
+/*
+ * A word await held by its worker (tdm__task_hold): the same test the poller makes (the word at
+ * or past the await's number), then the poller's bookkeeping for a completion. An error the
+ * backend reports for that number is delivered here, and a dead device marked failed, as the
+ * poller would: asking word_status consumes the report.
+ */
+static int held_poll(struct tdm__task *t, int *rc)
+{
+	struct tdm_stream *s = TDM__AW_PTR(t);
+	struct tdm_gpu *gpu = s->dev->gpu;
+	/* Acquire: pairs with the device's write (the backend's store in sim); the work before
+	 * the write is complete. */
+	if (__atomic_load_n(s->word, __ATOMIC_ACQUIRE) < TDM__AW(t)->seq)
+		return 0;
+	const struct tdm__backend_ops *ops = gpu->ops;
+	*rc = ops->word_status != NULL ? ops->word_status(gpu->b, s->bs, TDM__AW(t)->seq) : 0;
+	tdm__fail_if_dead(s, *rc); /* then the poller fails the device's other awaits */
+	atomic_fetch_add_explicit(&gpu->n_direct, 1, memory_order_relaxed);
+	/* The last access to gpu. Release: pairs with the poller's seq_cst load of active before
+	 * it ends, after which tdm_gpu_destroy may free gpu. */
+	atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_release);
+	return 1;
+}
+
+/*
+ * tdm__poller_submit for an await that holds nothing tdm_gpu_destroy waits for besides its count
+ * in active. Once pushed, t is the poller's: its await can complete (a deadline cancelled by a
+ * destroy, an event already done, a held await's word), the poller end and the layer be freed
+ * before tdm__poller_submit's bump of the event count returns. One more count in active keeps
+ * the poller, and so the layer, alive until then; the await's own count is still there, so the
+ * poller cannot have ended before it. Release: pairs with the poller's seq_cst load of active
+ * before it ends. A stream await submitted by its own task needs none of this: the task's lease
+ * holds tdm_gpu_destroy back (it waits for every lease), and the task is still running here.
+ */
+static void submit_guarded(struct tdm_gpu *gpu, struct tdm__task *t)
+{
+	atomic_fetch_add_explicit(&gpu->active, 1, memory_order_relaxed);
+	tdm__poller_submit(gpu, t);
+	atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_release);
+}
+
+static void held_handoff(struct tdm__task *t)
+{
+	/* The handing worker is not t's runner: t may have returned and released its lease. */
+	submit_guarded(((struct tdm_stream *)TDM__AW_PTR(t))->dev->gpu, t);
+}
+
+int tdm_await_stream(tdm_task *pub, tdm_stream *s)
+{
+	struct tdm__task *t = tdm__task_cast(pub);
+	if (t == NULL || s == NULL)
+		return fail_now(t, -EINVAL);
+	struct tdm__gdev *d = s->dev;
+	struct tdm_gpu *gpu = d->gpu;
+	if (tdm__task_executor(t) != gpu->ex)
+		return fail_now(t, -EINVAL);
+	/* Acquire: pairs with the release in tdm__device_fail. */
+	if (atomic_load_explicit(&d->failed, memory_order_acquire))
+		return fail_now(t, -EIO);
+	int rc = register_await(gpu);
+	if (rc != 0)
+		return fail_now(t, rc);
+	/* Relaxed: a hint the poller keeps; either mechanism is correct. */
+	bool word =
+	    d->words && (!d->adaptive || atomic_load_explicit(&s->quick, memory_order_relaxed));
+	struct tdm_event *e = NULL;
+	if (!word) {
+		rc = tdm__event_take(d, &e);
+		/* Adaptive: no event to be had (-ENOMEM, say) is no reason to fail; a word works.
+		 */
+		if (rc != 0 && d->adaptive) {
+			word = true;
+			rc = 0;
+		}
+	}
+	/*
+	 * Numbering and enqueueing under one lock keeps the stream's operations in number order, so
+	 * the word only grows, and the poller's FIFO (sorted by number) is the stream's order.
+	 * Without it, two tasks sharing the stream could enqueue 6 before 5: the word would end at
+	 * 5, and a poller that never read the 6 in between would wait for it forever. Events are
+	 * numbered too: a word written past an event's number means the event's work is done.
+	 */
+	if (rc == 0) {
+		pthread_mutex_lock(&s->wlock);
+		uint64_t seq = s->seq + 1;
+		rc = word ? gpu->ops->write_value(gpu->b, s->bs, s->word, seq)
+		          : gpu->ops->event_record(gpu->b, e->be, s->bs);
+		if (rc == 0)
+			s->seq = seq;
+		pthread_mutex_unlock(&s->wlock);
+		if (word) {
+			TDM__AW(t)->obj = s;
+			TDM__AW(t)->seq = seq;
+		} else {
+			e->seq = seq;
+			TDM__AW(t)->obj = (void *)((uintptr_t)s | TDM__AW_STREAM_EVENT);
+			TDM__AW(t)->seq = (uint64_t)(uintptr_t)e;
+		}
+	}
+	if (rc != 0) {
+		if (e != NULL)
+			tdm__event_give(e);
+		atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_relaxed);
+		return fail_now(t, tdm__enqueued(s, rc));
+	}
+	tdm__task_suspend(t);
+	/* A word is one memory read: the worker may watch it itself while it has nothing else to
+	 * run, and resume the task with no other thread on the round trip. */
+	if (!word || !gpu->direct || !tdm__task_hold(t, held_poll, held_handoff))
+		tdm__poller_submit(gpu, t);
+	return TDM_SUSPENDED;
+}
+
+int tdm_await_event(tdm_task *pub, tdm_event *e)
+{
+	struct tdm__task *t = tdm__task_cast(pub);
+	if (t == NULL || e == NULL || tdm__event_put_back(e))
+		return fail_now(t, -EINVAL);
+	struct tdm_gpu *gpu = e->dev->gpu;
+	if (tdm__task_executor(t) != gpu->ex)
+		return fail_now(t, -EINVAL);
+	/* Counted first: the count keeps the poller, and so the backend, alive for the query
+	 * even when tdm_gpu_destroy runs meanwhile. */
+	int rc = register_await(gpu);
+	if (rc != 0)
+		return fail_now(t, rc);
+	/* Already done: go on without a round trip through the poller. Release: the query
+	 * happens before the poller's seq_cst load of active that lets it end. */
+	int q = gpu->ops->event_query(gpu->b, e->be);
+	if (q != -EAGAIN) {
+		atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_release);
+		return fail_now(t, q);
+	}
+	TDM__AW(t)->obj = (void *)((uintptr_t)e | TDM__AW_EVENT);
+	tdm__task_suspend(t);
+	submit_guarded(gpu, t);
+	return TDM_SUSPENDED;
+}
+
+int tdm_await_deadline(tdm_task *pub, tdm_gpu *gpu, uint64_t deadline_ns)
+{
+	struct tdm__task *t = tdm__task_cast(pub);
+	if (t == NULL || gpu == NULL)
+		return fail_now(t, -EINVAL);
+	if (tdm__task_executor(t) != gpu->ex)
+		return fail_now(t, -EINVAL);
+	if (deadline_ns <= tdm_now_ns())
+		return fail_now(t, 0);
+	int rc = register_await(gpu);
+	if (rc != 0)
+		return fail_now(t, rc);
+	TDM__AW(t)->obj = (void *)((uintptr_t)gpu | TDM__AW_DEADLINE);
+	TDM__AW(t)->seq = deadline_ns;
+	tdm__task_suspend(t);
+	submit_guarded(gpu, t);
+	return TDM_SUSPENDED;
+}

@@ -1,0 +1,399 @@
+/*
+ * The GPU layer's life: its config and environment switches, choosing a backend, the devices
+ * (each planned by the topology before it is made), CUDA_DEVICE_MAX_CONNECTIONS, create and
+ * destroy, and the layer's getters and statistics. Streams are in streams.c, events in events.c,
+ * awaits in await.c, the work helpers in work.c, memory in memory.c and pinned.c.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/cpulist.h"
+#include "gpu_internal.h"
+#include "topology/topology.h"
+
+void tdm_gpu_config_init(tdm_gpu_config *cfg)
+{
+	if (cfg != NULL)
+		memset(cfg, 0, sizeof(*cfg));
+}
+
+/*
+ * The index in names[0..n) of environment variable `name`'s value; dflt when it is unset or
+ * empty; -1 for any other value: a typo must not silently pick another setting. Every TANDEM_*
+ * switch tdm_gpu_create reads goes through here, so they all refuse bad values alike.
+ */
+static int env_choice(const char *name, const char *const *names, int n, int dflt)
+{
+	const char *v = getenv(name);
+	if (v == NULL || *v == '\0')
+		return dflt;
+	for (int i = 0; i < n; i++)
+		if (strcmp(v, names[i]) == 0)
+			return i;
+	return -1;
+}
+
+static int pick_backend(tdm_gpu_config *cfg, const struct tdm__backend_ops **out)
+{
+	tdm_backend kind = cfg->backend;
+	if (kind == TDM_BACKEND_AUTO) {
+		static const char *const names[] = {"cuda", "sim", "none"};
+		static const tdm_backend kinds[] = {TDM_BACKEND_CUDA, TDM_BACKEND_SIM,
+		                                    TDM_BACKEND_NONE};
+		int k = env_choice("TANDEM_GPU", names, 3, 0);
+		if (k < 0)
+			return -EINVAL;
+		kind = kinds[k];
+	}
+	cfg->backend = kind;
+	switch (kind) {
+	case TDM_BACKEND_CUDA:
+		*out = &tdm__backend_cuda;
+		return 0;
+	case TDM_BACKEND_SIM:
+		*out = &tdm__backend_sim;
+		return 0;
+	case TDM_BACKEND_NONE:
+		*out = NULL;
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+static void destroy_devices(struct tdm_gpu *gpu)
+{
+	for (int i = 0; i < gpu->ndev; i++) {
+		struct tdm__gdev *d = &gpu->devs[i];
+		for (int c = 0; c < TDM__PRIO_CLASSES; c++) {
+			if (d->streams[c] == NULL)
+				continue;
+			for (unsigned k = 0; k < d->nstreams; k++) {
+				struct tdm_stream *s = atomic_load(&d->streams[c][k]);
+				if (s == NULL)
+					continue;
+				gpu->ops->stream_destroy(gpu->b, s->bs);
+				pthread_mutex_destroy(&s->wlock);
+				free(s);
+			}
+			free(d->streams[c]);
+		}
+		for (unsigned k = 0; k < d->nall_events; k++) {
+			gpu->ops->event_destroy(gpu->b, d->all_events[k]->be);
+			free(d->all_events[k]);
+		}
+		free(d->all_events);
+		if (d->word_block != NULL)
+			gpu->ops->host_free(gpu->b, d->word_block);
+		/* After the streams: their host functions have run, or never will. */
+		tdm__staging_fini(d);
+		pthread_mutex_destroy(&d->lock);
+		pthread_mutex_destroy(&d->ev_lock);
+		pthread_mutex_destroy(&d->stage_lock);
+	}
+	free(gpu->devs);
+	gpu->devs = NULL;
+}
+
+static int init_device(struct tdm_gpu *gpu, int i)
+{
+	struct tdm__gdev *d = &gpu->devs[i];
+	d->gpu = gpu;
+	d->index = i;
+	pthread_mutex_init(&d->lock, NULL);
+	pthread_mutex_init(&d->ev_lock, NULL);
+	pthread_mutex_init(&d->stage_lock, NULL);
+	int rc = gpu->ops->device_info(gpu->b, i, &d->info);
+	if (rc != 0)
+		return rc;
+	/* Sized for this device: a MIG instance gets fewer streams and launchers than a whole
+	 * GPU. topology.c owns the rules (and the user's overrides); tdm_gpu_create planned every
+	 * device before this runs. */
+	const struct tdm__device_plan *plan = &gpu->topo->plans[i];
+	d->nstreams = plan->streams;
+	d->launch_limit = plan->launch_limit;
+	if (plan->pin_cpus[0] != '\0')
+		d->has_cpus = tdm__cpulist_parse(plan->pin_cpus, &d->cpus) == 0;
+	/* Keep freed device memory for reuse up to the plan's share of the device (a MIG instance's
+	 * pool is its own). Best effort: without it allocations only get slower. */
+	if (plan->pool_release_bytes != 0 && gpu->ops->pool_release != NULL)
+		(void)gpu->ops->pool_release(gpu->b, i, plan->pool_release_bytes);
+	d->prio[0] = d->info.prio_least;
+	d->prio[1] = d->info.prio_greatest;
+	d->words = d->info.can_write_value64 && gpu->ops->write_value != NULL &&
+	           gpu->cfg.completion != TDM_COMPLETION_EVENT;
+	if ((gpu->cfg.completion == TDM_COMPLETION_WORD ||
+	     gpu->cfg.completion == TDM_COMPLETION_ADAPTIVE) &&
+	    !d->words)
+		return -ENOTSUP;
+	/* The default where words can be written: see TDM_COMPLETION_ADAPTIVE in tandem_gpu.h. */
+	d->adaptive = d->words && (gpu->cfg.completion == TDM_COMPLETION_ADAPTIVE ||
+	                           gpu->cfg.completion == TDM_COMPLETION_AUTO);
+	for (int c = 0; c < TDM__PRIO_CLASSES; c++) {
+		d->streams[c] = calloc(d->nstreams, sizeof(*d->streams[c]));
+		if (d->streams[c] == NULL)
+			return -ENOMEM;
+	}
+	if (d->words) {
+		size_t bytes = (size_t)d->nstreams * TDM__PRIO_CLASSES * TDM__CACHELINE;
+		rc = gpu->ops->host_alloc(gpu->b, bytes, (void **)&d->word_block);
+		if (rc != 0)
+			return rc;
+		memset(d->word_block, 0, bytes);
+	}
+	return 0;
+}
+
+/*
+ * tdm_gpu_config.connections: sets CUDA_DEVICE_MAX_CONNECTIONS as the rule at the top of
+ * topology.c says. What was set is kept for the process, since CUDA keeps it: every later
+ * tdm_gpu_create's decisions need it. The lock orders tandem's own setenv calls; no other
+ * thread may read the environment meanwhile (tandem_gpu.h), other tdm_gpu_create calls
+ * included.
+ */
+static pthread_mutex_t connections_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned connections_set; /* connections_lock: the value written; 0: none */
+static bool connections_auto;    /* connections_lock: written by TDM_CONNECTIONS_AUTO */
+
+/* True when this call set the variable. */
+static bool set_connections(struct tdm_gpu *gpu)
+{
+	bool set = false;
+	int workers = tdm_executor_workers(gpu->ex);
+	unsigned want = tdm__connections_wanted(gpu->cfg.connections, gpu->cfg.streams_per_device,
+	                                        workers > 0 ? (unsigned)workers : 0,
+	                                        getenv("CUDA_VISIBLE_DEVICES"));
+	pthread_mutex_lock(&connections_lock);
+	if (want != 0 && gpu->ops->set_connections != NULL) {
+		int rc = gpu->ops->set_connections(want);
+		if (rc == 0) {
+			connections_set = want;
+			connections_auto = gpu->cfg.connections == TDM_CONNECTIONS_AUTO;
+		}
+		set = rc == 0;
+		gpu->connections_late = rc == -EALREADY;
+	}
+	gpu->connections_by_tandem = connections_auto ? connections_set : 0;
+	pthread_mutex_unlock(&connections_lock);
+	return set;
+}
+
+/* The backend did not open (no device, no driver): the process gets its environment back, if the
+ * variable still holds tandem's value. (Should CUDA have started before the open failed, it keeps
+ * the value; the decisions are the same either way, CUDA's default's.) */
+static void unset_connections(void)
+{
+	pthread_mutex_lock(&connections_lock);
+	const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	char mine[16];
+	snprintf(mine, sizeof(mine), "%u", connections_set);
+	if (v != NULL && connections_set != 0 && strcmp(v, mine) == 0)
+		unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	connections_set = 0;
+	connections_auto = false;
+	pthread_mutex_unlock(&connections_lock);
+}
+
+int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in)
+{
+	if (out == NULL || ex == NULL)
+		return -EINVAL;
+	tdm_gpu_config cfg;
+	if (cfg_in != NULL)
+		cfg = *cfg_in;
+	else
+		tdm_gpu_config_init(&cfg);
+	if ((unsigned)cfg.completion > TDM_COMPLETION_ADAPTIVE ||
+	    (unsigned)cfg.placement > TDM_PLACE_NEAREST ||
+	    (unsigned)cfg.pageable > TDM_PAGEABLE_REFUSE || cfg.streams_per_device > 1024 ||
+	    cfg.launch_limit > 1024 || cfg.pinned_chunk_bytes > ((size_t)64 << 30) ||
+	    cfg.connections < TDM_CONNECTIONS_KEEP || cfg.connections > TDM__TOPO_MAX_QUEUES ||
+	    (cfg.pinned_cap_bytes != 0 && cfg.pinned_cap_bytes < ((size_t)64 << 10)))
+		return -EINVAL;
+	if (cfg.completion == TDM_COMPLETION_AUTO) {
+		/* Unset: modes[3], automatic (adaptive where words can be written). */
+		static const char *const names[] = {"word", "event", "adaptive"};
+		static const tdm_completion modes[] = {TDM_COMPLETION_WORD, TDM_COMPLETION_EVENT,
+		                                       TDM_COMPLETION_ADAPTIVE,
+		                                       TDM_COMPLETION_AUTO};
+		int k = env_choice("TANDEM_COMPLETION", names, 3, 3);
+		if (k < 0)
+			return -EINVAL;
+		cfg.completion = modes[k];
+	}
+	/* Kept in gpu->nvml for discovery (tdm__topology_discover). */
+	static const char *const nvml[] = {"0", "off", "1", "on"};
+	int use_nvml = env_choice("TANDEM_NVML", nvml, 4, 2);
+	if (use_nvml < 0)
+		return -EINVAL;
+	const struct tdm__backend_ops *ops;
+	int rc = pick_backend(&cfg, &ops);
+	if (rc != 0)
+		return rc;
+	struct tdm_gpu *gpu = aligned_alloc(TDM__CACHELINE, sizeof(*gpu));
+	if (gpu == NULL)
+		return -ENOMEM;
+	memset(gpu, 0, sizeof(*gpu));
+	if (cfg.poll_spin_us == 0)
+		cfg.poll_spin_us = 200;
+	if (cfg.stall_us == 0)
+		cfg.stall_us = 50;
+	gpu->ex = ex;
+	gpu->nvml = use_nvml >= 2;
+	gpu->direct = true;
+	gpu->balance = TDM__BALANCE_SLOW;
+	gpu->cfg = cfg;
+	gpu->ops = ops;
+	ck_ec32_init(&gpu->ec, 0);
+	if (ops != NULL) {
+		bool set = set_connections(gpu);
+		rc = ops->open(&gpu->b, &cfg);
+		if (rc != 0 && set)
+			unset_connections();
+		if (rc != 0) {
+			free(gpu);
+			return rc;
+		}
+		gpu->ndev = ops->device_count(gpu->b);
+		if (gpu->ndev < 0) {
+			rc = gpu->ndev;
+			gpu->ndev = 0;
+			goto fail;
+		}
+		gpu->devs = aligned_alloc(TDM__CACHELINE, (size_t)gpu->ndev * sizeof(*gpu->devs));
+		if (gpu->devs == NULL && gpu->ndev > 0) {
+			rc = -ENOMEM;
+			gpu->ndev = 0;
+			goto fail;
+		}
+		memset(gpu->devs, 0, (size_t)gpu->ndev * sizeof(*gpu->devs));
+		if ((rc = tdm__topology_for_backend(gpu)) != 0)
+			goto fail;
+		for (int i = 0; i < gpu->ndev; i++)
+			if ((rc = init_device(gpu, i)) != 0) {
+				gpu->ndev = i + 1;
+				goto fail;
+			}
+	}
+	if (ops == NULL && (rc = tdm__topology_for_backend(gpu)) != 0)
+		goto fail;
+	if (ops != NULL && (rc = tdm__pinned_init(gpu)) != 0)
+		goto fail;
+	if (pthread_create(&gpu->poller, NULL, tdm__poller_main, gpu) != 0) {
+		rc = -EAGAIN;
+		goto fail;
+	}
+	/* Off by default: our machines have one NUMA node, so its benefit is unmeasured here. */
+	if (cfg.pin_poller && gpu->ndev > 0 && gpu->devs[0].has_cpus)
+		pthread_setaffinity_np(gpu->poller, sizeof(cpu_set_t), &gpu->devs[0].cpus);
+	*out = gpu;
+	return 0;
+fail:
+	if (gpu->pinned != NULL)
+		tdm__pinned_fini(gpu);
+	if (gpu->devs != NULL)
+		destroy_devices(gpu);
+	if (gpu->b != NULL)
+		ops->close(gpu->b);
+	tdm__topology_free(gpu->topo);
+	free(gpu);
+	return rc;
+}
+
+int tdm_gpu_destroy(tdm_gpu *gpu)
+{
+	if (gpu == NULL)
+		return -EINVAL;
+	if (tdm_worker_index(gpu->ex) >= 0)
+		return -EDEADLK; /* the tasks it waits for may need this very worker */
+	/* Seq_cst: pairs with the registration in register_await (Dekker on active/stopping):
+	 * either the registrant sees stopping, or the poller sees its count. */
+	atomic_store_explicit(&gpu->stopping, 1, memory_order_seq_cst);
+	/* Leases in progress: let them finish, so that the scan of leases below sees theirs.
+	 * Nothing a lease waits for depends on this thread. */
+	tdm__gate_drain(&gpu->leases);
+	/* Write barrier, pairing with ck_ec32_value in tdm__poller_main: a poller asleep on ec
+	 * wakes, and its next loads of stopping see the store above. */
+	ck_ec32_inc(&gpu->ec, &tdm__ec_mode);
+	pthread_join(gpu->poller, NULL);
+	/* Tasks resumed from their last await still hold their leases for a moment: wait until
+	 * every stream is given back before the streams go. */
+	for (int i = 0; i < gpu->ndev; i++)
+		for (int c = 0; c < TDM__PRIO_CLASSES; c++)
+			for (unsigned k = 0; k < gpu->devs[i].nstreams; k++) {
+				struct tdm_stream *s = atomic_load(&gpu->devs[i].streams[c][k]);
+				/* Acquire: pairs with the release in tdm_stream_release. */
+				while (s != NULL &&
+				       atomic_load_explicit(&s->leases, memory_order_acquire) != 0)
+					sched_yield();
+			}
+	free(gpu->heap);
+	free(gpu->wake);
+	free(gpu->wake_rc);
+	if (gpu->ops != NULL) {
+		/* Streams first: destroying one waits for its host functions, and staged copies
+		 * give their blocks back to the pool from there. The pool still needs the backend
+		 * to unpin its chunks, so it goes before close. */
+		destroy_devices(gpu);
+		if (gpu->pinned != NULL)
+			tdm__pinned_fini(gpu);
+		gpu->ops->close(gpu->b);
+	}
+	tdm__topology_free(gpu->topo);
+	free(gpu);
+	return 0;
+}
+
+const char *tdm_gpu_backend_name(const tdm_gpu *gpu)
+{
+	if (gpu == NULL || gpu->ops == NULL)
+		return "none";
+	return gpu->ops->name;
+}
+
+int tdm_gpu_device_count(const tdm_gpu *gpu)
+{
+	return gpu != NULL ? gpu->ndev : -EINVAL;
+}
+
+int tdm_gpu_completion(const tdm_gpu *gpu, int device)
+{
+	if (gpu == NULL || device < 0 || device >= gpu->ndev)
+		return -EINVAL;
+	const struct tdm__gdev *d = &gpu->devs[device];
+	return !d->words     ? TDM_COMPLETION_EVENT
+	       : d->adaptive ? TDM_COMPLETION_ADAPTIVE
+	                     : TDM_COMPLETION_WORD;
+}
+
+int tdm_gpu_stats_get(const tdm_gpu *gpu, tdm_gpu_stats *out)
+{
+	if (gpu == NULL || out == NULL)
+		return -EINVAL;
+	/* Relaxed: counters, each with one writer (the poller) but n_direct (atomic adds by the
+	 * workers); a snapshot is all that is promised. */
+	out->awaits_word = atomic_load_explicit(&gpu->n_word, memory_order_relaxed);
+	out->awaits_event = atomic_load_explicit(&gpu->n_event, memory_order_relaxed);
+	out->switches = atomic_load_explicit(&gpu->n_switch, memory_order_relaxed);
+	out->event_polls = atomic_load_explicit(&gpu->n_event_poll, memory_order_relaxed);
+	out->sweeps = atomic_load_explicit(&gpu->n_sweep, memory_order_relaxed);
+	out->sleeps = atomic_load_explicit(&gpu->n_sleep, memory_order_relaxed);
+	out->due_spins = atomic_load_explicit(&gpu->n_due, memory_order_relaxed);
+	out->prewakes = atomic_load_explicit(&gpu->n_prewake, memory_order_relaxed);
+	out->direct = atomic_load_explicit(&gpu->n_direct, memory_order_relaxed);
+	out->awaits_word += out->direct;
+	return 0;
+}
+
+void tdm__device_fail(struct tdm__gdev *d)
+{
+	/* Release: pairs with the acquire loads of failed in tdm_stream_lease, tdm_await_stream,
+	 * and pipeline.c (batch_settle, slot_prime). Only the flag is read there; the launches'
+	 * and the poller's loads are relaxed. The first to fail it gives the staging blocks back;
+	 * the exchange only decides who (stage_lock orders the lists). */
+	if (atomic_exchange_explicit(&d->failed, 1, memory_order_release) == 0)
+		tdm__staging_orphan(d);
+}

@@ -1,0 +1,320 @@
+/*
+ * Stream sets, placement, leases and the launch gate.
+ *
+ * Streams: each device has TDM__PRIO_CLASSES sets of `nstreams` streams, created on first use.
+ * A worker's shared leases go to "its" stream of a set (worker index modulo the set size): its
+ * thread-local pool is a fixed slice of the bounded set (its size: topology.c; one per worker
+ * past the hardware queues, at most 32), so workers never make streams of their own beyond it,
+ * and a shared lease never takes a lock once the stream exists. Unless
+ * another stream of the set, already made, holds clearly fewer leases: a lease compares its own
+ * stream with one other (a different one each time; "two choices") and takes the less loaded
+ * when the difference is more than 2 plus 1/16 of the own stream's leases. Without
+ * it the work on each stream follows how many tasks each worker happened to start: with 20,000
+ * tasks of 100 us kernels on 8 streams, the most loaded stream decided the run's length
+ * (perf/README.md, gpu-throughput). Only while the own stream is not quick, though (adaptive
+ * completion: its awaits complete soon after reaching the head): a quick stream drains as fast
+ * as its worker fills it, so the worker, not the GPU, sets the pace, and a move only puts two
+ * workers' launches on one stream (1 us kernels at 8 workers on the H200: 324k-351k tasks/s with
+ * moves, 401k-453k without; perf/README.md, 2026-12-01). A slow stream's leases may still move
+ * onto a quick one: that stream drains fast, which is where a GPU-bound worker's work should go.
+ * Exclusive leases take any stream with no lease at all.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_internal.h"
+
+/* The stream at slot k of class c, created on first use. */
+static int stream_at(struct tdm__gdev *d, int c, unsigned k, struct tdm_stream **out)
+{
+	/* Acquire: pairs with the release store below; the stream's fields are initialised. */
+	struct tdm_stream *s = atomic_load_explicit(&d->streams[c][k], memory_order_acquire);
+	if (s != NULL) {
+		*out = s;
+		return 0;
+	}
+	struct tdm_gpu *gpu = d->gpu;
+	int rc = 0;
+	pthread_mutex_lock(&d->lock);
+	s = atomic_load_explicit(&d->streams[c][k], memory_order_relaxed);
+	if (s == NULL) {
+		s = aligned_alloc(TDM__CACHELINE, sizeof(*s));
+		if (s == NULL) {
+			rc = -ENOMEM;
+		} else {
+			memset(s, 0, sizeof(*s));
+			s->dev = d;
+			pthread_mutex_init(&s->wlock, NULL);
+			if (d->words)
+				s->word = d->word_block +
+				          ((size_t)c * d->nstreams + k) * (TDM__CACHELINE / 8);
+			rc = gpu->ops->stream_create(gpu->b, d->index, d->prio[c], &s->bs);
+			if (rc != 0) {
+				free(s);
+				s = NULL;
+			} else {
+				/* Release: publishes the initialised stream to lock-free readers.
+				 */
+				atomic_store_explicit(&d->streams[c][k], s, memory_order_release);
+			}
+		}
+	}
+	pthread_mutex_unlock(&d->lock);
+	*out = s;
+	return rc;
+}
+
+unsigned tdm__streams_open(const struct tdm__gdev *d, int c)
+{
+	unsigned open = 0;
+	for (unsigned k = 0; k < d->nstreams; k++) {
+		/* Acquire: pairs with the release that publishes a made stream (stream_at). */
+		struct tdm_stream *s =
+		    atomic_load_explicit(&d->streams[c][k], memory_order_acquire);
+		/* Relaxed: a snapshot; the caller checks again after it took a stream. */
+		open += s == NULL ||
+		        atomic_load_explicit(&s->leases, memory_order_relaxed) < TDM__EXCLUSIVE;
+	}
+	return open;
+}
+
+/*
+ * The stream leases held on a device (an exclusive one counts once), summed from the streams'
+ * own counts rather than kept in a device-wide counter that every lease and release would
+ * write. Relaxed: a hint for placement; a lease in flight may be missed.
+ */
+static int device_load(struct tdm__gdev *d)
+{
+	int load = 0;
+	for (int c = 0; c < TDM__PRIO_CLASSES; c++)
+		for (unsigned k = 0; k < d->nstreams; k++) {
+			/* Acquire: pairs with the release that publishes a made stream (stream_at).
+			 */
+			struct tdm_stream *s =
+			    atomic_load_explicit(&d->streams[c][k], memory_order_acquire);
+			if (s == NULL)
+				continue;
+			int l = atomic_load_explicit(&s->leases, memory_order_relaxed);
+			load += l >= TDM__EXCLUSIVE ? 1 : l;
+		}
+	return load;
+}
+
+static bool device_failed(struct tdm__gdev *d)
+{
+	/* Acquire: pairs with the release in tdm__device_fail. */
+	return atomic_load_explicit(&d->failed, memory_order_acquire) != 0;
+}
+
+/* The device for a TDM_DEVICE_ANY lease: among those that have not failed (a failed one would
+ * refuse the lease; least loaded picked it every time, its leases all released); when every
+ * one has failed, any (the lease says -ENODEV). */
+static int place(struct tdm_gpu *gpu)
+{
+	unsigned n = (unsigned)gpu->ndev;
+	unsigned rr = atomic_fetch_add_explicit(&gpu->place_rr, 1, memory_order_relaxed);
+	int first_live = -1;
+	for (unsigned k = 0; k < n && first_live < 0; k++)
+		if (!device_failed(&gpu->devs[(rr + k) % n]))
+			first_live = (int)((rr + k) % n);
+	if (first_live < 0)
+		return (int)(rr % n);
+	switch (gpu->cfg.placement) {
+	case TDM_PLACE_LEAST_LOADED: {
+		/* Start the scan at rr so that ties spread instead of piling on device 0. */
+		int best = first_live, best_load = INT32_MAX;
+		for (unsigned k = 0; k < n; k++) {
+			int i = (int)((rr + k) % n);
+			if (device_failed(&gpu->devs[i]))
+				continue;
+			int load = device_load(&gpu->devs[i]);
+			if (load < best_load) {
+				best = i;
+				best_load = load;
+			}
+		}
+		return best;
+	}
+	case TDM_PLACE_NEAREST: {
+		int cpu = sched_getcpu();
+		for (unsigned k = 0; cpu >= 0 && k < n; k++) {
+			int i = (int)((rr + k) % n);
+			if (gpu->devs[i].has_cpus && CPU_ISSET(cpu, &gpu->devs[i].cpus) &&
+			    !device_failed(&gpu->devs[i]))
+				return i;
+		}
+		return first_live;
+	}
+	default:
+		return first_live;
+	}
+}
+
+/*
+ * Shared leases: slot k, or the other slot this call compares it with when that stream exists
+ * and holds fewer leases (see the top of this file). The lease counts are read relaxed: a hint
+ * for balance; the lease itself is taken with its own atomic in tdm_stream_lease.
+ */
+static unsigned two_choices(struct tdm__gdev *d, int c, unsigned k)
+{
+	static _Thread_local unsigned turn;
+	unsigned other = (k + 1 + turn++ % (d->nstreams - 1)) % d->nstreams;
+	/* Acquire: pair with the release that publishes a made stream (stream_at). */
+	struct tdm_stream *mine = atomic_load_explicit(&d->streams[c][k], memory_order_acquire);
+	if (mine == NULL || d->gpu->balance == TDM__BALANCE_NEVER)
+		return k;
+	/* A quick stream keeps its worker's leases (the top of this file). Relaxed: the poller's
+	 * hint, as for the completion mechanism. */
+	if (d->gpu->balance == TDM__BALANCE_SLOW &&
+	    atomic_load_explicit(&mine->quick, memory_order_relaxed))
+		return k;
+	struct tdm_stream *s = atomic_load_explicit(&d->streams[c][other], memory_order_acquire);
+	if (s == NULL)
+		return k;
+	int lm = atomic_load_explicit(&mine->leases, memory_order_relaxed);
+	int lo = atomic_load_explicit(&s->leases, memory_order_relaxed);
+	/* Leave the own stream only for a clear difference: moving costs the locality of one
+	 * worker per stream (measured: moving whenever the other held fewer cut 10 us kernels at 8
+	 * workers from ~400k to ~300k tasks/s). */
+	return lo + 2 + lm / 16 < lm ? other : k;
+}
+
+static int lease(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm_stream **out);
+
+int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
+{
+	if (gpu == NULL || out == NULL ||
+	    (flags & ~(unsigned)(TDM_STREAM_EXCLUSIVE | TDM_STREAM_HIGH_PRIORITY)) != 0)
+		return -EINVAL;
+	if (gpu->ndev == 0)
+		return -ENODEV;
+	if (device != TDM_DEVICE_ANY && (device < 0 || device >= gpu->ndev))
+		return -EINVAL;
+	/* Through the gate: a lease that missed stopping is waited for, and what it took is then
+	 * seen by destroy's scan of the leases. */
+	_Atomic unsigned *n = tdm__gate_enter(&gpu->leases, &gpu->stopping);
+	if (n == NULL)
+		return -ESHUTDOWN;
+	int rc = lease(gpu, device, flags, tdm_worker_index(gpu->ex), out);
+	tdm__gate_leave(n);
+	return rc;
+}
+
+static int lease_on(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm_stream **out);
+
+/* TDM_DEVICE_ANY: the placement's device first; when it has no stream to give (-EBUSY) or failed
+ * since (-ENODEV), the other live devices in turn, so that the lease says -EBUSY only when no
+ * device could take it, and -ENODEV only when every device failed. */
+static int lease(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm_stream **out)
+{
+	if (device != TDM_DEVICE_ANY)
+		return lease_on(gpu, device, flags, wi, out);
+	int first = place(gpu);
+	bool busy = false;
+	for (int k = 0; k < gpu->ndev; k++) {
+		int i = (first + k) % gpu->ndev;
+		if (k > 0 && device_failed(&gpu->devs[i]))
+			continue;
+		int rc = lease_on(gpu, i, flags, wi, out);
+		if (rc == -EBUSY)
+			busy = true;
+		else if (rc != -ENODEV)
+			return rc; /* the lease, or an error making a stream */
+	}
+	return busy ? -EBUSY : -ENODEV;
+}
+
+static int lease_on(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm_stream **out)
+{
+	struct tdm__gdev *d = &gpu->devs[device];
+	if (device_failed(d))
+		return -ENODEV;
+	int c = (flags & TDM_STREAM_HIGH_PRIORITY) ? 1 : 0;
+	unsigned first =
+	    wi >= 0 ? (unsigned)wi : atomic_fetch_add_explicit(&d->rr, 1, memory_order_relaxed);
+	if (!(flags & TDM_STREAM_EXCLUSIVE) && d->nstreams > 1)
+		first = two_choices(d, c, first % d->nstreams);
+	for (unsigned i = 0; i < d->nstreams; i++) {
+		struct tdm_stream *s;
+		int rc = stream_at(d, c, (first + i) % d->nstreams, &s);
+		if (rc != 0)
+			return rc;
+		if (flags & TDM_STREAM_EXCLUSIVE) {
+			int none = 0;
+			/* Acquire: pairs with the release decrements in tdm_stream_release; the
+			 * earlier holders' use of the stream happens before this lease. */
+			if (atomic_compare_exchange_strong_explicit(
+			        &s->leases, &none, TDM__EXCLUSIVE, memory_order_acquire,
+			        memory_order_relaxed)) {
+				*out = s;
+				return 0;
+			}
+			continue;
+		}
+		/* Shared: take it unless someone holds it exclusively. Acquire: pairs with the
+		 * release in tdm_stream_release of an exclusive holder that let it go. */
+		int prev = atomic_fetch_add_explicit(&s->leases, 1, memory_order_acquire);
+		if (prev < TDM__EXCLUSIVE) {
+			*out = s;
+			return 0;
+		}
+		atomic_fetch_sub_explicit(&s->leases, 1, memory_order_relaxed);
+	}
+	return -EBUSY;
+}
+
+int tdm_stream_release(tdm_stream *s)
+{
+	if (s == NULL)
+		return -EINVAL;
+	int cur = atomic_load_explicit(&s->leases, memory_order_relaxed);
+	if (cur == 0)
+		return -EINVAL;
+	/* Release: the holder's use of the stream happens before the next exclusive lease. */
+	if (cur >= TDM__EXCLUSIVE)
+		atomic_fetch_sub_explicit(&s->leases, TDM__EXCLUSIVE, memory_order_release);
+	else
+		atomic_fetch_sub_explicit(&s->leases, 1, memory_order_release);
+	return 0;
+}
+
+void *tdm_stream_native(const tdm_stream *s)
+{
+	if (s == NULL || s->dev->gpu->ops->stream_native == NULL)
+		return NULL;
+	return s->dev->gpu->ops->stream_native(s->dev->gpu->b, s->bs);
+}
+
+int tdm_stream_device(const tdm_stream *s)
+{
+	return s != NULL ? s->dev->index : -EINVAL;
+}
+
+void tdm_launch_begin(tdm_stream *s)
+{
+	struct tdm__gdev *d = s->dev;
+	unsigned limit = d->launch_limit;
+	for (unsigned spins = 0;; spins++) {
+		int cur = atomic_load_explicit(&d->launching, memory_order_relaxed);
+		/* Acquire: pairs with the release decrement in tdm_launch_end (a semaphore). Only
+		 * the count matters: the driver orders its own state. */
+		if ((unsigned)cur < limit &&
+		    atomic_compare_exchange_weak_explicit(
+		        &d->launching, &cur, cur + 1, memory_order_acquire, memory_order_relaxed))
+			return;
+		/* A launch takes microseconds: spin a little, then give the CPU to the launchers
+		 * and the poller rather than burn it (more threads than cores otherwise). */
+		if (spins < 64)
+			tdm__cpu_relax();
+		else
+			sched_yield();
+	}
+}
+
+void tdm_launch_end(tdm_stream *s)
+{
+	/* Release: pairs with the acquire CAS in tdm_launch_begin. */
+	atomic_fetch_sub_explicit(&s->dev->launching, 1, memory_order_release);
+}

@@ -1,0 +1,35 @@
+/*
+ * Work helpers: copies and the built-in kernel on a leased stream, each through the launch gate
+ * (TDM__LAUNCH), and what an enqueue's -EIO says about the device. The kernels for tests and
+ * benchmarks are in testing/tandem_sim.c.
+ */
+#include <errno.h>
+
+#include "gpu_internal.h"
+
+bool tdm__fail_if_dead(struct tdm_stream *s, int rc)
+{
+	if (rc != -EIO || s->dev->gpu->ops->stream_query(s->dev->gpu->b, s->bs) != -EIO)
+		return false;
+	tdm__device_fail(s->dev);
+	return true;
+}
+
+#define B(s) ((s)->dev->gpu)
+
+int tdm_memcpy_async(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind)
+{
+	if (dst == NULL || src == NULL || kind < TDM_COPY_H2D || kind > TDM_COPY_D2D)
+		return -EINVAL;
+	if (s != NULL && ((kind == TDM_COPY_H2D && !tdm__is_pinned(B(s), src)) ||
+	                  (kind == TDM_COPY_D2H && !tdm__is_pinned(B(s), dst))))
+		TDM__LAUNCH(s, tdm__memcpy_staged(s, dst, src, bytes, kind));
+	TDM__LAUNCH(s, B(s)->ops->memcpy_async(B(s)->b, s->bs, dst, src, bytes, kind));
+}
+
+int tdm_launch_scale(tdm_stream *s, float *y, const float *x, float a, size_t n)
+{
+	if (y == NULL || x == NULL)
+		return -EINVAL;
+	TDM__LAUNCH(s, B(s)->ops->launch_scale(B(s)->b, s->bs, y, x, a, n));
+}

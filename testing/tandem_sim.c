@@ -1,0 +1,54 @@
+/*
+ * The test and benchmark hooks (tandem_sim.h): the backend's test operations behind the same
+ * launch gate as the library's own work, and the GPU layer's diagnostic switches.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "gpu/gpu_internal.h"
+#include "tandem_sim.h"
+
+#define B(s) ((s)->dev->gpu)
+
+int tdm_launch_spin(tdm_stream *s, uint32_t ns)
+{
+	TDM__LAUNCH(s, B(s)->ops->launch_spin(B(s)->b, s->bs, ns));
+}
+
+int tdm_launch_busy(tdm_stream *s, uint32_t ns)
+{
+	TDM__LAUNCH(s, B(s)->ops->launch_busy(B(s)->b, s->bs, ns));
+}
+
+int tdm_launch_fault(tdm_stream *s)
+{
+	TDM__LAUNCH(s, B(s)->ops->launch_fault(B(s)->b, s->bs));
+}
+
+int tdm_sim_inject(tdm_stream *s, tdm_sim_fault fault)
+{
+	if (s == NULL || B(s)->ops->sim_inject == NULL)
+		return -EINVAL;
+	return B(s)->ops->sim_inject(B(s)->b, s->bs, fault);
+}
+
+int tdm_gpu_debug(tdm_gpu *gpu, const char *lease_balance, const char *worker_watch)
+{
+	int balance = TDM__BALANCE_SLOW;
+	bool direct = true;
+	if (gpu == NULL)
+		return -EINVAL;
+	if (lease_balance != NULL && strcmp(lease_balance, "never") == 0)
+		balance = TDM__BALANCE_NEVER;
+	else if (lease_balance != NULL && strcmp(lease_balance, "always") == 0)
+		balance = TDM__BALANCE_ALWAYS;
+	else if (lease_balance != NULL)
+		return -EINVAL;
+	if (worker_watch != NULL && strcmp(worker_watch, "0") == 0)
+		direct = false;
+	else if (worker_watch != NULL && strcmp(worker_watch, "1") != 0)
+		return -EINVAL;
+	gpu->balance = balance;
+	gpu->direct = direct;
+	return 0;
+}

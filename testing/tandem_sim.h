@@ -1,0 +1,62 @@
+/*
+ * tandem's test and benchmark hooks: kernels that only spin, keep a device busy or trap, faults
+ * injected into the simulator, and the GPU layer's diagnostic switches. Built into the static
+ * library tandem_testing, which tandem's tests and tandem-bench link; not installed, not part of
+ * the API.
+ *
+ * Every call returns 0 or a negative errno (tdm_strerror).
+ */
+#ifndef TANDEM_SIM_H
+#define TANDEM_SIM_H
+
+#include <stdint.h>
+
+#include "tandem_gpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Kernels. Each of them: -EINVAL: s is NULL.  -EIO: s's device failed (a trapping kernel, say),
+ * or the launch did.  -ENOMEM: no memory to queue it (sim).
+ */
+/* A kernel that runs about `ns` nanoseconds (0: an empty kernel). */
+int tdm_launch_spin(tdm_stream *s, uint32_t ns);
+/*
+ * A compute-bound kernel: it keeps every SM of the stream's device busy for about `ns`
+ * nanoseconds, so such kernels run one after another on a device (1e9/ns of them a second),
+ * whichever streams they are on. For benchmarks of work that saturates a device.
+ */
+int tdm_launch_busy(tdm_stream *s, uint32_t ns);
+/* A kernel that traps: a sticky device error, for tests of error handling. */
+int tdm_launch_fault(tdm_stream *s);
+
+/* ---- the simulator ---- */
+
+typedef enum tdm_sim_fault {
+	/* The next operation enqueued on the stream fails; the await covering it resumes with
+	 * -EIO; the stream and the device go on working. */
+	TDM_SIM_FAULT_OP = 1,
+	/* The next operation enqueued on the stream faults the device for good (like a kernel
+	 * that traps): every await on the device resumes with -EIO, new ones fail at once. */
+	TDM_SIM_FAULT_STICKY = 2,
+} tdm_sim_fault;
+
+/* -EINVAL: s is NULL or not a sim stream, or fault is unknown. */
+int tdm_sim_inject(tdm_stream *s, tdm_sim_fault fault);
+
+/*
+ * The GPU layer's diagnostic switches, for measuring what two of its choices change; set on a
+ * layer before any task uses it. lease_balance: when a shared lease may leave its worker's own
+ * stream for a less loaded one: "never", "always" (whatever the own stream's pace), or NULL (the
+ * default: unless the own stream is quick). worker_watch: whether a worker may watch its own word
+ * awaits: "0" (never: every await goes to the poller), "1" or NULL (the default, yes).
+ * -EINVAL: gpu is NULL, or a value is none of those (nothing is changed then).
+ */
+int tdm_gpu_debug(tdm_gpu *gpu, const char *lease_balance, const char *worker_watch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TANDEM_SIM_H */
