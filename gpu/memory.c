@@ -333,9 +333,9 @@ int tdm_managed_free(tdm_gpu *gpu, void *p)
 	if (gpu->ndev == 0)
 		return -ENODEV;
 	NEED(gpu, managed_free);
-	if (p != NULL)
-		gpu->ops->managed_free(gpu->b, p);
-	return 0;
+	if (p == NULL)
+		return 0;
+	return gpu->ops->managed_free(gpu->b, p);
 }
 
 int tdm_mem_prefetch(tdm_stream *s, const void *p, size_t bytes, int device)
