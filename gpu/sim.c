@@ -23,7 +23,10 @@
  * A free takes its block off the table, so a pointer never allocated, freed twice, or (for
  * device_free) named with another device is refused with -EINVAL, as cudaFree refuses it. A
  * free_async is an operation of the stream: the memory stays valid for the work enqueued before
- * it.
+ * it. Copies check their device sides when enqueued, and refuse a range that leaves its
+ * allocation with -EINVAL, as cudaMemcpyAsync does; when a copy or a kernel runs, every device
+ * range it reads or writes is checked again, and one that is not (or no longer) allocated fails
+ * the device, as an illegal address does on a GPU: the host process never touches it.
  *
  * A busy kernel (launch_busy) fills the whole device, so it runs on its stream's thread under
  * the device's busy lock, held for the kernel's length: busy kernels on a device's streams run one
@@ -31,8 +34,8 @@
  *
  * Lock rules: b->lock guards the lists of live streams and events; s->lock guards a stream's
  * queue, `stop` and `armed`; s->err_lock guards its erred values; b->mem's lock guards the
- * memory table; d->busy is held by a stream thread while it runs a busy kernel. No thread holds
- * two at once.
+ * memory table, and a stream thread holds it for reading while a copy or a kernel runs; d->busy
+ * is held by a stream thread while it runs a busy kernel. No thread holds two at once.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -109,6 +112,7 @@ struct sim_op {
 			void *dst;
 			const void *src;
 			size_t bytes;
+			bool dst_dev, src_dev; /* which sides are device memory, to be checked */
 		} copy;
 		struct {
 			uint64_t *word;
@@ -273,6 +277,43 @@ static void mark_event(struct sim_event *e, uint64_t gen, bool failed)
 	}
 }
 
+/*
+ * The device ranges of a copy or a kernel are checked when it runs, under the table's read lock,
+ * held until the access is over: a block freed since the enqueue (device_free does not wait for
+ * the work queued on it) is not there, and then the device fails, as a GPU's does on an illegal
+ * address. A block whose free_async is queued is still there for the work queued before it.
+ */
+static void run_copy(struct sim_stream *s, const struct sim_op *o)
+{
+	struct sim_mem *m = &s->b->mem;
+	size_t n = o->u.copy.bytes;
+	tdm__sim_mem_read_begin(m);
+	bool ok = (!o->u.copy.dst_dev || tdm__sim_mem_reaches(m, o->u.copy.dst, n, true)) &&
+	          (!o->u.copy.src_dev || tdm__sim_mem_reaches(m, o->u.copy.src, n, true));
+	if (ok)
+		memcpy(o->u.copy.dst, o->u.copy.src, n);
+	tdm__sim_mem_read_end(m);
+	if (!ok)
+		dev_fail(s->dev);
+}
+
+/* y[i] = a * x[i]; no check at launch (a kernel's arguments are only pointers): see run_copy. */
+static void run_scale(struct sim_stream *s, const struct sim_op *o)
+{
+	struct sim_mem *m = &s->b->mem;
+	size_t n = o->u.scale.n;
+	tdm__sim_mem_read_begin(m);
+	bool ok = n <= SIZE_MAX / sizeof(float) &&
+	          tdm__sim_mem_reaches(m, o->u.scale.y, n * sizeof(float), true) &&
+	          tdm__sim_mem_reaches(m, o->u.scale.x, n * sizeof(float), true);
+	if (ok)
+		for (size_t i = 0; i < n; i++)
+			o->u.scale.y[i] = o->u.scale.a * o->u.scale.x[i];
+	tdm__sim_mem_read_end(m);
+	if (!ok)
+		dev_fail(s->dev);
+}
+
 static void execute_op(struct sim_stream *s, struct sim_op *o)
 {
 	if (o->fault == TDM_SIM_FAULT_STICKY)
@@ -301,14 +342,13 @@ static void execute_op(struct sim_stream *s, struct sim_op *o)
 		pthread_mutex_unlock(&s->dev->busy);
 		break;
 	case SIM_SCALE:
-		for (size_t i = 0; i < o->u.scale.n; i++)
-			o->u.scale.y[i] = o->u.scale.a * o->u.scale.x[i];
+		run_scale(s, o);
 		break;
 	case SIM_TRAP:
 		dev_fail(s->dev);
 		break;
 	case SIM_COPY:
-		memcpy(o->u.copy.dst, o->u.copy.src, o->u.copy.bytes);
+		run_copy(s, o);
 		break;
 	case SIM_WRITE:
 		if (s->pending_err) {
@@ -765,13 +805,33 @@ static int sim_word_status(struct tdm__backend *b, void *stream, uint64_t value)
 	return rc;
 }
 
+/*
+ * A copy whose device sides lie within live allocations (device blocks, or pinned host memory,
+ * which a device reaches too): -EINVAL otherwise, as cudaMemcpyAsync refuses a range past the
+ * end of an allocation. A dead device says -EIO first, as a CUDA call returns the sticky error.
+ */
+static int submit_copy(struct tdm__backend *b, struct sim_stream *s, void *dst, bool dst_dev,
+                       const void *src, bool src_dev, size_t bytes)
+{
+	if (dev_dead(s->dev))
+		return -EIO;
+	tdm__sim_mem_read_begin(&b->mem);
+	bool ok = (!dst_dev || tdm__sim_mem_reaches(&b->mem, dst, bytes, false)) &&
+	          (!src_dev || tdm__sim_mem_reaches(&b->mem, src, bytes, false));
+	tdm__sim_mem_read_end(&b->mem);
+	if (!ok)
+		return -EINVAL;
+	return submit(
+	    s, (struct sim_op){.kind = SIM_COPY, .u.copy = {dst, src, bytes, dst_dev, src_dev}});
+}
+
 static int sim_memcpy_async(struct tdm__backend *b, void *stream, void *dst, const void *src,
                             size_t bytes, tdm_copy_kind kind)
 {
 	if (b == NULL || stream == NULL || dst == NULL || src == NULL || kind < TDM_COPY_H2D ||
 	    kind > TDM_COPY_D2D)
 		return -EINVAL;
-	return submit(stream, (struct sim_op){.kind = SIM_COPY, .u.copy = {dst, src, bytes}});
+	return submit_copy(b, stream, dst, kind != TDM_COPY_D2H, src, kind != TDM_COPY_H2D, bytes);
 }
 
 static int sim_launch_spin(struct tdm__backend *b, void *stream, uint32_t ns)
@@ -864,7 +924,7 @@ static int sim_memcpy_peer_async(struct tdm__backend *b, void *stream, void *dst
 		return -EINVAL;
 	if (dev_dead(&b->devs[dst_dev]) || dev_dead(&b->devs[src_dev]))
 		return -EIO;
-	return submit(stream, (struct sim_op){.kind = SIM_COPY, .u.copy = {dst, src, bytes}});
+	return submit_copy(b, stream, dst, true, src, true, bytes);
 }
 
 static int sim_inject(struct tdm__backend *b, void *stream, tdm_sim_fault fault)

@@ -258,8 +258,9 @@ typedef enum tdm_copy_kind {
 /*
  * Async copy. Host memory from tdm_host_alloc, tdm_pinned_alloc or tdm_host_register is copied
  * directly; pageable host memory is staged or refused (tdm_gpu_config.pageable; -EFAULT).
- * -EINVAL: a NULL stream or pointer, or an unknown kind, or (cuda) arguments the driver refuses,
- * such as a range past the end of an allocation; -EIO: the device failed, or the driver refused
+ * -EINVAL: a NULL stream or pointer, or an unknown kind, or a device side (dst for H2D, src for
+ * D2H, both for D2D) that is not within one live allocation, as the driver refuses it; -EIO: the
+ * device failed, or the driver refused
  * the copy otherwise; staging adds -ENOMEM (the pinned pool at its cap) and -ENOTSUP (a
  * backend without host functions). A staged copy's pinned block goes back to the pool when the
  * copy is done, or when its device fails first (a dead device runs no more host functions).
@@ -282,7 +283,8 @@ int tdm_launch_spin(tdm_stream *s, uint32_t ns);
  * whichever streams they are on. For benchmarks of work that saturates a device.
  */
 int tdm_launch_busy(tdm_stream *s, uint32_t ns);
-/* y[i] = a * x[i] for i < n, device pointers. */
+/* y[i] = a * x[i] for i < n, device pointers. Reaching past an allocation is an illegal address
+ * when the kernel runs: the device fails for good, its awaits resume with -EIO. */
 int tdm_launch_scale(tdm_stream *s, float *y, const float *x, float a, size_t n);
 /* A kernel that traps: a sticky device error, for tests of error handling. */
 int tdm_launch_fault(tdm_stream *s);
