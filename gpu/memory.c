@@ -299,9 +299,11 @@ int tdm_device_free(tdm_gpu *gpu, int device, void *p)
 {
 	if (gpu == NULL || device < 0 || device >= gpu->ndev)
 		return -EINVAL;
-	if (p != NULL)
-		gpu->ops->device_free(gpu->b, device, p);
-	return 0;
+	if (p == NULL)
+		return 0;
+	/* -EINVAL from the backend for what is not live memory of `device`: each checks the
+	 * device, since cudaFree alone would free another device's memory. */
+	return gpu->ops->device_free(gpu->b, device, p);
 }
 
 int tdm_host_alloc(tdm_gpu *gpu, size_t bytes, void **out)
@@ -319,9 +321,13 @@ int tdm_host_free(tdm_gpu *gpu, void *p)
 		return -EINVAL;
 	if (gpu->ops == NULL)
 		return -ENODEV;
-	if (p != NULL)
-		gpu->ops->host_free(gpu->b, p);
-	return 0;
+	if (p == NULL)
+		return 0;
+	/* A block of the pinned pool may start its chunk, which the backend would free from
+	 * under the pool. */
+	if (tdm__pinned_owns(gpu, p))
+		return -EINVAL;
+	return gpu->ops->host_free(gpu->b, p);
 }
 
 int tdm_device_alloc_async(tdm_stream *s, size_t bytes, void **out)
@@ -373,9 +379,9 @@ int tdm_managed_free(tdm_gpu *gpu, void *p)
 	if (gpu->ndev == 0)
 		return -ENODEV;
 	NEED(gpu, managed_free);
-	if (p != NULL)
-		gpu->ops->managed_free(gpu->b, p);
-	return 0;
+	if (p == NULL)
+		return 0;
+	return gpu->ops->managed_free(gpu->b, p);
 }
 
 int tdm_mem_prefetch(tdm_stream *s, const void *p, size_t bytes, int device)

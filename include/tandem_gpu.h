@@ -262,8 +262,9 @@ typedef enum tdm_copy_kind {
 /*
  * Async copy. Host memory from tdm_host_alloc, tdm_pinned_alloc or tdm_host_register is copied
  * directly; pageable host memory is staged or refused (tdm_gpu_config.pageable; -EFAULT).
- * -EINVAL: a NULL stream or pointer, or an unknown kind, or (cuda) arguments the driver refuses,
- * such as a range past the end of an allocation; -EIO: the device failed, or the driver refused
+ * -EINVAL: a NULL stream or pointer, or an unknown kind, or a device side (dst for H2D, src for
+ * D2H, both for D2D) that is not within one live allocation, as the driver refuses it; -EIO: the
+ * device failed, or the driver refused
  * the copy otherwise; staging adds -ENOMEM (the pinned pool at its cap) and -ENOTSUP (a
  * backend without host functions). A staged copy's pinned block goes back to the pool when the
  * copy is done, or when its device fails first (a dead device runs no more host functions).
@@ -276,7 +277,8 @@ int tdm_memcpy_async(tdm_stream *s, void *dst, const void *src, size_t bytes, td
 /*
  * A kernel: y[i] = a * x[i] for i < n, device pointers.  -EINVAL: s, y or x is NULL.  -EIO: s's
  * device failed (a trapping kernel, say), or the launch did.  -ENOMEM: no memory to queue it
- * (sim).
+ * (sim). Reaching past an allocation is an illegal address when the kernel runs: the device
+ * fails for good and its awaits resume with -EIO.
  */
 int tdm_launch_scale(tdm_stream *s, float *y, const float *x, float a, size_t n);
 
@@ -285,10 +287,13 @@ int tdm_launch_scale(tdm_stream *s, float *y, const float *x, float a, size_t n)
  * milliseconds for large sizes); prefer tdm_pinned_alloc and tdm_device_alloc_async on hot paths.
  * tdm_device_alloc: -EINVAL: gpu or out is NULL, zero bytes, device out of range; -ENODEV: no
  * devices; -ENOMEM: more than the device has free; -EIO: the device failed (cuda).
- * tdm_device_free: -EINVAL: gpu is NULL or device out of range (any device, on a GPU layer
- * without devices). tdm_host_alloc: -EINVAL: gpu or out is NULL, zero bytes; -ENODEV: no
- * backend (TDM_BACKEND_NONE); -ENOMEM; -EIO from the driver. tdm_host_free: -EINVAL: gpu is
- * NULL; -ENODEV: no backend. Freeing NULL is 0.
+ * tdm_device_free: -EINVAL: gpu is NULL, device out of range (any device, on a GPU layer
+ * without devices), or p is not live memory of `device` (never allocated, freed already, or
+ * another device's); nothing is freed then. A failed device's memory is freed (cuda: it goes
+ * with the device's context): 0. tdm_host_alloc: -EINVAL: gpu or out is NULL, zero bytes;
+ * -ENODEV: no backend (TDM_BACKEND_NONE); -ENOMEM; -EIO from the driver. tdm_host_free:
+ * -EINVAL: gpu is NULL, or p is not a live block of tdm_host_alloc (never allocated, freed
+ * already, or from tdm_pinned_alloc); -ENODEV: no backend. Freeing NULL is 0.
  */
 int tdm_device_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out);
 int tdm_device_free(tdm_gpu *gpu, int device, void *p);
@@ -331,8 +336,9 @@ int tdm_host_unregister(tdm_gpu *gpu, void *p);
  * on s after the call; the free happens after all work enqueued on s before it, so freeing right
  * after the last use is safe without a host synchronization. Freed memory stays in the device's
  * pool for reuse. -ENOMEM; -EIO (the device failed); -EINVAL (a NULL stream or pointer, zero
- * bytes); -ENOTSUP: the device has no stream-ordered memory pools (use tdm_device_alloc).
- * Freeing NULL is 0.
+ * bytes; for the free, p is not live device memory: never allocated, or freed or its free queued
+ * already); -ENOTSUP: the device has no stream-ordered memory pools (use tdm_device_alloc).
+ * Freeing NULL is 0. Work enqueued after the free may not name p.
  */
 int tdm_device_alloc_async(tdm_stream *s, size_t bytes, void **out);
 int tdm_device_free_async(tdm_stream *s, void *p);
@@ -348,8 +354,9 @@ typedef enum tdm_mem_advice {
  * memory (asking for more can hang the GPU). On CUDA, free memory is what the driver reports:
  * memory the stream-ordered pool keeps for reuse (up to half the device) counts as used. Prefetch
  * is ordered on s; device < 0 is the host. -EINVAL: a NULL pointer, zero bytes, a device out
- * of range, an unknown advice; -ENODEV: no devices; -ENOTSUP: the backend has no managed
- * memory; -EIO from the driver.
+ * of range, an unknown advice, or for tdm_managed_free a p that is not live device memory
+ * (never allocated, or freed already; as cudaFree, any device memory is taken); -ENODEV: no
+ * devices; -ENOTSUP: the backend has no managed memory; -EIO from the driver.
  */
 int tdm_managed_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out);
 int tdm_managed_free(tdm_gpu *gpu, void *p);

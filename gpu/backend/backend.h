@@ -69,11 +69,14 @@ struct tdm__backend_ops {
 	 */
 	int (*word_status)(struct tdm__backend *b, void *stream, uint64_t value);
 
-	/* Pinned host memory (cudaHostAlloc, portable + mapped where available). */
+	/* Pinned host memory (cudaHostAlloc, portable + mapped where available). The frees below
+	 * take NULL (0); host_free: -EINVAL, freeing nothing, when p is not a live host_alloc
+	 * block. */
 	int (*host_alloc)(struct tdm__backend *b, size_t bytes, void **out);
-	void (*host_free)(struct tdm__backend *b, void *p);
+	int (*host_free)(struct tdm__backend *b, void *p);
+	/* device_free: -EINVAL, freeing nothing, when p is not live device memory of dev. */
 	int (*device_alloc)(struct tdm__backend *b, int dev, size_t bytes, void **out);
-	void (*device_free)(struct tdm__backend *b, int dev, void *p);
+	int (*device_free)(struct tdm__backend *b, int dev, void *p);
 
 	int (*memcpy_async)(struct tdm__backend *b, void *stream, void *dst, const void *src,
 	                    size_t bytes, tdm_copy_kind kind);
@@ -91,7 +94,9 @@ struct tdm__backend_ops {
 	/* ---- memory ---- */
 	/* Stream-ordered device memory from the device's pool, whose release threshold is kept
 	 * high at open so freed memory is reused, not returned to the driver (cudaMallocAsync /
-	 * cudaFreeAsync). The sim allocates at once and frees when the stream reaches the free. */
+	 * cudaFreeAsync). The sim allocates at once and frees when the stream reaches the free.
+	 * free_async: -EINVAL when p is not live device memory (never allocated, or its free is
+	 * queued already). */
 	int (*malloc_async)(struct tdm__backend *b, void *stream, size_t bytes, void **out);
 	int (*free_async)(struct tdm__backend *b, void *stream, void *p);
 	/* Page-locks a caller's buffer for async copies (cudaHostRegister, portable). */
@@ -99,9 +104,10 @@ struct tdm__backend_ops {
 	int (*host_unregister)(struct tdm__backend *b, void *p);
 	/* 1: p is in pinned host memory (host_alloc or registered), 0: pageable or unknown. */
 	int (*is_pinned)(struct tdm__backend *b, const void *p);
-	/* Managed (unified) memory; prefetch to a device, or to the host with dev < 0. */
+	/* Managed (unified) memory; prefetch to a device, or to the host with dev < 0.
+	 * managed_free: -EINVAL, freeing nothing, when p is not live device memory. */
 	int (*managed_alloc)(struct tdm__backend *b, int dev, size_t bytes, void **out);
-	void (*managed_free)(struct tdm__backend *b, void *p);
+	int (*managed_free)(struct tdm__backend *b, void *p);
 	int (*prefetch)(struct tdm__backend *b, void *stream, const void *p, size_t bytes, int dev);
 	int (*advise)(struct tdm__backend *b, const void *p, size_t bytes, tdm_mem_advice advice,
 	              int dev);

@@ -81,6 +81,7 @@ static inline int tdm__cuda_errno(cudaError_t e)
 	case cudaErrorMemoryAllocation:
 		return -ENOMEM;
 	case cudaErrorInvalidValue:
+	case cudaErrorInvalidDevicePointer: /* older drivers' cudaFree of an unknown pointer */
 	case cudaErrorInvalidDevice:
 	case cudaErrorHostMemoryNotRegistered: /* cudaHostUnregister of an unknown pointer */
 		return -EINVAL;
@@ -242,16 +243,16 @@ static inline bool tdm__cuda_bad_dev(const struct tdm__backend *b, int dev)
 /* ---- cuda_memory.c: the memory ops, host functions and peer copies ---- */
 
 int tdm__cuda_host_alloc(struct tdm__backend *b, size_t bytes, void **out);
-void tdm__cuda_host_free(struct tdm__backend *b, void *p);
+int tdm__cuda_host_free(struct tdm__backend *b, void *p);
 int tdm__cuda_device_alloc(struct tdm__backend *b, int dev, size_t bytes, void **out);
-void tdm__cuda_device_free(struct tdm__backend *b, int dev, void *p);
+int tdm__cuda_device_free(struct tdm__backend *b, int dev, void *p);
 int tdm__cuda_malloc_async(struct tdm__backend *b, void *stream, size_t bytes, void **out);
 int tdm__cuda_free_async(struct tdm__backend *b, void *stream, void *p);
 int tdm__cuda_host_register(struct tdm__backend *b, void *p, size_t bytes);
 int tdm__cuda_host_unregister(struct tdm__backend *b, void *p);
 int tdm__cuda_is_pinned(struct tdm__backend *b, const void *p);
 int tdm__cuda_managed_alloc(struct tdm__backend *b, int dev, size_t bytes, void **out);
-void tdm__cuda_managed_free(struct tdm__backend *b, void *p);
+int tdm__cuda_managed_free(struct tdm__backend *b, void *p);
 int tdm__cuda_prefetch(struct tdm__backend *b, void *stream, const void *p, size_t bytes, int dev);
 int tdm__cuda_advise(struct tdm__backend *b, const void *p, size_t bytes, tdm_mem_advice advice,
                      int dev);

@@ -31,11 +31,25 @@ int tdm__cuda_host_alloc(struct tdm__backend *b, size_t bytes, void **out)
 	return 0;
 }
 
-void tdm__cuda_host_free(struct tdm__backend *b, void *p)
+/*
+ * For a free that failed: -EINVAL when the driver did not know the pointer (never allocated, or
+ * freed already); any other error is a failed context, whose memory goes with it, so there is
+ * nothing left to free: 0.
+ */
+static int tdm__cuda_free_status(cudaError_t e)
+{
+	if (e == cudaSuccess)
+		return 0;
+	(void)cudaGetLastError();
+	return e == cudaErrorInvalidValue || e == cudaErrorInvalidDevicePointer ? -EINVAL : 0;
+}
+
+int tdm__cuda_host_free(struct tdm__backend *b, void *p)
 {
 	(void)b;
-	if (p != NULL && cudaFreeHost(p) != cudaSuccess)
-		(void)cudaGetLastError();
+	if (p == NULL)
+		return 0;
+	return tdm__cuda_free_status(cudaFreeHost(p));
 }
 
 /* Device memory, or with `managed` managed memory attached globally (any stream of any device
@@ -64,15 +78,32 @@ int tdm__cuda_device_alloc(struct tdm__backend *b, int dev, size_t bytes, void *
 	return tdm__cuda_alloc(b, dev, bytes, false, out);
 }
 
-void tdm__cuda_device_free(struct tdm__backend *b, int dev, void *p)
+/*
+ * cudaFree takes any device's memory whichever device is named, so the pointer's own device is
+ * asked first, and memory of another device, or not device memory at all, is refused. A pointer
+ * the driver does not know (never allocated, or freed already) is cudaMemoryTypeUnregistered.
+ */
+int tdm__cuda_device_free(struct tdm__backend *b, int dev, void *p)
 {
+	struct cudaPointerAttributes a;
+	cudaError_t e;
 	int prev;
 
-	if (p == NULL || tdm__cuda_bad_dev(b, dev))
-		return;
-	if (tdm__cuda_enter(dev, &prev) != cudaSuccess || cudaFree(p) != cudaSuccess)
-		(void)cudaGetLastError();
+	if (tdm__cuda_bad_dev(b, dev))
+		return -EINVAL;
+	if (p == NULL)
+		return 0;
+	e = cudaPointerGetAttributes(&a, p);
+	if (e == cudaSuccess &&
+	    ((a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) || a.device != dev))
+		return -EINVAL;
+	if (e != cudaSuccess)
+		(void)cudaGetLastError(); /* cudaFree says what is wrong */
+	e = tdm__cuda_enter(dev, &prev);
+	if (e == cudaSuccess)
+		e = cudaFree(p);
 	tdm__cuda_leave(dev, prev);
+	return tdm__cuda_free_status(e);
 }
 
 /* ---- stream-ordered and managed memory --------------------------------------------------- */
@@ -162,11 +193,13 @@ int tdm__cuda_managed_alloc(struct tdm__backend *b, int dev, size_t bytes, void 
 	return tdm__cuda_alloc(b, dev, bytes, true, out);
 }
 
-void tdm__cuda_managed_free(struct tdm__backend *b, void *p)
+/* Like cudaFree, any device memory of any device. */
+int tdm__cuda_managed_free(struct tdm__backend *b, void *p)
 {
 	(void)b;
-	if (p != NULL && cudaFree(p) != cudaSuccess)
-		(void)cudaGetLastError();
+	if (p == NULL)
+		return 0;
+	return tdm__cuda_free_status(cudaFree(p));
 }
 
 /* dev < 0: the host (its id is ignored). */

@@ -18,20 +18,24 @@
  * kills the device, as a trapping kernel does.
  *
  * Memory: each device simulates 80 GiB. Its memory (device_alloc, malloc_async, managed_alloc)
- * is host memory behind a header that names the device and the size, so that a free, which is
- * given neither, can give the bytes back to the device's count for mem_info. A free_async is an
- * operation of the stream: the memory stays valid for the work enqueued before it. Pinned host
- * memory is a set of address ranges (host_alloc blocks and registered ranges) that is_pinned
- * looks up; nothing is actually locked.
+ * is host memory, recorded with its device and size in the memory table (sim_memory.h), beside
+ * the pinned host ranges (host_alloc blocks and registered buffers; nothing is actually locked).
+ * A free takes its block off the table, so a pointer never allocated, freed twice, or (for
+ * device_free) named with another device is refused with -EINVAL, as cudaFree refuses it. A
+ * free_async is an operation of the stream: the memory stays valid for the work enqueued before
+ * it. Copies check their device sides when enqueued, and refuse a range that leaves its
+ * allocation with -EINVAL, as cudaMemcpyAsync does; when a copy or a kernel runs, every device
+ * range it reads or writes is checked again, and one that is not (or no longer) allocated fails
+ * the device, as an illegal address does on a GPU: the host process never touches it.
  *
  * A busy kernel (launch_busy) fills the whole device, so it runs on its stream's thread under
  * the device's busy lock, held for the kernel's length: busy kernels on a device's streams run one
  * after another, as on a saturated GPU, while other work (spin kernels, copies) runs beside them.
  *
  * Lock rules: b->lock guards the lists of live streams and events; s->lock guards a stream's
- * queue, `stop` and `armed`; s->err_lock guards its erred values; b->pin_lock guards the pinned
- * ranges; d->busy is held by a stream thread while it runs a busy kernel. No thread holds two at
- * once.
+ * queue, `stop` and `armed`; s->err_lock guards its erred values; b->mem's lock guards the
+ * memory table, and a stream thread holds it for reading while a copy or a kernel runs; d->busy
+ * is held by a stream thread while it runs a busy kernel. No thread holds two at once.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -43,12 +47,10 @@
 
 #include "backend.h"
 #include "base/clock.h"
+#include "sim_memory.h"
 
 #define SIM_MAX_DEVICES 1024
 #define SIM_SPIN_LIMIT_NS 50000u /* shorter kernels busy-wait: a sleep would overshoot them */
-#define SIM_HOST_ALIGN 64
-#define SIM_DEV_ALIGN 256                  /* cudaMalloc's alignment */
-#define SIM_DEV_TOTAL ((uint64_t)80 << 30) /* memory of each simulated device */
 
 /* A node of a circular list with a sentinel, first member of what it links. */
 struct sim_link {
@@ -64,17 +66,8 @@ struct sim_dev {
 	 * resumes with -EIO, whichever way it awaited, while its buffers are still being written.
 	 */
 	atomic_uint writers;
-	/* Bytes of device memory allocated and not yet freed, at most SIM_DEV_TOTAL. Relaxed: a
-	 * count that publishes nothing; the memory itself is handed over by the caller. */
-	_Atomic uint64_t held;
 	/* Held for the length of a busy kernel: the device's SMs, all of them. */
 	pthread_mutex_t busy;
-};
-
-/* A pinned host range [lo, hi): a host_alloc block or a registered buffer. */
-struct sim_range {
-	uintptr_t lo, hi;
-	bool registered; /* host_register, not host_alloc: only host_unregister removes it */
 };
 
 struct tdm__backend {
@@ -83,11 +76,7 @@ struct tdm__backend {
 	pthread_mutex_t lock;
 	struct sim_link streams, events; /* lock */
 	unsigned next_id;                /* lock: numbers stream threads */
-
-	/* Read on every copy of host memory, changed by allocations: a reader-writer lock. */
-	pthread_rwlock_t pin_lock;
-	struct sim_range *pins; /* pin_lock: sorted by lo, disjoint */
-	size_t npins, cap_pins; /* pin_lock */
+	struct sim_mem mem;              /* device blocks and pinned ranges: sim_memory.h */
 };
 
 enum sim_op_kind {
@@ -124,6 +113,7 @@ struct sim_op {
 			void *dst;
 			const void *src;
 			size_t bytes;
+			bool dst_dev, src_dev; /* which sides are device memory, to be checked */
 		} copy;
 		struct {
 			uint64_t *word;
@@ -143,6 +133,7 @@ struct sim_op {
 
 struct sim_stream {
 	struct sim_link link; /* b->lock */
+	struct tdm__backend *b;
 	struct sim_dev *dev;
 	pthread_t thread;
 	pthread_mutex_t lock;
@@ -232,50 +223,6 @@ static void run_spin(uint32_t ns)
 	}
 }
 
-/* ---- device memory blocks ---- */
-
-/* What precedes each block of device memory; SIM_DEV_ALIGN bytes keep the block aligned. */
-struct sim_block {
-	struct sim_dev *dev;
-	size_t bytes;
-};
-
-_Static_assert(sizeof(struct sim_block) <= SIM_DEV_ALIGN, "the header fits its slot");
-
-/* -ENOMEM past the device's free memory, as cudaMalloc: malloc would overcommit instead. */
-static int dmem_alloc(struct sim_dev *d, size_t bytes, void **out)
-{
-	/* Reserve first, so that concurrent allocations never hold more than the device has. */
-	uint64_t held = atomic_load_explicit(&d->held, memory_order_relaxed);
-	do {
-		if ((uint64_t)bytes > SIM_DEV_TOTAL - held)
-			return -ENOMEM;
-	} while (!atomic_compare_exchange_weak_explicit(
-	    &d->held, &held, held + bytes, memory_order_relaxed, memory_order_relaxed));
-	/* aligned_alloc wants a multiple of the alignment; the reservation kept bytes within
-	 * SIM_DEV_TOTAL, so this cannot overflow. */
-	size_t size = SIM_DEV_ALIGN + ((bytes + SIM_DEV_ALIGN - 1) & ~(size_t)(SIM_DEV_ALIGN - 1));
-	struct sim_block *h = aligned_alloc(SIM_DEV_ALIGN, size);
-	if (h == NULL) {
-		atomic_fetch_sub_explicit(&d->held, bytes, memory_order_relaxed);
-		return -ENOMEM;
-	}
-	h->dev = d;
-	h->bytes = bytes;
-	*out = (char *)h + SIM_DEV_ALIGN;
-	return 0;
-}
-
-/* Any device memory, from any of the three allocators: the header says whose it is. */
-static void dmem_free(void *p)
-{
-	if (p == NULL)
-		return;
-	struct sim_block *h = (struct sim_block *)(void *)((char *)p - SIM_DEV_ALIGN);
-	atomic_fetch_sub_explicit(&h->dev->held, h->bytes, memory_order_relaxed);
-	free(h);
-}
-
 static void event_unref(struct sim_event *e)
 {
 	/* Acq_rel: each holder's release orders its last use of e before the drop; the acquire
@@ -324,6 +271,43 @@ static void mark_event(struct sim_event *e, uint64_t gen, bool failed)
 	}
 }
 
+/*
+ * The device ranges of a copy or a kernel are checked when it runs, under the table's read lock,
+ * held until the access is over: a block freed since the enqueue (device_free does not wait for
+ * the work queued on it) is not there, and then the device fails, as a GPU's does on an illegal
+ * address. A block whose free_async is queued is still there for the work queued before it.
+ */
+static void run_copy(struct sim_stream *s, const struct sim_op *o)
+{
+	struct sim_mem *m = &s->b->mem;
+	size_t n = o->u.copy.bytes;
+	tdm__sim_mem_read_begin(m);
+	bool ok = (!o->u.copy.dst_dev || tdm__sim_mem_reaches(m, o->u.copy.dst, n, true)) &&
+	          (!o->u.copy.src_dev || tdm__sim_mem_reaches(m, o->u.copy.src, n, true));
+	if (ok)
+		memcpy(o->u.copy.dst, o->u.copy.src, n);
+	tdm__sim_mem_read_end(m);
+	if (!ok)
+		dev_fail(s->dev);
+}
+
+/* y[i] = a * x[i]; no check at launch (a kernel's arguments are only pointers): see run_copy. */
+static void run_scale(struct sim_stream *s, const struct sim_op *o)
+{
+	struct sim_mem *m = &s->b->mem;
+	size_t n = o->u.scale.n;
+	tdm__sim_mem_read_begin(m);
+	bool ok = n <= SIZE_MAX / sizeof(float) &&
+	          tdm__sim_mem_reaches(m, o->u.scale.y, n * sizeof(float), true) &&
+	          tdm__sim_mem_reaches(m, o->u.scale.x, n * sizeof(float), true);
+	if (ok)
+		for (size_t i = 0; i < n; i++)
+			o->u.scale.y[i] = o->u.scale.a * o->u.scale.x[i];
+	tdm__sim_mem_read_end(m);
+	if (!ok)
+		dev_fail(s->dev);
+}
+
 static void execute_op(struct sim_stream *s, struct sim_op *o)
 {
 	if (o->fault == TDM_SIM_FAULT_STICKY)
@@ -335,7 +319,7 @@ static void execute_op(struct sim_stream *s, struct sim_op *o)
 		if (o->kind == SIM_MARK)
 			event_unref(o->u.mark.ev);
 		else if (o->kind == SIM_FREE)
-			dmem_free(o->u.block);
+			(void)tdm__sim_mem_free(&s->b->mem, o->u.block, SIM_MEM_DEVICE, -1, true);
 		return;
 	}
 	if (o->fault == TDM_SIM_FAULT_OP) {
@@ -352,14 +336,13 @@ static void execute_op(struct sim_stream *s, struct sim_op *o)
 		pthread_mutex_unlock(&s->dev->busy);
 		break;
 	case SIM_SCALE:
-		for (size_t i = 0; i < o->u.scale.n; i++)
-			o->u.scale.y[i] = o->u.scale.a * o->u.scale.x[i];
+		run_scale(s, o);
 		break;
 	case SIM_TRAP:
 		dev_fail(s->dev);
 		break;
 	case SIM_COPY:
-		memcpy(o->u.copy.dst, o->u.copy.src, o->u.copy.bytes);
+		run_copy(s, o);
 		break;
 	case SIM_WRITE:
 		if (s->pending_err) {
@@ -380,7 +363,7 @@ static void execute_op(struct sim_stream *s, struct sim_op *o)
 		event_unref(o->u.mark.ev);
 		break;
 	case SIM_FREE:
-		dmem_free(o->u.block);
+		(void)tdm__sim_mem_free(&s->b->mem, o->u.block, SIM_MEM_DEVICE, -1, true);
 		break;
 	case SIM_HOST_FN:
 		o->u.host_fn.fn(o->u.host_fn.arg);
@@ -483,7 +466,8 @@ static int sim_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 	if (b == NULL)
 		return -ENOMEM;
 	b->devs = calloc(n, sizeof(*b->devs));
-	if (b->devs == NULL) {
+	if (b->devs == NULL || tdm__sim_mem_init(&b->mem, (int)n) != 0) {
+		free(b->devs);
 		free(b);
 		return -ENOMEM;
 	}
@@ -491,7 +475,6 @@ static int sim_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 	for (unsigned i = 0; i < n; i++)
 		pthread_mutex_init(&b->devs[i].busy, NULL);
 	pthread_mutex_init(&b->lock, NULL);
-	pthread_rwlock_init(&b->pin_lock, NULL);
 	list_init(&b->streams);
 	list_init(&b->events);
 	*out = b;
@@ -514,8 +497,7 @@ static void sim_close(struct tdm__backend *b)
 	for (int i = 0; i < b->ndev; i++)
 		pthread_mutex_destroy(&b->devs[i].busy);
 	pthread_mutex_destroy(&b->lock);
-	pthread_rwlock_destroy(&b->pin_lock);
-	free(b->pins);
+	tdm__sim_mem_fini(&b->mem);
 	free(b->devs);
 	free(b);
 }
@@ -539,112 +521,29 @@ static int sim_device_info(struct tdm__backend *b, int dev, struct tdm__device_i
 	return 0;
 }
 
-/* ---- pinned ranges ---- */
-
-/* The index of the last range that starts at or below a, or -1. pin_lock held. */
-static ptrdiff_t pin_find(const struct tdm__backend *b, uintptr_t a)
-{
-	size_t lo = 0, hi = b->npins; /* ranges before lo start at or below a; from hi on, above */
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (b->pins[mid].lo <= a)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return (ptrdiff_t)lo - 1;
-}
-
-/*
- * Records [lo, hi). A registration that overlaps a recorded range is -EEXIST, as in CUDA. A
- * host_alloc block is fresh memory: whatever overlaps it was registered and freed without
- * host_unregister, and that stale registration goes.
- */
-static int pin_add(struct tdm__backend *b, uintptr_t lo, uintptr_t hi, bool registered)
-{
-	int rc = 0;
-	pthread_rwlock_wrlock(&b->pin_lock);
-	ptrdiff_t i = pin_find(b, lo);
-	size_t first = i >= 0 && b->pins[i].hi > lo ? (size_t)i : (size_t)(i + 1);
-	size_t end = first;
-	while (end < b->npins && b->pins[end].lo < hi)
-		end++;
-	if (end > first) {
-		if (registered) {
-			rc = -EEXIST;
-			goto out;
-		}
-		memmove(&b->pins[first], &b->pins[end], (b->npins - end) * sizeof(*b->pins));
-		b->npins -= end - first;
-	}
-	if (b->npins == b->cap_pins) {
-		size_t cap = b->cap_pins != 0 ? 2 * b->cap_pins : 16;
-		struct sim_range *p = realloc(b->pins, cap * sizeof(*p));
-		if (p == NULL) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		b->pins = p;
-		b->cap_pins = cap;
-	}
-	memmove(&b->pins[first + 1], &b->pins[first], (b->npins - first) * sizeof(*b->pins));
-	b->pins[first] = (struct sim_range){.lo = lo, .hi = hi, .registered = registered};
-	b->npins++;
-out:
-	pthread_rwlock_unlock(&b->pin_lock);
-	return rc;
-}
-
-/* Removes the range that starts at lo and was made the same way; -EINVAL if there is none. */
-static int pin_del(struct tdm__backend *b, uintptr_t lo, bool registered)
-{
-	int rc = -EINVAL;
-	pthread_rwlock_wrlock(&b->pin_lock);
-	ptrdiff_t i = pin_find(b, lo);
-	if (i >= 0 && b->pins[i].lo == lo && b->pins[i].registered == registered) {
-		memmove(&b->pins[i], &b->pins[i + 1],
-		        (b->npins - (size_t)i - 1) * sizeof(*b->pins));
-		b->npins--;
-		rc = 0;
-	}
-	pthread_rwlock_unlock(&b->pin_lock);
-	return rc;
-}
+/* ---- memory: sim_memory.h ---- */
 
 static int sim_host_alloc(struct tdm__backend *b, size_t bytes, void **out)
 {
 	if (b == NULL || out == NULL || bytes == 0)
 		return -EINVAL;
-	if (bytes > SIZE_MAX - SIM_HOST_ALIGN)
-		return -ENOMEM;
-	/* aligned_alloc wants a multiple of the alignment. */
-	void *p = aligned_alloc(SIM_HOST_ALIGN,
-	                        (bytes + SIM_HOST_ALIGN - 1) & ~(size_t)(SIM_HOST_ALIGN - 1));
-	if (p == NULL)
-		return -ENOMEM;
-	if (pin_add(b, (uintptr_t)p, (uintptr_t)p + bytes, false) != 0) {
-		free(p);
-		return -ENOMEM;
-	}
-	*out = p;
-	return 0;
+	return tdm__sim_mem_alloc(&b->mem, SIM_MEM_HOST, -1, bytes, out);
 }
 
-static void sim_host_free(struct tdm__backend *b, void *p)
+/* Only what host_alloc gave and is not freed yet: anything else (a registered buffer, foreign
+ * memory, a block freed already) is -EINVAL, as cudaFreeHost refuses it, and stays untouched. */
+static int sim_host_free(struct tdm__backend *b, void *p)
 {
-	if (b == NULL || p == NULL)
-		return;
-	/* Only what host_alloc gave: a registered buffer or foreign memory is refused, as
-	 * cudaFreeHost refuses it, not freed under its owner. */
-	if (pin_del(b, (uintptr_t)p, false) == 0)
-		free(p);
+	if (b == NULL)
+		return -EINVAL;
+	return p != NULL ? tdm__sim_mem_free(&b->mem, p, SIM_MEM_HOST, -1, false) : 0;
 }
 
 static int sim_host_register(struct tdm__backend *b, void *p, size_t bytes)
 {
-	if (b == NULL || p == NULL || bytes == 0 || (uintptr_t)p > UINTPTR_MAX - bytes)
+	if (b == NULL || p == NULL || bytes == 0)
 		return -EINVAL;
-	return pin_add(b, (uintptr_t)p, (uintptr_t)p + bytes, true);
+	return tdm__sim_mem_register(&b->mem, p, bytes);
 }
 
 /* p must be the address that was registered. */
@@ -652,22 +551,15 @@ static int sim_host_unregister(struct tdm__backend *b, void *p)
 {
 	if (b == NULL || p == NULL)
 		return -EINVAL;
-	return pin_del(b, (uintptr_t)p, true);
+	return tdm__sim_mem_unregister(&b->mem, p);
 }
 
 static int sim_is_pinned(struct tdm__backend *b, const void *p)
 {
 	if (b == NULL || p == NULL)
 		return 0;
-	uintptr_t a = (uintptr_t)p;
-	pthread_rwlock_rdlock(&b->pin_lock);
-	ptrdiff_t i = pin_find(b, a);
-	int pinned = i >= 0 && a < b->pins[i].hi;
-	pthread_rwlock_unlock(&b->pin_lock);
-	return pinned;
+	return tdm__sim_mem_is_pinned(&b->mem, p);
 }
-
-/* ---- device memory ---- */
 
 static int sim_device_alloc(struct tdm__backend *b, int dev, size_t bytes, void **out)
 {
@@ -675,13 +567,16 @@ static int sim_device_alloc(struct tdm__backend *b, int dev, size_t bytes, void 
 		return -EINVAL;
 	if (dev_dead(&b->devs[dev]))
 		return -EIO; /* as cudaMalloc after a sticky error */
-	return dmem_alloc(&b->devs[dev], bytes, out);
+	return tdm__sim_mem_alloc(&b->mem, SIM_MEM_DEVICE, dev, bytes, out);
 }
 
-static void sim_device_free(struct tdm__backend *b, int dev, void *p)
+/* Memory of any of the three allocators, if it is dev's: cudaFree would take another device's
+ * too, which tandem refuses on both backends. A dead device's memory is freed all the same. */
+static int sim_device_free(struct tdm__backend *b, int dev, void *p)
 {
-	if (b != NULL && dev_ok(b, dev))
-		dmem_free(p);
+	if (b == NULL || !dev_ok(b, dev))
+		return -EINVAL;
+	return p != NULL ? tdm__sim_mem_free(&b->mem, p, SIM_MEM_DEVICE, dev, false) : 0;
 }
 
 /* Managed memory is device memory here: it counts against the device it was asked for. */
@@ -690,10 +585,12 @@ static int sim_managed_alloc(struct tdm__backend *b, int dev, size_t bytes, void
 	return sim_device_alloc(b, dev, bytes, out);
 }
 
-static void sim_managed_free(struct tdm__backend *b, void *p)
+/* Like cudaFree, it takes any device memory, of any device. */
+static int sim_managed_free(struct tdm__backend *b, void *p)
 {
-	if (b != NULL)
-		dmem_free(p);
+	if (b == NULL)
+		return -EINVAL;
+	return p != NULL ? tdm__sim_mem_free(&b->mem, p, SIM_MEM_DEVICE, -1, false) : 0;
 }
 
 static int sim_advise(struct tdm__backend *b, const void *p, size_t bytes, tdm_mem_advice advice,
@@ -713,9 +610,8 @@ static int sim_mem_info(struct tdm__backend *b, int dev, size_t *free_bytes, siz
 		return -EINVAL;
 	if (dev_dead(&b->devs[dev]))
 		return -EIO;
-	uint64_t held = atomic_load_explicit(&b->devs[dev].held, memory_order_relaxed);
-	*free_bytes = (size_t)(SIM_DEV_TOTAL - held);
-	*total_bytes = (size_t)SIM_DEV_TOTAL;
+	*free_bytes = (size_t)tdm__sim_mem_free_bytes(&b->mem, dev);
+	*total_bytes = (size_t)TDM__SIM_DEV_TOTAL;
 	return 0;
 }
 
@@ -733,6 +629,7 @@ static int sim_stream_create(struct tdm__backend *b, int dev, int priority, void
 	struct sim_stream *s = calloc(1, sizeof(*s));
 	if (s == NULL)
 		return -ENOMEM;
+	s->b = b;
 	s->dev = &b->devs[dev];
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
@@ -902,13 +799,33 @@ static int sim_word_status(struct tdm__backend *b, void *stream, uint64_t value)
 	return rc;
 }
 
+/*
+ * A copy whose device sides lie within live allocations (device blocks, or pinned host memory,
+ * which a device reaches too): -EINVAL otherwise, as cudaMemcpyAsync refuses a range past the
+ * end of an allocation. A dead device says -EIO first, as a CUDA call returns the sticky error.
+ */
+static int submit_copy(struct tdm__backend *b, struct sim_stream *s, void *dst, bool dst_dev,
+                       const void *src, bool src_dev, size_t bytes)
+{
+	if (dev_dead(s->dev))
+		return -EIO;
+	tdm__sim_mem_read_begin(&b->mem);
+	bool ok = (!dst_dev || tdm__sim_mem_reaches(&b->mem, dst, bytes, false)) &&
+	          (!src_dev || tdm__sim_mem_reaches(&b->mem, src, bytes, false));
+	tdm__sim_mem_read_end(&b->mem);
+	if (!ok)
+		return -EINVAL;
+	return submit(
+	    s, (struct sim_op){.kind = SIM_COPY, .u.copy = {dst, src, bytes, dst_dev, src_dev}});
+}
+
 static int sim_memcpy_async(struct tdm__backend *b, void *stream, void *dst, const void *src,
                             size_t bytes, tdm_copy_kind kind)
 {
 	if (b == NULL || stream == NULL || dst == NULL || src == NULL || kind < TDM_COPY_H2D ||
 	    kind > TDM_COPY_D2D)
 		return -EINVAL;
-	return submit(stream, (struct sim_op){.kind = SIM_COPY, .u.copy = {dst, src, bytes}});
+	return submit_copy(b, stream, dst, kind != TDM_COPY_D2H, src, kind != TDM_COPY_H2D, bytes);
 }
 
 static int sim_launch_spin(struct tdm__backend *b, void *stream, uint32_t ns)
@@ -949,17 +866,30 @@ static int sim_malloc_async(struct tdm__backend *b, void *stream, size_t bytes, 
 		return -EINVAL;
 	if (dev_dead(s->dev))
 		return -EIO;
-	return dmem_alloc(s->dev, bytes, out);
+	return tdm__sim_mem_alloc(&b->mem, SIM_MEM_DEVICE, (int)(s->dev - b->devs), bytes, out);
 }
 
-/* The free runs when the stream reaches it. A refused free (-EIO) leaves p with the caller. */
+/*
+ * The free runs when the stream reaches it; from the call on, the block is freeing, so a second
+ * free of it is -EINVAL, as is a pointer that is not device memory (cudaFreeAsync's
+ * cudaErrorInvalidValue). A refused free (-EIO, -ENOMEM) leaves p with the caller, live.
+ */
 static int sim_free_async(struct tdm__backend *b, void *stream, void *p)
 {
-	if (b == NULL || stream == NULL)
+	struct sim_stream *s = stream;
+	if (b == NULL || s == NULL)
 		return -EINVAL;
 	if (p == NULL)
 		return 0;
-	return submit(stream, (struct sim_op){.kind = SIM_FREE, .u.block = p});
+	if (dev_dead(s->dev))
+		return -EIO;
+	int rc = tdm__sim_mem_set_freeing(&b->mem, p, true);
+	if (rc != 0)
+		return rc;
+	rc = submit(s, (struct sim_op){.kind = SIM_FREE, .u.block = p});
+	if (rc != 0)
+		(void)tdm__sim_mem_set_freeing(&b->mem, p, false);
+	return rc;
 }
 
 static int sim_prefetch(struct tdm__backend *b, void *stream, const void *p, size_t bytes, int dev)
@@ -988,7 +918,7 @@ static int sim_memcpy_peer_async(struct tdm__backend *b, void *stream, void *dst
 		return -EINVAL;
 	if (dev_dead(&b->devs[dst_dev]) || dev_dead(&b->devs[src_dev]))
 		return -EIO;
-	return submit(stream, (struct sim_op){.kind = SIM_COPY, .u.copy = {dst, src, bytes}});
+	return submit_copy(b, stream, dst, true, src, true, bytes);
 }
 
 static int sim_inject(struct tdm__backend *b, void *stream, tdm_sim_fault fault)
