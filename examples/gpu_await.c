@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "tandem.h"
-#include "tandem_gpu.h"
+#include "example_gpu.h"
 
 #define N (1u << 20)
 
@@ -46,31 +46,16 @@ static int job_run(tdm_task *t, void *arg)
 int main(void)
 {
 	tdm_executor *ex;
-	int rc = tdm_executor_create(&ex, NULL);
-	if (rc != 0) {
-		fprintf(stderr, "executor: %s\n", tdm_strerror(rc));
-		return 1;
-	}
 	tdm_gpu *gpu;
-	tdm_gpu_config cfg;
-	tdm_gpu_config_init(&cfg); /* cuda unless TANDEM_GPU says otherwise */
-	rc = tdm_gpu_create(&gpu, ex, &cfg);
-	if (rc == -ENODEV) {
-		printf("no GPU found: running on tandem's GPU simulator\n");
-		cfg.backend = TDM_BACKEND_SIM;
-		rc = tdm_gpu_create(&gpu, ex, &cfg);
-	}
-	if (rc != 0) {
-		fprintf(stderr, "gpu: %s\n", tdm_strerror(rc));
+	if (example_open(&ex, &gpu, NULL) != 0)
 		return 1;
-	}
-	printf("backend: %s, %d device(s)\n", tdm_gpu_backend_name(gpu), tdm_gpu_device_count(gpu));
 
 	struct job j = {.gpu = gpu};
 	if (tdm_host_alloc(gpu, N * sizeof(float), (void **)&j.host) != 0 ||
 	    tdm_device_alloc(gpu, 0, N * sizeof(float), (void **)&j.dx) != 0 ||
 	    tdm_device_alloc(gpu, 0, N * sizeof(float), (void **)&j.dy) != 0) {
 		fprintf(stderr, "out of memory\n");
+		example_close(ex, gpu);
 		return 1;
 	}
 	for (unsigned i = 0; i < N; i++)
@@ -78,7 +63,7 @@ int main(void)
 
 	tdm_group g;
 	tdm_group_init(&g, ex);
-	rc = tdm_spawn(ex, job_run, &j, &g);
+	int rc = tdm_spawn(ex, job_run, &j, &g);
 	if (rc == 0)
 		rc = tdm_group_wait(&g);
 
@@ -91,7 +76,6 @@ int main(void)
 	tdm_device_free(gpu, 0, j.dx);
 	tdm_device_free(gpu, 0, j.dy);
 	tdm_host_free(gpu, j.host);
-	tdm_gpu_destroy(gpu);
-	tdm_executor_destroy(ex);
+	example_close(ex, gpu);
 	return (rc == 0 && !j.step_failed && bad == 0) ? 0 : 1;
 }

@@ -20,7 +20,7 @@
 #include <stdio.h>
 
 #include "tandem.h"
-#include "tandem_gpu.h"
+#include "example_gpu.h"
 
 #define BATCHES 48
 #define FLOATS (1u << 20) /* per batch: 4 MiB in, 4 MiB out */
@@ -80,26 +80,9 @@ static int consume(tdm_batch *b, void *user)
 int main(void)
 {
 	tdm_executor *ex;
-	int rc = tdm_executor_create(&ex, NULL);
-	if (rc != 0) {
-		fprintf(stderr, "executor: %s\n", tdm_strerror(rc));
-		return 1;
-	}
 	tdm_gpu *gpu;
-	tdm_gpu_config gcfg;
-	tdm_gpu_config_init(&gcfg); /* cuda unless TANDEM_GPU says otherwise */
-	rc = tdm_gpu_create(&gpu, ex, &gcfg);
-	if (rc == -ENODEV) {
-		printf("no GPU found: running on tandem's GPU simulator\n");
-		gcfg.backend = TDM_BACKEND_SIM;
-		rc = tdm_gpu_create(&gpu, ex, &gcfg);
-	}
-	if (rc != 0) {
-		fprintf(stderr, "gpu: %s\n", tdm_strerror(rc));
-		tdm_executor_destroy(ex);
+	if (example_open(&ex, &gpu, NULL) != 0)
 		return 1;
-	}
-	printf("backend: %s, %d device(s)\n", tdm_gpu_backend_name(gpu), tdm_gpu_device_count(gpu));
 
 	struct job j = {0};
 	tdm_pipeline_config cfg = {
@@ -115,7 +98,7 @@ int main(void)
 	    .user = &j,
 	};
 	tdm_pipeline_stats st;
-	rc = tdm_pipeline_run(gpu, &cfg, &st); /* blocks this thread, which is not a worker */
+	int rc = tdm_pipeline_run(gpu, &cfg, &st); /* blocks this thread, which is not a worker */
 
 	/* Each input value v in 0..65535 appears once per 65536 consecutive k, and FLOATS is a
 	 * multiple of that: every batch sums to FLOATS / 65536 * FACTOR * (0 + ... + 65535). */
@@ -131,7 +114,6 @@ int main(void)
 		       (unsigned long long)st.failed);
 	printf("%s\n", correct ? "correct" : "WRONG");
 
-	tdm_gpu_destroy(gpu);
-	tdm_executor_destroy(ex);
+	example_close(ex, gpu);
 	return correct ? 0 : 1;
 }

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "tandem.h"
-#include "tandem_gpu.h"
+#include "example_gpu.h"
 
 static const char *mig_mode_name(int mode)
 {
@@ -74,34 +74,17 @@ static void print_decisions(const tdm_device_info *d, int n)
 int main(void)
 {
 	tdm_executor *ex;
-	int rc = tdm_executor_create(&ex, NULL);
-	if (rc != 0) {
-		fprintf(stderr, "executor: %s\n", tdm_strerror(rc));
-		return 1;
-	}
 	tdm_gpu *gpu;
-	tdm_gpu_config cfg;
-	tdm_gpu_config_init(&cfg); /* cuda unless TANDEM_GPU says otherwise */
 	uint64_t t0 = tdm_now_ns();
-	rc = tdm_gpu_create(&gpu, ex, &cfg);
-	if (rc == -ENODEV) {
-		printf("no GPU found (%s): showing tandem's GPU simulator instead\n",
-		       tdm_strerror(rc));
-		cfg.backend = TDM_BACKEND_SIM;
-		t0 = tdm_now_ns();
-		rc = tdm_gpu_create(&gpu, ex, &cfg);
-	}
-	uint64_t t1 = tdm_now_ns();
-	if (rc != 0) {
-		fprintf(stderr, "gpu: %s\n", tdm_strerror(rc));
-		tdm_executor_destroy(ex);
+	if (example_open(&ex, &gpu, NULL) != 0)
 		return 1;
-	}
+	uint64_t t1 = tdm_now_ns();
 	int n = tdm_gpu_device_count(gpu);
 	const char *visible = getenv("CUDA_VISIBLE_DEVICES");
 	const char *conns = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-	printf("backend: %s, %d device(s); tdm_gpu_create took %.1f ms, discovery included\n",
-	       tdm_gpu_backend_name(gpu), n, (double)(t1 - t0) / 1e6);
+	printf(
+	    "%d device(s); opening the executor and GPU layer took %.1f ms, discovery included\n",
+	    n, (double)(t1 - t0) / 1e6);
 	printf("CUDA_VISIBLE_DEVICES: %s\n", visible != NULL ? visible : "(unset)");
 	printf("CUDA_DEVICE_MAX_CONNECTIONS: %s\n", conns != NULL ? conns : "(unset)");
 
@@ -112,7 +95,7 @@ int main(void)
 		status = 1;
 	}
 	for (int i = 0; i < n && status == 0; i++) {
-		rc = tdm_gpu_device_info(gpu, i, &info[i]);
+		int rc = tdm_gpu_device_info(gpu, i, &info[i]);
 		if (rc != 0) {
 			fprintf(stderr, "tdm_gpu_device_info(%d): %s\n", i, tdm_strerror(rc));
 			status = 1;
@@ -127,7 +110,6 @@ int main(void)
 		print_decisions(info, n);
 	}
 	free(info);
-	tdm_gpu_destroy(gpu);
-	tdm_executor_destroy(ex);
+	example_close(ex, gpu);
 	return status;
 }

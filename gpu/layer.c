@@ -148,52 +148,64 @@ static int init_device(struct tdm_gpu *gpu, int i)
 }
 
 /*
- * tdm_gpu_config.connections: sets CUDA_DEVICE_MAX_CONNECTIONS as the rule at the top of
- * topology.c says. What was set is kept for the process, since CUDA keeps it: every later
- * tdm_gpu_create's decisions need it. The lock orders tandem's own setenv calls; no other
- * thread may read the environment meanwhile (tandem_gpu.h), other tdm_gpu_create calls
- * included.
+ * CUDA_DEVICE_MAX_CONNECTIONS as tdm_gpu_prepare set it, kept for the process, since CUDA keeps
+ * it: every later tdm_gpu_create's decisions need it (docs/design/gpu-streams.md). The lock orders
+ * tandem's own reads of these; the environment itself is the caller's to keep single-threaded
+ * around tdm_gpu_prepare (tandem_gpu.h).
  */
 static pthread_mutex_t connections_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned connections_set; /* connections_lock: the value written; 0: none */
 static bool connections_auto;    /* connections_lock: written by TDM_CONNECTIONS_AUTO */
+static bool connections_late;    /* connections_lock: a prepare found CUDA started */
 
-/* True when this call set the variable. */
-static bool set_connections(struct tdm_gpu *gpu)
+static unsigned cpus_of_process(void)
 {
-	bool set = false;
-	int workers = tdm_executor_workers(gpu->ex);
-	unsigned want = tdm__connections_wanted(gpu->cfg.connections, gpu->cfg.streams_per_device,
-	                                        workers > 0 ? (unsigned)workers : 0,
-	                                        getenv("CUDA_VISIBLE_DEVICES"));
-	pthread_mutex_lock(&connections_lock);
-	if (want != 0 && gpu->ops->set_connections != NULL) {
-		int rc = gpu->ops->set_connections(want);
-		if (rc == 0) {
-			connections_set = want;
-			connections_auto = gpu->cfg.connections == TDM_CONNECTIONS_AUTO;
-		}
-		set = rc == 0;
-		gpu->connections_late = rc == -EALREADY;
-	}
-	gpu->connections_by_tandem = connections_auto ? connections_set : 0;
-	pthread_mutex_unlock(&connections_lock);
-	return set;
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	if (sched_getaffinity(0, sizeof(set), &set) != 0)
+		return 1;
+	int n = CPU_COUNT(&set);
+	return n > 0 ? (unsigned)n : 1;
 }
 
-/* The backend did not open (no device, no driver): the process gets its environment back, if the
- * variable still holds tandem's value. (Should CUDA have started before the open failed, it keeps
- * the value; the decisions are the same either way, CUDA's default's.) */
-static void unset_connections(void)
+int tdm_gpu_prepare(const tdm_gpu_config *cfg_in, unsigned workers)
+{
+	tdm_gpu_config cfg;
+	if (cfg_in != NULL)
+		cfg = *cfg_in;
+	else
+		tdm_gpu_config_init(&cfg);
+	if (cfg.connections < TDM_CONNECTIONS_KEEP || cfg.connections > TDM__TOPO_MAX_QUEUES ||
+	    cfg.streams_per_device > 1024)
+		return -EINVAL;
+	const struct tdm__backend_ops *ops;
+	int rc = pick_backend(&cfg, &ops);
+	if (rc != 0)
+		return rc;
+	if (workers == 0)
+		workers = cpus_of_process();
+	unsigned want = tdm__connections_wanted(cfg.connections, cfg.streams_per_device, workers,
+	                                        getenv("CUDA_VISIBLE_DEVICES"));
+	if (want == 0 || ops == NULL || ops->set_connections == NULL)
+		return 0;
+	pthread_mutex_lock(&connections_lock);
+	rc = ops->set_connections(want);
+	if (rc == 0) {
+		connections_set = want;
+		connections_auto = cfg.connections == TDM_CONNECTIONS_AUTO;
+	} else if (rc == -EALREADY) {
+		connections_late = true;
+	}
+	pthread_mutex_unlock(&connections_lock);
+	return rc == 0 ? (int)want : rc;
+}
+
+/* What tdm_gpu_prepare did, for this layer's decisions. */
+static void read_connections(struct tdm_gpu *gpu)
 {
 	pthread_mutex_lock(&connections_lock);
-	const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-	char mine[16];
-	snprintf(mine, sizeof(mine), "%u", connections_set);
-	if (v != NULL && connections_set != 0 && strcmp(v, mine) == 0)
-		unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
-	connections_set = 0;
-	connections_auto = false;
+	gpu->connections_by_tandem = connections_auto ? connections_set : 0;
+	gpu->connections_late = connections_late && connections_set == 0;
 	pthread_mutex_unlock(&connections_lock);
 }
 
@@ -249,10 +261,8 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	gpu->ops = ops;
 	ck_ec32_init(&gpu->ec, 0);
 	if (ops != NULL) {
-		bool set = set_connections(gpu);
+		read_connections(gpu);
 		rc = ops->open(&gpu->b, &cfg);
-		if (rc != 0 && set)
-			unset_connections();
 		if (rc != 0) {
 			free(gpu);
 			return rc;

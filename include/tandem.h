@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 #define TDM_VERSION_MAJOR 0
-#define TDM_VERSION_MINOR 4
+#define TDM_VERSION_MINOR 5
 #define TDM_VERSION_PATCH 0
 
 /* Largest number of workers one executor may have. */

@@ -104,27 +104,11 @@ typedef struct tdm_gpu_config {
 	/* Nonzero: run the poller on the CPUs nearest device 0 (tdm_device_info.pin_cpus), where
 	 * those are known. Off by default: not yet measured on a machine of several NUMA nodes. */
 	int pin_poller;
-	/*
-	 * CUDA_DEVICE_MAX_CONNECTIONS, the hardware work queues CUDA gives each device (8 unless
-	 * set; CUDA reads it once per process, when it starts). Streams beyond the queues share
-	 * them, and a completion mark behind one stream's kernel then holds back the other's: 16
-	 * workers running 100 us kernels on an H200 ran 58k-61k tasks/s on 16 streams over 8
-	 * queues, 149k-151k over 16 (perf/README.md).
-	 * 0 (TDM_CONNECTIONS_AUTO, the default): where the cuda backend's stream set has more than
-	 * 8 streams (its size: streams_per_device, else one per worker), tdm_gpu_create sets the
-	 * variable to that size (at most 32), so that each stream has a queue of its own; not for a
-	 * MIG instance named in CUDA_VISIBLE_DEVICES (its set is a share of 8). 1..32: set it to
-	 * this instead. -1 (TDM_CONNECTIONS_KEEP): never set it. Other values: -EINVAL.
-	 * Either way tandem sets it only where it is unset, with the cuda backend, before CUDA has
-	 * started in the process, and gives it back if the backend then does not open. A value
-	 * AUTO set gives the streams queues and changes none of tandem's decisions: the stream
-	 * set is the one CUDA's default would give. A value named here (1..32), like one you set
-	 * yourself, is the base of the set instead (streams_per_device above).
-	 * tdm_device_info.why_streams says what happened. setenv(3) must not race another
-	 * thread's getenv or setenv: while a tdm_gpu_create that may set it runs, no other thread
-	 * (tasks on the executor's workers, another tdm_gpu_create) may read or change the
-	 * environment; else set the variable yourself or say TDM_CONNECTIONS_KEEP.
-	 */
+	/* What tdm_gpu_prepare sets CUDA_DEVICE_MAX_CONNECTIONS to: TDM_CONNECTIONS_AUTO (0, the
+	 * default) the stream set's size where it is above 8 (at most 32), 1..32 that value,
+	 * TDM_CONNECTIONS_KEEP (-1) nothing. A value named here, like one set by hand, is also the
+	 * base of the stream set (streams_per_device); one AUTO set changes no decision.
+	 * tdm_gpu_create never sets it. Other values: -EINVAL. */
 	int connections;
 } tdm_gpu_config;
 
@@ -153,6 +137,22 @@ enum {
 
 /* Fills *cfg with the defaults (all zero); does nothing when cfg is NULL. */
 void tdm_gpu_config_init(tdm_gpu_config *cfg);
+
+/*
+ * Gives each stream of a device's set a hardware queue of its own, for a program that will make
+ * its GPU layer with cfg (NULL: defaults) on an executor of `workers` workers (0: one per CPU the
+ * process may run on): sets CUDA_DEVICE_MAX_CONNECTIONS, which CUDA reads once as it starts, where
+ * it is unset and CUDA has not started in this process. Streams sharing a queue run one kernel at
+ * a time between them (docs/design/gpu-streams.md). setenv(3) races every other thread's getenv
+ * and setenv: call it first in main, before any thread that may touch the environment starts.
+ * Returns the value set (1..32), or 0 where nothing needs setting (at most 8 streams in the set,
+ * CUDA_VISIBLE_DEVICES names a MIG instance, TDM_CONNECTIONS_KEEP, the sim or no backend).
+ * -EINVAL: connections below -1 or above 32, streams_per_device above 1024, backend not one of its
+ * values, or TANDEM_GPU not cuda, sim or none.  -EEXIST: the variable is set already (kept; it is
+ * the base of the stream set).  -EALREADY: CUDA started in this process already; nothing set, and
+ * tdm_device_info.why_streams says so.
+ */
+int tdm_gpu_prepare(const tdm_gpu_config *cfg, unsigned workers);
 
 /*
  * Starts the GPU layer for ex: backend, poller thread, pools. cfg may be NULL for defaults.
@@ -426,10 +426,8 @@ int tdm_await_deadline(tdm_task *t, tdm_gpu *gpu, uint64_t deadline_ns);
  * that leaves at least one stream of the device's set to other tasks' shared leases, shared past
  * that, and takes fewer when no more can be had. With more workers than hardware work queues the
  * set is larger than the queues (one stream per worker, see tdm_gpu_config.streams_per_device),
- * and an exclusive stream would share a queue with another stream's work, but for the queues
- * tdm_gpu_create gives the set by default (tdm_gpu_config.connections). Where it could not (CUDA
- * started first, or TDM_CONNECTIONS_KEEP), set CUDA_DEVICE_MAX_CONNECTIONS to at least the set's
- * size yourself when a pipeline shares the device with other work.
+ * and an exclusive stream would share a queue with another stream's work unless the program
+ * called tdm_gpu_prepare (or set CUDA_DEVICE_MAX_CONNECTIONS to at least the set's size).
  * Buffers come from tdm_pinned_alloc and from tdm_device_alloc_async (tdm_device_alloc where the
  * backend has no stream-ordered memory), taken before the first batch and given back before
  * tdm_pipeline_run returns.

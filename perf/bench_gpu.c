@@ -951,7 +951,7 @@ static const char *const tp_names[TP_NIMPL] = {"tandem", "cuda-sync", "cuda-host
 static void tp_header(const struct bench_gpu_opts *o, const struct gpu_info *info, int nimpl)
 {
 	printf("\ngpu-throughput on %s (%s; tandem: completion %s, %u streams per set (or one "
-	       "per worker where there are more workers, at most 32; past 8, tandem sets "
+	       "per worker where there are more workers, at most 32; past 8, tdm_gpu_prepare sets "
 	       "CUDA_DEVICE_MAX_CONNECTIONS to the set's size where it is unset: the JSON's "
 	       "connections), launch limit %u): tasks/s, "
 	       "median of %d runs of %llu tasks (a kernel and its await each); each worker count "
@@ -1022,9 +1022,9 @@ static int throughput_of(const struct bench_gpu_opts *o, unsigned workers, int h
 
 	if (ms == NULL)
 		die("gpu-throughput", -ENOMEM);
-	/* tandem's GPU layer first, so that what it sets as CUDA starts
-	 * (CUDA_DEVICE_MAX_CONNECTIONS for more than 8 workers: tdm_gpu_config.connections) holds
-	 * for every row, the baselines' too, as in a program of that many workers. */
+	/* tandem's GPU layer first, so that what tdm_gpu_prepare sets before CUDA starts
+	 * (CUDA_DEVICE_MAX_CONNECTIONS for more than 8 workers) holds for every row, the baselines'
+	 * too, as in a program of that many workers. */
 	gpu_probe(o, workers, &info);
 	info.connections = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
 	if (header && !o->json)
@@ -1055,8 +1055,8 @@ static int throughput_of(const struct bench_gpu_opts *o, unsigned workers, int h
 
 /*
  * Each worker count runs in a process of its own, one after another, as a program of that many
- * workers would: CUDA reads CUDA_DEVICE_MAX_CONNECTIONS once per process, and tandem sets it for
- * more than 8 workers (tdm_gpu_config.connections). This process starts no CUDA itself. Fewest
+ * workers would: CUDA reads CUDA_DEVICE_MAX_CONNECTIONS once per process, and tdm_gpu_prepare
+ * (bench_gpu_create) sets it for more than 8 workers. This process starts no CUDA itself. Fewest
  * workers first: should a configuration stall (the watchdog then ends its process with 4), the
  * ones with most workers, where workers share streams and awaits race on them, come last.
  */

@@ -40,6 +40,10 @@ int bench_gpu_create(tdm_executor *ex, tdm_gpu_config *g, int sim, const char *c
 {
 	/* Never AUTO: TANDEM_GPU in the environment must not change what is measured. */
 	g->backend = sim ? TDM_BACKEND_SIM : TDM_BACKEND_CUDA;
+	/* As a program of this many workers would start: each stream a hardware queue where CUDA
+	 * has not started yet (-EEXIST, -EALREADY: it keeps what it has). */
+	int workers = tdm_executor_workers(ex);
+	(void)tdm_gpu_prepare(g, workers > 0 ? (unsigned)workers : 0);
 	int rc = tdm_gpu_create(out, ex, g);
 	if (rc == 0 && tdm_gpu_device_count(*out) < 1) {
 		tdm_gpu_destroy(*out);

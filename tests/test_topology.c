@@ -851,10 +851,10 @@ Test(topology, the_executors_workers_size_the_stream_set)
 	close_gpu(gpu, ex);
 }
 
-/* tdm_gpu_config.connections through tdm_gpu_create, 12 workers. The sim never sets
- * CUDA_DEVICE_MAX_CONNECTIONS. The cuda backend sets it to 12 where it opens, and leaves it
- * unset where it does not (no device: this machine without a GPU); KEEP, and a value already
- * set, are left alone either way. -EINVAL outside -1..32. */
+/* tdm_gpu_prepare for 12 workers sets CUDA_DEVICE_MAX_CONNECTIONS to 12 while it is unset and
+ * CUDA has not started (Criterion runs each test in a process of its own); the sim, KEEP and a
+ * set of 8 or fewer streams leave it unset, a value already set is kept (-EEXIST), and
+ * tdm_gpu_create never changes it. */
 static int open_with(tdm_executor *ex, tdm_backend backend, int connections, tdm_gpu **gpu)
 {
 	tdm_gpu_config cfg;
@@ -864,59 +864,69 @@ static int open_with(tdm_executor *ex, tdm_backend backend, int connections, tdm
 	return tdm_gpu_create(gpu, ex, &cfg);
 }
 
-/* A cuda tdm_gpu_create with `connections` that must leave CUDA_DEVICE_MAX_CONNECTIONS as it is,
- * device or not. */
-static void cuda_leaves_the_variable(tdm_executor *ex, int connections)
+static int prepare_with(tdm_backend backend, int connections, unsigned workers)
 {
-	const char *before = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-	char was[32];
-	snprintf(was, sizeof(was), "%s", before != NULL ? before : "");
-	tdm_gpu *gpu = NULL;
-	int rc = open_with(ex, TDM_BACKEND_CUDA, connections, &gpu);
-	cr_assert(rc == 0 || rc == -ENODEV, "%d", rc);
-	const char *after = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-	cr_assert_eq(after != NULL, before != NULL, "connections %d: set or unset it", connections);
-	if (after != NULL)
-		cr_assert_str_eq(after, was, "connections %d changed it", connections);
-	if (rc == 0)
-		cr_assert_eq(tdm_gpu_destroy(gpu), 0);
+	tdm_gpu_config cfg;
+	tdm_gpu_config_init(&cfg);
+	cfg.backend = backend;
+	cfg.connections = connections;
+	return tdm_gpu_prepare(&cfg, workers);
 }
 
-Test(topology, connections_are_set_only_by_a_cuda_backend_that_opens, .timeout = 60)
+Test(topology, tdm_gpu_create_never_sets_connections, .timeout = 60)
 {
 	static const char var[] = "CUDA_DEVICE_MAX_CONNECTIONS";
 	unsetenv(var);
-	/* First, while nothing has started CUDA in this test's process (Criterion runs each test in
-	 * a process of its own). */
 	tdm_executor *ex = tdm_test_create(12);
 	tdm_gpu *gpu = NULL;
 	int rc = open_with(ex, TDM_BACKEND_CUDA, TDM_CONNECTIONS_AUTO, &gpu);
 	cr_assert(rc == 0 || rc == -ENODEV, "%d", rc);
-	if (rc == -ENODEV) {
-		cr_assert_null(getenv(var), "no device, and still set: %s", getenv(var));
-	} else {
-		cr_assert_str_eq(getenv(var), "12");
+	cr_assert_null(getenv(var), "tdm_gpu_create set %s", getenv(var));
+	if (rc == 0)
+		cr_assert_eq(tdm_gpu_destroy(gpu), 0);
+	cr_assert_eq(open_with(ex, TDM_BACKEND_SIM, -2, &gpu), -EINVAL);
+	cr_assert_eq(open_with(ex, TDM_BACKEND_SIM, 33, &gpu), -EINVAL);
+	tdm_test_destroy(ex);
+}
+
+Test(topology, tdm_gpu_prepare_sets_connections_only_where_they_are_wanted, .timeout = 60)
+{
+	static const char var[] = "CUDA_DEVICE_MAX_CONNECTIONS";
+	unsetenv(var);
+	cr_assert_eq(prepare_with(TDM_BACKEND_SIM, TDM_CONNECTIONS_AUTO, 12), 0);
+	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, TDM_CONNECTIONS_KEEP, 12), 0);
+	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, TDM_CONNECTIONS_AUTO, 8), 0);
+	cr_assert_null(getenv(var), "set by the sim, KEEP or 8 workers: %s", getenv(var));
+	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, -2, 12), -EINVAL);
+	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, 33, 12), -EINVAL);
+	cr_assert_null(getenv(var));
+	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, TDM_CONNECTIONS_AUTO, 12), 12);
+	cr_assert_str_eq(getenv(var), "12");
+	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, 20, 12), -EEXIST, "a value set is kept");
+	cr_assert_str_eq(getenv(var), "12");
+	/* A layer made after it sees tandem's value, and keeps the set CUDA's default gives. */
+	tdm_executor *ex = tdm_test_create(12);
+	tdm_gpu *gpu = NULL;
+	int rc = open_with(ex, TDM_BACKEND_CUDA, TDM_CONNECTIONS_AUTO, &gpu);
+	cr_assert(rc == 0 || rc == -ENODEV, "%d", rc);
+	if (rc == 0) {
 		tdm_device_info info;
 		cr_assert_eq(tdm_gpu_device_info(gpu, 0, &info), 0);
 		cr_assert_eq(info.streams, 12, "%s", info.why_streams);
 		cr_assert_not_null(strstr(info.why_streams, "set by tandem"), "%s",
 		                   info.why_streams);
 		cr_assert_eq(tdm_gpu_destroy(gpu), 0);
-		unsetenv(var);
 	}
-	cr_assert_eq(open_with(ex, TDM_BACKEND_SIM, -2, &gpu), -EINVAL);
-	cr_assert_eq(open_with(ex, TDM_BACKEND_SIM, 33, &gpu), -EINVAL);
-	cr_assert_eq(open_with(ex, TDM_BACKEND_SIM, TDM_CONNECTIONS_AUTO, &gpu), 0);
-	cr_assert_null(getenv(var), "the sim set %s", getenv(var));
-	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
-	cuda_leaves_the_variable(ex, TDM_CONNECTIONS_KEEP);
-	setenv(var, "5", 1);
-	cuda_leaves_the_variable(ex, TDM_CONNECTIONS_AUTO);
 	tdm_test_destroy(ex);
+	unsetenv(var);
+	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, 5, 1), 5,
+	             "a named value, whatever the workers");
+	cr_assert_str_eq(getenv(var), "5");
+	unsetenv(var);
 }
 
-/* Where CUDA started before the tdm_gpu_create that wanted more queues (here a first tdm_gpu of 2
- * workers, which wanted none), the variable stays unset and the reason says why. GPU only. */
+/* Where CUDA started before tdm_gpu_prepare (here a first tdm_gpu of 2 workers), the variable
+ * stays unset, the call says -EALREADY and the reason says why. GPU only. */
 Test(topology, connections_wanted_after_cuda_started_are_reported, .timeout = 60)
 {
 	static const char var[] = "CUDA_DEVICE_MAX_CONNECTIONS";
@@ -929,12 +939,12 @@ Test(topology, connections_wanted_after_cuda_started_are_reported, .timeout = 60
 		cr_skip_test("no CUDA device");
 	}
 	cr_assert_eq(rc, 0);
-	cr_assert_null(getenv(var), "2 workers want no more queues");
 	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
 	tdm_test_destroy(two);
+	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, TDM_CONNECTIONS_AUTO, 12), -EALREADY);
+	cr_assert_null(getenv(var), "set after CUDA started: %s", getenv(var));
 	tdm_executor *ex = tdm_test_create(12);
 	cr_assert_eq(open_with(ex, TDM_BACKEND_CUDA, TDM_CONNECTIONS_AUTO, &gpu), 0);
-	cr_assert_null(getenv(var), "set after CUDA started: %s", getenv(var));
 	tdm_device_info info;
 	cr_assert_eq(tdm_gpu_device_info(gpu, 0, &info), 0);
 	cr_assert_not_null(strstr(info.why_streams, "CUDA started before tandem"), "%s",

@@ -95,7 +95,8 @@ int tdm__cuda_device_free(struct tdm__backend *b, int dev, void *p)
 		return 0;
 	e = cudaPointerGetAttributes(&a, p);
 	if (e == cudaSuccess &&
-	    ((a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) || a.device != dev))
+	    ((a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) ||
+	     a.device != dev))
 		return -EINVAL;
 	if (e != cudaSuccess)
 		(void)cudaGetLastError(); /* cudaFree says what is wrong */

@@ -2,40 +2,24 @@
  * Device topology's decisions (topology.h): a pure function of one device's facts and a
  * decide_env, so that they are tested on recorded machines.
  *
- * ---- Decisions (tdm__topology_decide) ----
+ * ---- Decisions (tdm__topology_decide); the reasons and figures: docs/design/gpu-streams.md ----
  * - base work queues Q: CUDA_DEVICE_MAX_CONNECTIONS as CUDA reads it (its leading number, at
  *   most 32), else 8 (CUDA's default; more streams than queues alias onto the same queues).
- *   A value tandem set itself by TDM_CONNECTIONS_AUTO counts as unset here: it only gives the
+ *   A value tdm_gpu_prepare set by TDM_CONNECTIONS_AUTO counts as unset here: it only gives the
  *   streams queues (a value tdm_gpu_config.connections named counts as the user's).
- * - CUDA_DEVICE_MAX_CONNECTIONS that tandem sets (tdm__connections_wanted; gpu.c sets it while
- *   it is unset and CUDA has not started): tdm_gpu_config.connections if 1..32; with AUTO, the
- *   stream set's size (streams_per_device, else the workers) when it is above 8, at most 32,
- *   so that no two streams share a queue; none where CUDA_VISIBLE_DEVICES names a MIG instance
- *   (its set is a share of 8 queues, below 8). A completion mark behind a kernel holds its queue
- *   until the kernel ends, so streams sharing a queue run one kernel at a time between them:
- *   16 workers, 100 us kernels on an H200, 59k-60k tasks/s over 8 queues, 149k-150k over 16
- *   (32: the same). A set value is also the base above, so set by hand at 8 workers it made
- *   16 or 32 streams, which measured 0.81-0.89x of cuda-sync against 1.02-1.03x with 8
- *   streams: hence a value AUTO sets changes no decision, and AUTO sets none for 8 or fewer
- *   (tandem-bench gpu-throughput, 2026-12-01).
+ * - CUDA_DEVICE_MAX_CONNECTIONS that tdm_gpu_prepare sets (tdm__connections_wanted):
+ *   tdm_gpu_config.connections if 1..32; with AUTO, the stream set's size (streams_per_device,
+ *   else the workers) when it is above 8, at most 32, so that no two streams share a queue;
+ *   none where CUDA_VISIBLE_DEVICES names a MIG instance (its set is a share of 8 queues). A
+ *   value AUTO sets changes no decision, and AUTO sets none for 8 or fewer.
  * - share of a MIG instance: its SMs over its GPU's when both are known, else its compute slices
- *   over 7 (the profile "<k>g..."), else its SMs over 132 (an H100/H200), saying so.
+ *   over 7 (the profile "<k>g..."), else its SMs over TDM__TOPO_REF_SMS, saying so.
  * - streams per priority class: tdm_gpu_config.streams_per_device if set; a whole device Q, or
  *   one per worker when there are more workers than Q (at most 32, the most work queues CUDA
- *   makes): each worker's own slot is then a stream no other worker's slot is, whose launches
- *   and completion writes two workers would otherwise take turns at (16 workers, 10 us kernels
- *   on an H200: 239k tasks/s on 8 streams, 300k on 16, where one thread per stream ran
- *   309k-331k); a MIG instance ceil(Q x share), at least min(2, Q), at most Q (1g of 7 on an
- *   H100: 2), however many workers there are.
- * - launch limit: tdm_gpu_config.launch_limit if set; a whole device 16; a MIG instance
- *   ceil(16 x share), 1..16 (a 1g instance: 3 by its share of 7 slices, 2 by 16 of 132 SMs
- *   where the parent's SM count is known). This is the one place the measurement is kept
- *   (with perf/README.md); the other docs state the rule. Back-to-back empty launches peak at
- *   about 4 threads on an H200 (../shared/docs/gpu-facts.md), but tasks do more than launch:
- *   16 workers running 10 us tasks measured 0.85-0.96x of one thread per stream with 4
- *   launchers, 0.88-1.02x with 8 and 0.98-1.07x with 16 (tandem-bench gpu-throughput
- *   --launch-limit, 2026-11-30, three runs); 1 us tasks likewise. More than 16 was not
- *   measured, so 16 stays the bound.
+ *   makes), so that each worker's own slot is a stream no other worker's slot is; a MIG
+ *   instance ceil(Q x share), at least min(2, Q), at most Q, however many workers there are.
+ * - launch limit: tdm_gpu_config.launch_limit if set; a whole device 16 (the most measured);
+ *   a MIG instance ceil(16 x share), 1..16.
  * - pool release threshold: half the device's (or the instance's own) memory; 0 if unknown.
  *   Each CUDA device, a MIG instance included, is its own entry with its own pool: never shared.
  * - pinning: the device's nearest CPUs (local_cpulist) within the process's affinity, and its
