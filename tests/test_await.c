@@ -236,7 +236,7 @@ static void shutdown_with_awaits_outstanding(tdm_backend backend, tdm_completion
 		await_deadline(&e);                                                                \
 		env_close(&e);                                                                     \
 	}                                                                                          \
-	Test(suite, many_awaits_outstanding, .timeout = 120)                                       \
+	Test(suite, many_awaits_outstanding, .timeout = 60)                                        \
 	{                                                                                          \
 		struct env e;                                                                      \
 		if (!env_open(&e, backend, completion, 4))                                         \
@@ -310,14 +310,14 @@ static void concurrent_awaits_on_one_shared_stream(tdm_completion completion)
 	env_close(&e);
 }
 
-Test(await_sim_words, concurrent_awaits_on_one_shared_stream_all_resume, .timeout = 120)
+Test(await_sim_words, concurrent_awaits_on_one_shared_stream_all_resume, .timeout = 60)
 {
 	concurrent_awaits_on_one_shared_stream(TDM_COMPLETION_WORD);
 }
 
 /* Adaptive: words and events mixed in one stream's queue (the 200 us kernel stalls the stream
  * past the default 50 us, so awaits switch between the two); every await must still resume. */
-Test(await_sim_adaptive, concurrent_awaits_on_one_shared_stream_all_resume, .timeout = 120)
+Test(await_sim_adaptive, concurrent_awaits_on_one_shared_stream_all_resume, .timeout = 60)
 {
 	concurrent_awaits_on_one_shared_stream(TDM_COMPLETION_ADAPTIVE);
 }

@@ -109,10 +109,11 @@ Test(faults_cuda, trapping_kernel_fails_the_device, .timeout = 60)
 /* ---- a copy that the death of its device interrupts ---- */
 
 /* A long device-to-host copy into registered host memory, and its last byte when its await
- * ended. */
-#define DYING_COPY (128u << 20)
+ * ended. Long enough to be running when the device dies: 128 MiB, or 32 MiB where every byte
+ * copied is instrumented (as long a copy, or longer). */
 struct dying_copy {
 	tdm_gpu *gpu;
+	size_t bytes;
 	unsigned char *src; /* sim device memory: host memory the test may write */
 	unsigned char *dst; /* malloc'd and registered: the test's own, after the GPU layer too */
 	tdm_stream *s;
@@ -126,10 +127,10 @@ static int dying_copy_task(tdm_task *t, void *arg)
 	struct dying_copy *c = arg;
 	TDM_BEGIN(t);
 	LEASE_OR_END(c, TDM_STREAM_EXCLUSIVE);
-	SEE(&c->sn, tdm_memcpy_async(c->s, c->dst, c->src, DYING_COPY, TDM_COPY_D2H));
+	SEE(&c->sn, tdm_memcpy_async(c->s, c->dst, c->src, c->bytes, TDM_COPY_D2H));
 	TDM_AWAIT(t, tdm_await_stream(t, c->s));
 	c->rc = tdm_task_result(t);
-	c->last_at_resume = c->dst[DYING_COPY - 1];
+	c->last_at_resume = c->dst[c->bytes - 1];
 	tdm_stream_release(c->s);
 	TDM_END(t);
 }
@@ -147,12 +148,13 @@ static void copy_running_when_the_device_dies(tdm_completion completion)
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, completion, 2));
-	struct dying_copy c = {.gpu = e.gpu, .rc = 1};
-	cr_assert_eq(tdm_device_alloc(e.gpu, 0, DYING_COPY, (void **)&c.src), 0);
-	c.dst = calloc(DYING_COPY, 1);
+	struct dying_copy c = {
+	    .gpu = e.gpu, .bytes = tdm_test_size((size_t)128 << 20, (size_t)32 << 20), .rc = 1};
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, c.bytes, (void **)&c.src), 0);
+	c.dst = calloc(c.bytes, 1);
 	cr_assert_not_null(c.dst);
-	cr_assert_eq(tdm_host_register(e.gpu, c.dst, DYING_COPY), 0);
-	memset(c.src, 0xab, DYING_COPY);
+	cr_assert_eq(tdm_host_register(e.gpu, c.dst, c.bytes), 0);
+	memset(c.src, 0xab, c.bytes);
 	tdm_group grp;
 	tdm_group_init(&grp, e.ex);
 	cr_assert_eq(tdm_spawn(e.ex, dying_copy_task, &c, &grp), 0);
@@ -173,7 +175,7 @@ static void copy_running_when_the_device_dies(tdm_completion completion)
 	(void)tdm_host_unregister(e.gpu, c.dst); /* the dead device may refuse */
 	(void)tdm_device_free(e.gpu, 0, c.src);  /* likewise: destroy frees it */
 	env_close(&e); /* the simulator's stream threads are joined: no copy runs after this */
-	cr_assert_eq(c.dst[DYING_COPY - 1], c.last_at_resume,
+	cr_assert_eq(c.dst[c.bytes - 1], c.last_at_resume,
 	             "the copy's task resumed (%d) while the copy still wrote", c.rc);
 	free(c.dst);
 }
