@@ -2,8 +2,8 @@
  * The GPU await path, specified on every backend: tdm_await_stream, tdm_await_event and
  * tdm_await_deadline resume their task after the work, in order, with thousands outstanding and
  * with either object destroyed first; each behaviour runs on the simulator with completion words,
- * with events and adaptive, and on CUDA where a device exists (skipped elsewhere). Tasks record
- * what they saw; the test thread asserts.
+ * with events and adaptive, and on CUDA where a device exists (skipped elsewhere, left out of
+ * builds without CUDA). Tasks record what they saw; the test thread asserts.
  */
 #include "gpu_env.h"
 

@@ -3,8 +3,8 @@
  * the pinned pool (or refused), in stream order even through one buffer, and the staging given
  * back when the device dies; stream-ordered allocation freed after its last use; managed memory
  * refused past the device's free memory, prefetched and advised. On the simulator, and on CUDA
- * where a device exists (the tests named _cuda; skipped elsewhere). Tasks record what they saw;
- * the test thread asserts.
+ * where a device exists (the tests named _cuda; skipped elsewhere, left out of builds without
+ * CUDA). Tasks record what they saw; the test thread asserts.
  */
 #include "gpu_env.h"
 

@@ -1,8 +1,9 @@
 /*
  * The pinned host memory pool, specified on the simulator and, where a device exists, on CUDA
- * (skipped elsewhere): reuse without growth, the cap, frees from other threads, usable and
- * aligned blocks of every size, the statistics, and the errors. Tasks never assert (Criterion's
- * assertions belong to the test's thread): they record what they saw and the test checks it.
+ * (skipped elsewhere, left out of builds without CUDA): reuse without growth, the cap, frees from
+ * other threads, usable and aligned blocks of every size, the statistics, and the errors. Tasks
+ * never assert (Criterion's assertions belong to the test's thread): they record what they saw and
+ * the test checks it.
  */
 #include "common.h"
 
@@ -894,4 +895,6 @@ Test(pinned_errors, a_double_free_racing_the_drop_of_its_spare_is_refused, .time
 }
 
 PINNED_TESTS(pinned_sim, TDM_BACKEND_SIM)
+#ifndef TANDEM_TEST_NO_CUDA
 PINNED_TESTS(pinned_cuda, TDM_BACKEND_CUDA)
+#endif

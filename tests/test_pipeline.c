@@ -1,7 +1,8 @@
 /*
  * tdm_pipeline_run, specified: order of consume, every batch once, back-pressure, buffer reuse,
  * failures of each stage, shutdown with batches in flight, and bad configs. The behaviours run on
- * the simulator everywhere and on CUDA where a device exists (skipped elsewhere); injected faults
+ * the simulator everywhere and on CUDA where a device exists (skipped elsewhere, left out of
+ * builds without CUDA); injected faults
  * are sim only. The callbacks run on workers: they record what they see in atomics and arrays,
  * and the test thread asserts afterwards.
  */
