@@ -44,6 +44,11 @@
 #define TDM_TEST_SANITIZED 0
 #endif
 
+/*
+ * TANDEM_TEST_NO_CUDA: defined (CMakeLists.txt) for the test programs of a build without CUDA.
+ * The suites that run on the cuda backend are left out there: they could only skip.
+ */
+
 #if defined(__has_include)
 #if __has_include(<valgrind/valgrind.h>)
 #include <valgrind/valgrind.h>

@@ -1,6 +1,6 @@
 /*
  * Resumable tasks and the awaitables of the executor itself: host notifications and task
- * groups. The GPU awaitables are specified in test_gpu.c.
+ * groups. The GPU awaitables are specified in test_await.c and its neighbours.
  */
 #include "common.h" /* tdm_test_assert_usable */
 
