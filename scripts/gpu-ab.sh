@@ -35,16 +35,12 @@ build_both() {
 	return $ok
 }
 
-# memcheck BINARY: the binary's cuda suites, one test at a time, under compute-sanitizer. The
-# trapping-kernel tests are left out: the API errors after the trap are their point.
+# memcheck NAME BINARY FILTER: one test at a time under compute-sanitizer.
 memcheck() {
-	local name
-	name=$(basename "$1")
-	"$1" --list 2>/dev/null | grep -q 'cuda' || return 0
 	timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
-		"$1" --jobs 1 --filter '*cuda*/[!t]*' >"$OUT/memcheck-$name.log" 2>&1
-	echo "memcheck $name exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-$name.log" | tail -1)" |
-		tee -a "$OUT/summary.txt"
+		"$2" --jobs 1 --filter "$3" >"$OUT/memcheck-$1.log" 2>&1
+	echo "memcheck $1 exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-$1.log" | tail -1)" \
+		"$(grep -E 'Synthesis' "$OUT/memcheck-$1.log" | tail -1)" | tee -a "$OUT/summary.txt"
 }
 
 tests() {
@@ -52,10 +48,16 @@ tests() {
 	ctest --test-dir $A --output-on-failure -j8 >"$OUT/ctest.log" 2>&1
 	tail -25 "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
 	log compute-sanitizer memcheck, cuda suites
-	command -v compute-sanitizer >/dev/null || echo "no compute-sanitizer" | tee -a "$OUT/summary.txt"
-	for t in $A/tests/test_*; do
-		[ -x "$t" ] && command -v compute-sanitizer >/dev/null && memcheck "$t"
-	done
+	if command -v compute-sanitizer >/dev/null; then
+		# test_faults' trapping-kernel test is left out: the API errors after the trap are
+		# its point.
+		memcheck await $A/tests/test_await 'await_cuda*/*'
+		memcheck memory $A/tests/test_memory 'memory/*cuda*'
+		memcheck pipeline $A/tests/test_pipeline 'pipeline_cuda/*'
+		memcheck pinned $A/tests/test_pinned 'pinned_cuda/*'
+	else
+		echo "no compute-sanitizer" | tee -a "$OUT/summary.txt"
+	fi
 	log examples
 	for e in $A/examples/*; do
 		[ -x "$e" ] || continue
