@@ -1,6 +1,7 @@
 /*
  * Device topology's decisions (topology.h): a pure function of one device's facts and a
- * decide_env, so that they are tested on recorded machines.
+ * decide_env, so that they are tested on recorded machines. The rules are stated here; why, with
+ * the measurements, in docs/design/topology.md and gpu-streams.md.
  *
  * ---- Decisions (tdm__topology_decide) ----
  * - base work queues Q: CUDA_DEVICE_MAX_CONNECTIONS as CUDA reads it (its leading number, at
@@ -23,19 +24,12 @@
  * - streams per priority class: tdm_gpu_config.streams_per_device if set; a whole device Q, or
  *   one per worker when there are more workers than Q (at most 32, the most work queues CUDA
  *   makes): each worker's own slot is then a stream no other worker's slot is, whose launches
- *   and completion writes two workers would otherwise take turns at (16 workers, 10 us kernels
- *   on an H200: 239k tasks/s on 8 streams, 300k on 16, where one thread per stream ran
- *   309k-331k); a MIG instance ceil(Q x share), at least min(2, Q), at most Q (1g of 7 on an
- *   H100: 2), however many workers there are.
- * - launch limit: tdm_gpu_config.launch_limit if set; a whole device 16; a MIG instance
- *   ceil(16 x share), 1..16 (a 1g instance: 3 by its share of 7 slices, 2 by 16 of 132 SMs
- *   where the parent's SM count is known). This is the one place the measurement is kept
- *   (with perf/README.md); the other docs state the rule. Back-to-back empty launches peak at
- *   about 4 threads on an H200 (../shared/docs/gpu-facts.md), but tasks do more than launch:
- *   16 workers running 10 us tasks measured 0.85-0.96x of one thread per stream with 4
- *   launchers, 0.88-1.02x with 8 and 0.98-1.07x with 16 (tandem-bench gpu-throughput
- *   --launch-limit, 2026-11-30, three runs); 1 us tasks likewise. More than 16 was not
- *   measured, so 16 stays the bound.
+ *   and completion writes two workers would otherwise take turns at; a MIG instance
+ *   ceil(Q x share), at least min(2, Q), at most Q (1g of 7 slices: 2), however many workers
+ *   there are.
+ * - launch limit: tdm_gpu_config.launch_limit if set; a whole device 16, the most measured and
+ *   the fastest; a MIG instance ceil(16 x share), 1..16 (a 1g instance: 3 by its share of 7
+ *   slices, 2 by 16 of 132 SMs where the parent's SM count is known).
  * - pool release threshold: half the device's (or the instance's own) memory; 0 if unknown.
  *   Each CUDA device, a MIG instance included, is its own entry with its own pool: never shared.
  * - pinning: the device's nearest CPUs (local_cpulist) within the process's affinity, and its
@@ -212,8 +206,8 @@ static void decide_launch(const struct tdm__topo_dev *d, const struct tdm__decid
 		out->launch_limit = TDM__TOPO_FULL_LAUNCH;
 		tdm__topo_say(
 		    out->why_launch, sizeof(out->why_launch),
-		    "launch limit %u: tasks ran fastest with %u launching threads (H200, 16 "
-		    "workers; more not measured)",
+		    "launch limit %u: tasks ran fastest with %u launching threads (more not "
+		    "measured; docs/design/gpu-streams.md)",
 		    out->launch_limit, TDM__TOPO_FULL_LAUNCH);
 	} else {
 		out->launch_limit = clamp_u(scale_up(TDM__TOPO_FULL_LAUNCH, sh->num, sh->den), 1,
