@@ -1,7 +1,7 @@
 /*
  * The executor's seam for awaitables: all that a layer which suspends tasks and wakes them later
- * (the GPU layer; graphs, traces, MPI after it) may know of the executor. Such a layer includes
- * this header and no other of the executor's.
+ * (gpu/, and every later layer) may know of the executor. Such a layer includes this header and
+ * no other of the executor's (docs/design/layout.md).
  *
  * A resumable task that awaits calls tdm__task_suspend() on itself while it runs, before it
  * publishes itself to whoever will wake it, and then returns TDM_SUSPENDED from the await call.
@@ -74,7 +74,7 @@ void tdm__task_wake_batch(struct tdm__task **tasks, const int *results, unsigned
 bool tdm__expect_wake(struct tdm_executor *ex, unsigned home);
 
 /*
- * For an awaitable whose completion is cheap to look at (a completion word: one memory read),
+ * For an awaitable whose completion is cheap to look at (one memory read, say),
  * called by t's await after tdm__task_suspend(t), instead of handing t to its waker: when t runs
  * on a worker's own loop (not inside a group wait), and that worker holds no other await and
  * has no task of its own queued, the worker keeps the await and returns true. It then looks at
@@ -99,8 +99,8 @@ bool tdm__task_hold(struct tdm__task *t, int (*poll)(struct tdm__task *t, int *r
  *
  * An awake hold is for a user that knows completions will come soon and often for a while: one
  * idle worker at a time, the keeper, then looks for work without parking, so that those
- * completions are resumed by a worker that is awake instead of after a futex wake-up. The worker
- * that first idles past its usual spin takes the role and keeps it, running tasks in between,
+ * completions are resumed by a worker that is awake instead of after a futex wake-up. The first
+ * worker to go idle while a hold is taken takes the role and keeps it, running tasks in between,
  * until no awake hold is left; it searches even when max_searching others already do. It costs
  * one core while a hold is taken. Taking one wakes a worker if none is looking for work, so that
  * a keeper is awake before the holder's first task.

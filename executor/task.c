@@ -11,6 +11,8 @@
 #include "internal.h"
 
 #define TDM__SLAB_TASKS (TDM__SLAB_BYTES / TDM__CACHELINE - 1) /* the first line is the header */
+/* Tasks a worker's cache takes from the pool at once, and keeps at most twice over: the pool lock
+ * is taken once per batch, not per task. */
 #define TDM__CACHE_BATCH 128
 
 _Static_assert(sizeof(struct tdm__task) == TDM__CACHELINE, "a task is one cache line");

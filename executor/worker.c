@@ -14,6 +14,8 @@
 
 #include "internal.h"
 
+/* How often the inbox and the injection queue come first (see above): every 61st task, as Go's
+ * and Tokio's schedulers do. */
 #define TDM__GLOBAL_TICK 61
 
 _Thread_local struct tdm__worker *tdm__self;
@@ -206,6 +208,8 @@ int tdm__enqueue(struct tdm_executor *ex, struct tdm__task *t)
 	return 0;
 }
 
+/* How long an idle worker looks for work before it parks while tasks are suspended: a wake that
+ * lands meanwhile costs no futex sleep and wake-up (docs/design/executor.md). */
 #define TDM__SPIN_BEFORE_PARK_NS 100000
 
 static bool claim_woken(struct tdm__task *t, int result);

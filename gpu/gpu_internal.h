@@ -123,7 +123,7 @@ struct tdm_gpu {
 	struct tdm__backend *b;
 	int ndev;
 	struct tdm__gdev *devs;
-	bool nvml; /* TANDEM_NVML: load NVML for discovery (topology_discover.c) */
+	bool nvml; /* TANDEM_NVML: load NVML for discovery (topology/discover.c) */
 	/* CUDA_DEVICE_MAX_CONNECTIONS as a tdm_gpu_create of this process set it by
 	 * TDM_CONNECTIONS_AUTO (0: none, or a value the config named), and whether this one wanted
 	 * to set it and found CUDA started: for the topology's decisions. */

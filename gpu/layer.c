@@ -110,8 +110,8 @@ static int init_device(struct tdm_gpu *gpu, int i)
 	if (rc != 0)
 		return rc;
 	/* Sized for this device: a MIG instance gets fewer streams and launchers than a whole
-	 * GPU. topology.c owns the rules (and the user's overrides); tdm_gpu_create planned every
-	 * device before this runs. */
+	 * GPU. topology/decide.c owns the rules (and the user's overrides); tdm_gpu_create planned
+	 * every device before this runs. */
 	const struct tdm__device_plan *plan = &gpu->topo->plans[i];
 	d->nstreams = plan->streams;
 	d->launch_limit = plan->launch_limit;
@@ -296,7 +296,7 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 		rc = -EAGAIN;
 		goto fail;
 	}
-	/* Off by default: our machines have one NUMA node, so its benefit is unmeasured here. */
+	/* Off by default: unmeasured on a machine of several NUMA nodes (docs/design/poller.md). */
 	if (cfg.pin_poller && gpu->ndev > 0 && gpu->devs[0].has_cpus)
 		pthread_setaffinity_np(gpu->poller, sizeof(cpu_set_t), &gpu->devs[0].cpus);
 	*out = gpu;

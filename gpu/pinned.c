@@ -2,8 +2,8 @@
  * The pinned host memory pool (tdm_pinned_alloc, _free, _stats_get, and tdm__pinned_owns for the
  * copy path).
  *
- * Pinning is slow (cudaHostAlloc takes about 0.75 ms per MiB on an H200), so the pool pins large
- * chunks once and hands out blocks carved from them:
+ * Pinning is slow (docs/design/memory.md has the figures), so the pool pins large chunks once and
+ * hands out blocks carved from them:
  *
  * - Chunks: pinned_chunk_bytes each (default 64 MiB, rounded up to 64 KiB), pinned on demand as
  *   long as the total stays within pinned_cap_bytes (when the cap leaves less than a chunk, the

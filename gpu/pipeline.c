@@ -4,7 +4,7 @@
  * buffers and stream leases, the slots' tasks, the order of consume, the stats, and giving every
  * resource back.
  *
- * Why it is shaped this way:
+ * Why it is shaped this way (the measurements: docs/design/pipeline.md):
  * - One await per batch. A slot enqueues copy in, compute and copy out back to back on its
  *   batch's stream and awaits the stream once. The stream runs the three in order; batches on
  *   the other stream overlap with it (one batch's copy in beside another's kernel and a third's
@@ -13,13 +13,12 @@
  * - Slots are not streams. The batches take turns on a few streams (two by default), in index
  *   order, each batch's work in one piece (the order lock): that is the hand-written double
  *   buffer's shape on the device, with in_flight batches queued ahead of it on the host's side.
- *   A stream per slot let eight device-filling kernels stand ready at once on the H200; they
- *   interleaved and ran 20-22 us longer per 200 batches than two streams, and eight streams of
- *   64 MiB copies in one direction shared the bus where one at a time streams it (perf/README.md,
- *   sixth session).
+ *   A stream per slot lets device-filling kernels of many batches stand ready at once and
+ *   interleave, which lengthens the run, and copies in one direction on many streams share the
+ *   bus where one at a time streams it.
  * - A worker stays awake while the pipeline runs (an awake tdm__hold, unless cfg.no_spin): a
- * batch's completion otherwise often finds every worker asleep, and a futex wake-up took 50-300 us
- * on the H200 machine's virtual CPUs, which the last batch's completion adds to the whole run.
+ *   batch's completion otherwise often finds every worker asleep, and the futex wake-up it then
+ *   waits for adds to the whole run when it is the last batch's.
  * - Back-pressure comes free: a slot takes its next batch only after its last one was consumed,
  *   so in_flight bounds the memory and the batches between prepare and the end of consume.
  * - No task ever waits for another task. In ordered mode a slot whose batch is done before its
@@ -51,7 +50,7 @@
 
 #include "gpu_internal.h"
 
-#define DEFAULT_IN_FLIGHT 8  /* the fastest measured on the H200 (perf/README.md, pipeline) */
+#define DEFAULT_IN_FLIGHT 8  /* the fastest measured (docs/design/pipeline.md) */
 #define DEFAULT_STREAMS 2    /* at most; see the file comment */
 #define DRAIN_SPIN_NS 200000 /* stream_drain spins this long before it polls in sleeps */
 #define DRAIN_POLL_NS 20000  /* then its poll step: a retired slot is rare, latency moot */
@@ -454,9 +453,8 @@ static int event_finish(struct tdm_event *e)
  * Waits until the work enqueued on s so far is done: an event recorded now and polled (the
  * poller may be stopping). A failed device refuses the record: it runs nothing more. It spins
  * first: at the set-up the drains end within microseconds, and a caller that slept just before
- * it starts the first batches issues its first copy and launch about twice as slowly (18-25 us
- * each on the H200 after a sleep, against 10 us from a thread that kept running: perf/README.md,
- * sixth session).
+ * it starts the first batches issues its first copy and launch about twice as slowly as a
+ * thread that kept running (docs/design/pipeline.md).
  */
 static void stream_drain(tdm_stream *s)
 {
@@ -553,10 +551,9 @@ static void slot_teardown(struct slot *s)
 /*
  * On the caller's thread: takes s's first batch and enqueues it, with an event after its work
  * that s's task will await; then the task starts at the await. The thread that set the
- * pipeline up has the driver's paths warm in its caches: on the H200 machine a worker's first
- * copy and launch of a run returned 15-20 us later than the caller's would (perf/README.md,
- * sixth session), and the first kernel started that much later. Without an event (none to be
- * had), the task takes the batch itself.
+ * pipeline up has the driver's paths warm in its caches: a worker's first copy and launch of a
+ * run return later than the caller's would, and the first kernel starts that much later
+ * (docs/design/pipeline.md). Without an event (none to be had), the task takes the batch itself.
  */
 static void slot_prime(struct slot *s)
 {

@@ -1,17 +1,20 @@
 /*
  * The poller: one thread per tdm_gpu that owns every outstanding await and hands tasks back to
- * the workers when their await is over.
+ * the workers when their await is over. Its lists (busy streams, event awaits, the deadline heap)
+ * are touched by the poller thread alone; other threads reach it only through the submit stack
+ * and its event count. Why it looks at streams as it does, with the measurements:
+ * docs/design/poller.md.
  *
  * - Work on one stream completes in order, so each stream keeps a FIFO of its awaits and a sweep
  *   looks only at each busy stream's oldest: the cost of a sweep grows with busy streams, not
  *   with outstanding awaits.
  * - Completion words: an await enqueues a write of the stream's next sequence number into pinned
  *   memory; the poller reads that word. Numbers are taken and their writes (or event records)
- *   enqueued under the stream's lock (gpu.c, tdm_await_stream), so the word only grows: every
+ *   enqueued under the stream's lock (await.c, tdm_await_stream), so the word only grows: every
  *   await numbered at or below the value read is complete, an event await among them too.
  *   FIFOs stay sorted by number because submissions may still reach the poller out of order.
  * - Adaptive completion: a stream is `quick` while its awaits complete within TDM__STALL_NS of
- *   reaching its head; its awaits then use words, else events (gpu.c). The poller sets and
+ *   reaching its head; its awaits then use words, else events (await.c). The poller sets and
  *   clears the flag here, as it sees awaits complete or stall.
  * - A device none of whose streams made progress for TDM__CHECK_NS is asked for the status of
  *   one waiting stream: a sticky device error never writes the word, and this is where it is
@@ -30,11 +33,11 @@
  *   not after the completion: a spinning worker takes the task.
  * - Everything a sweep completes is woken in one batch (tdm__task_wake_batch).
  * - Not every await reaches the poller: a word await made by a worker's own task while that
- *   worker has nothing else to run is watched by the worker itself (tdm__task_hold, gpu.c
+ *   worker has nothing else to run is watched by the worker itself (tdm__task_hold, await.c
  *   held_poll), and handed over here only when the worker finds other work or parks. The
  *   poller's estimates (typical_ns, quick) see only the awaits it takes in, and a handed-off
- *   await's wait counts from the handoff (up to a worker's 100 us spin late: such a stream
- *   reaches stall_us that much later).
+ *   await's wait counts from the handoff (up to a worker's spin before parking late: such a
+ *   stream reaches stall_us that much later).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -47,18 +50,18 @@
 #define TDM__CHECK_NS 1000000ull /* status check of a stream that made no progress */
 /*
  * Sleep step while awaits are outstanding, past the spin window: the most a completion of long
- * GPU work waits to be seen. With the poller's timer slack at 1 us (set at start; Linux's
- * default of 50 us would stretch every step to ~60 us) a step costs a wake-up every ~20 us,
- * a few percent of a core, and only while GPU work is outstanding (the due spin below adds to
- * that where completions are due).
+ * GPU work waits to be seen. The poller's timer slack is set to a microsecond at start (Linux's
+ * default would stretch every step by far more than the step). A step costs a few percent of a
+ * core, and only while GPU work is outstanding (the due spin below adds to that where
+ * completions are due).
  */
 #define TDM__BACKOFF_NS 20000ull
-/* Wake this long before a due completion (a sleep step's wake-up can be late by a few us). */
+/* Wake this long before a due completion (a sleep step's wake-up can be late). */
 #define TDM__DUE_LEAD_NS 10000ull
 /* The most a due spin starts early, and the most it goes on past the due time. */
 #define TDM__DUE_MAX_NS 250000ull
-/* Awaits that typically wait longer than this find their worker parked (a worker spins 100 us,
- * executor/worker.c, before it parks): a due spin for one wakes a worker first. */
+/* Awaits that typically wait longer than this find their worker parked (a worker's spin before
+ * it parks, executor/worker.c): a due spin for one wakes a worker first. */
 #define TDM__PREWAKE_NS 100000ull
 
 void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t)
@@ -227,30 +230,28 @@ static void intake(struct tdm_gpu *gpu, uint64_t now)
  * thousands of awaits behind long kernels on many streams do not slow the sweeps that find short
  * work done:
  * - oldest await on a word: on one sweep in TDM__STALL_EVERY (a memory read; a sleeping sweep,
- *   every 20 us, looks at it every time);
+ *   one per back-off step, looks at it every time);
  * - oldest await on an event: again only after 1/TDM__LOOK_DIV of the time it has waited, at
- *   most TDM__LOOK_MAX_NS later, sleeping or not: a look is a driver call (cudaEventQuery,
- *   0.3-1.6 us on the H200), and 20 such streams cost every sweep a microsecond or more. The
- *   completion of work that ran for t is seen at most t/32 (3%) or 1 ms late, and so is a
- *   device failure found through such a stream. Near the time its await is due (from how long
+ *   most TDM__LOOK_MAX_NS later, sleeping or not: a look is a driver call (cudaEventQuery), and
+ *   many such streams would cost every sweep a microsecond or more. The completion of work that
+ *   ran for t is seen at most t/TDM__LOOK_DIV or TDM__LOOK_MAX_NS late, and so is a device
+ *   failure found through such a stream. Near the time its await is due (from how long
  *   the stream's awaits typically wait), it is looked at after a quarter of the distance to
  *   that time at most: a completion a little earlier or later than expected is then seen within
  *   a quarter of the estimate's error, not 3% of the whole wait (a pipeline's slot that sees
  *   its batch late enqueues the next one late; that one completes early against the estimate,
  *   and the error would carry on from batch to batch). Inside the due window, on every sweep.
  *   And whatever the estimate says, with n such streams each is looked at within n back-off
- *   steps (n x 20 us): the looks share out about one driver call per step, a few percent of
- *   the poller's core (it wakes every step anyway while awaits are outstanding), and the
- *   completion of a lone long await (the last batch of a pipeline, one long kernel) is looked
- *   for at least every step. Without the share, one await behind 400 ms of kernels was resumed
- *   a median 480-530 us after its last kernel ended, with it 170-190 us (H200, perf/README.md,
- *   fifth session, runs 27-28): what remains is mostly waking a parked worker.
+ *   steps: the looks share out about one driver call per step, a few percent of the poller's
+ *   core (it wakes every step anyway while awaits are outstanding), and the completion of a
+ *   lone long await (the last batch of a pipeline, one long kernel) is looked for at least every
+ *   step (docs/design/poller.md has what the share saved).
  */
-#define TDM__STALL_NS(gpu) ((uint64_t)(gpu)->cfg.stall_us * 1000ull) /* 0 was made 50 us */
+#define TDM__STALL_NS(gpu) ((uint64_t)(gpu)->cfg.stall_us * 1000ull) /* defaulted at create */
 #define TDM__STALL_EVERY 16u
 #define TDM__LOOK_DIV 32u
 #define TDM__LOOK_MAX_NS 1000000ull
-#define TDM__LOOK_MIN_NS 2000ull /* near the due window: at most 2 us of poller time per look */
+#define TDM__LOOK_MIN_NS 2000ull /* near the due window: a look's poller time stays small */
 
 static void fail_stream_awaits(struct tdm_gpu *gpu, struct tdm_stream *s, int rc)
 {
@@ -327,7 +328,7 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 			                              : ty + (waited - ty) / 8;
 		}
 		/* Adaptive completion: this await's work ended soon after it reached the head.
-		 * Relaxed: a hint for new awaits (gpu.c); either mechanism is correct. */
+		 * Relaxed: a hint for new awaits (await.c); either mechanism is correct. */
 		if (d->adaptive && now - s->moved_ns < TDM__STALL_NS(gpu) &&
 		    !atomic_load_explicit(&s->quick, memory_order_relaxed)) {
 			atomic_store_explicit(&s->quick, true, memory_order_relaxed);
@@ -391,7 +392,7 @@ static void note_due(struct tdm_gpu *gpu, const struct tdm_stream *s, uint64_t n
 }
 
 /* How long before a due completion the poller stops sleeping: TDM__DUE_LEAD_NS plus how late
- * its sleep steps typically wake (tens of microseconds on some machines, whatever the slack),
+ * its sleep steps typically wake (on some machines far more than the slack),
  * at most TDM__DUE_MAX_NS. */
 static uint64_t due_lead(const struct tdm_gpu *gpu)
 {
@@ -458,7 +459,7 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 		bool on_event = TDM__AW_KIND(s->head) == TDM__AW_STREAM_EVENT;
 		stalled_events += stalled && on_event;
 		if (stalled) {
-			/* Relaxed: a hint for new awaits (gpu.c); either mechanism is correct. */
+			/* Relaxed: a hint for new awaits (await.c); either mechanism is correct. */
 			if (s->dev->adaptive &&
 			    atomic_load_explicit(&s->quick, memory_order_relaxed)) {
 				atomic_store_explicit(&s->quick, false, memory_order_relaxed);
@@ -594,7 +595,7 @@ void *tdm__poller_main(void *arg)
 				ck_ec32_wait(&gpu->ec, &tdm__ec_mode, snap, &dl);
 			continue;
 		}
-		/* Seq_cst: pairs with register_await (gpu.c) and the store in tdm_gpu_destroy:
+		/* Seq_cst: pairs with register_await (await.c) and the store in tdm_gpu_destroy:
 		 * a registrant that missed `stopping` is counted in `active` here. */
 		if (atomic_load_explicit(&gpu->stopping, memory_order_seq_cst) &&
 		    atomic_load_explicit(&gpu->active, memory_order_seq_cst) == 0 &&

@@ -1,23 +1,20 @@
 /*
- * Stream sets, placement, leases and the launch gate.
+ * Stream sets, placement, leases and the launch gate. Why, with the measurements:
+ * docs/design/gpu-streams.md.
  *
  * Streams: each device has TDM__PRIO_CLASSES sets of `nstreams` streams, created on first use.
  * A worker's shared leases go to "its" stream of a set (worker index modulo the set size): its
- * thread-local pool is a fixed slice of the bounded set (its size: topology.c; one per worker
- * past the hardware queues, at most 32), so workers never make streams of their own beyond it,
- * and a shared lease never takes a lock once the stream exists. Unless
- * another stream of the set, already made, holds clearly fewer leases: a lease compares its own
- * stream with one other (a different one each time; "two choices") and takes the less loaded
- * when the difference is more than 2 plus 1/16 of the own stream's leases. Without
- * it the work on each stream follows how many tasks each worker happened to start: with 20,000
- * tasks of 100 us kernels on 8 streams, the most loaded stream decided the run's length
- * (perf/README.md, gpu-throughput). Only while the own stream is not quick, though (adaptive
- * completion: its awaits complete soon after reaching the head): a quick stream drains as fast
- * as its worker fills it, so the worker, not the GPU, sets the pace, and a move only puts two
- * workers' launches on one stream (1 us kernels at 8 workers on the H200: 324k-351k tasks/s with
- * moves, 401k-453k without; perf/README.md, 2026-12-01). A slow stream's leases may still move
- * onto a quick one: that stream drains fast, which is where a GPU-bound worker's work should go.
- * Exclusive leases take any stream with no lease at all.
+ * thread-local pool is a fixed slice of the bounded set (its size: gpu/topology/decide.c), so
+ * workers never make streams of their own beyond it, and a shared lease never takes a lock once
+ * the stream exists. Unless another stream of the set, already made, holds clearly fewer leases:
+ * a lease compares its own stream with one other (a different one each time; "two choices") and
+ * takes the less loaded when the difference is more than 2 plus 1/16 of the own stream's leases,
+ * so that the work on each stream does not follow how many tasks each worker happened to start.
+ * Only while the own stream is not quick, though (adaptive completion: its awaits complete soon
+ * after reaching the head): a quick stream drains as fast as its worker fills it, so the worker,
+ * not the GPU, sets the pace, and a move only puts two workers' launches on one stream. A slow
+ * stream's leases may still move onto a quick one: that stream drains fast, which is where a
+ * GPU-bound worker's work should go. Exclusive leases take any stream with no lease at all.
  */
 #include <errno.h>
 #include <sched.h>
@@ -176,8 +173,7 @@ static unsigned two_choices(struct tdm__gdev *d, int c, unsigned k)
 	int lm = atomic_load_explicit(&mine->leases, memory_order_relaxed);
 	int lo = atomic_load_explicit(&s->leases, memory_order_relaxed);
 	/* Leave the own stream only for a clear difference: moving costs the locality of one
-	 * worker per stream (measured: moving whenever the other held fewer cut 10 us kernels at 8
-	 * workers from ~400k to ~300k tasks/s). */
+	 * worker per stream (docs/design/gpu-streams.md, two choices). */
 	return lo + 2 + lm / 16 < lm ? other : k;
 }
 

@@ -1,10 +1,12 @@
 /*
  * tandem: a C11 task runtime for host programs that keep many GPU tasks in flight.
  *
- * This header is the whole public surface of the CPU executor. Names with the `tdm_` prefix are
- * API; names with `tdm__` are private even where they appear here. Every call that can fail
- * returns 0 or a negative errno value; tdm_strerror() turns any such code into a message. A call
- * that fails has no effect and leaves the executor usable.
+ * This header owns the public API of the CPU executor: its life and config, submission, task
+ * groups, resumable tasks and their awaits, host notifications, statistics and errors. Names with
+ * the `tdm_` prefix are API; names with `tdm__` are private even where they appear here. Every
+ * call that can fail returns 0 or a negative errno value; tdm_strerror() turns any such code into
+ * a message. A call that fails has no effect and leaves the executor usable. Why the executor is
+ * built as it is: docs/design/executor.md.
  */
 #ifndef TANDEM_H
 #define TANDEM_H
@@ -271,8 +273,8 @@ typedef struct tdm_worker_stats {
 	uint64_t inbox;           /* tasks taken from an inbox */
 	uint64_t parks;           /* times the worker went to sleep */
 	uint64_t wakeups;         /* times it was woken to look for work */
-	uint64_t parks_last;      /* parks that left every worker asleep: the next task (a GPU
-	                             completion among them) waits for a futex wake-up */
+	uint64_t parks_last;      /* parks that left every worker asleep: the next task (a woken
+	                             one among them) waits for a futex wake-up */
 } tdm_worker_stats;
 
 /* -EINVAL: ex or out is NULL, or worker >= tdm_executor_workers(ex). */

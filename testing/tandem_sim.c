@@ -1,6 +1,8 @@
 /*
  * The test and benchmark hooks (tandem_sim.h): the backend's test operations behind the same
- * launch gate as the library's own work, and the GPU layer's diagnostic switches.
+ * launch gate as the library's own work, and the GPU layer's diagnostic switches. Part of the
+ * tree, not of the API: it reaches the layer's structs through gpu/gpu_internal.h, and is built
+ * into tandem_testing over tandem_static, never into the shared library (docs/design/layout.md).
  */
 #include <errno.h>
 #include <string.h>

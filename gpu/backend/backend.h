@@ -61,7 +61,7 @@ struct tdm__backend_ops {
 	 * lives in memory from host_alloc. Only where can_write_value64. */
 	int (*write_value)(struct tdm__backend *b, void *stream, uint64_t *word, uint64_t value);
 	/*
-	 * Called once per await, by the poller or by the worker that watched the await (gpu.c
+	 * Called once per await, by the poller or by the worker that watched the await (await.c
 	 * held_poll), from any thread, when the word of `stream` reached `value`: 0, or -EIO if
 	 * work enqueued before that write_value failed without failing the device (the sim's
 	 * TDM_SIM_FAULT_OP). NULL where no such failure exists, as in cuda, which reports it at

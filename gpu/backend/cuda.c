@@ -69,14 +69,13 @@ static void tdm__cuda_sym(const char *name, void *fnp, size_t size)
 
 /*
  * The default pool's release threshold is 0: at every synchronization it hands its free memory
- * back to the driver, and the next cudaMallocAsync must get it from the driver again (on an H200,
- * cudaMalloc + cudaFree cost 107 us; cudaMallocAsync + cudaFreeAsync from a retained pool,
- * 1.37 us). Keep all of it at open: memory freed by free_async stays in the pool for the next
- * malloc_async; the GPU layer then lowers the threshold to its plan for the device
- * (pool_release, half the device's memory by default). The price is that cudaMemGetInfo counts
- * retained memory as used. cudaMallocAsync allocates from the device's current pool, which is this
- * one unless the application set another (cudaDeviceSetMemPool); then that pool's settings apply.
- * Best effort: without it allocations work, only slower.
+ * back to the driver, and the next cudaMallocAsync must get it from the driver again, at the
+ * cost of a cudaMalloc (docs/design/memory.md). Keep all of it at open: memory freed by
+ * free_async stays in the pool for the next malloc_async; the GPU layer then lowers the threshold
+ * to its plan for the device (pool_release, half the device's memory by default). The price is
+ * that cudaMemGetInfo counts retained memory as used. cudaMallocAsync allocates from the device's
+ * current pool, which is this one unless the application set another (cudaDeviceSetMemPool);
+ * then that pool's settings apply. Best effort: without it allocations work, only slower.
  */
 static cudaError_t tdm__cuda_pool_threshold(int dev, uint64_t bytes)
 {

@@ -23,8 +23,8 @@ __device__ __forceinline__ uint64_t globaltimer()
 	return t;
 }
 
-// %globaltimer counts nanoseconds of wall time (its resolution is coarser on some parts, up to
-// about 1 us), so the kernel lasts about ns whatever the SM clock does.
+// %globaltimer counts nanoseconds of wall time (its resolution is coarser on some parts, up to a
+// microsecond), so the kernel lasts about ns whatever the SM clock does.
 __global__ void spin_kernel(uint32_t ns)
 {
 	const uint64_t t0 = globaltimer();

@@ -352,7 +352,7 @@ static void execute_op(struct sim_stream *s, struct sim_op *o)
 				          check */
 		}
 		/* Release: pairs with the acquire load of the word by its reader (poller.c,
-		 * sweep_stream, or gpu.c, held_poll on a worker): all earlier work of this
+		 * sweep_stream, or await.c, held_poll on a worker): all earlier work of this
 		 * stream, and the erred value just added, happen before a read that sees this
 		 * value. */
 		__atomic_store_n(o->u.write.word, o->u.write.value, __ATOMIC_RELEASE);
@@ -773,7 +773,7 @@ static int sim_write_value(struct tdm__backend *b, void *stream, uint64_t *word,
 }
 
 /* Reports each erred value once: whoever completes the await (the poller, or the worker that
- * watched it, gpu.c held_poll) asks once, under err_lock, which keeps the set small. */
+ * watched it, await.c held_poll) asks once, under err_lock, which keeps the set small. */
 static int sim_word_status(struct tdm__backend *b, void *stream, uint64_t value)
 {
 	struct sim_stream *s = stream;

@@ -1,6 +1,7 @@
 /*
  * Device topology's decisions (topology.h): a pure function of one device's facts and a
- * decide_env, so that they are tested on recorded machines.
+ * decide_env, so that they are tested on recorded machines. The rules are stated here; why, with
+ * the measurements, in docs/design/topology.md and gpu-streams.md.
  *
  * ---- Decisions (tdm__topology_decide); the reasons and figures: docs/design/gpu-streams.md ----
  * - base work queues Q: CUDA_DEVICE_MAX_CONNECTIONS as CUDA reads it (its leading number, at
@@ -16,10 +17,13 @@
  *   over 7 (the profile "<k>g..."), else its SMs over TDM__TOPO_REF_SMS, saying so.
  * - streams per priority class: tdm_gpu_config.streams_per_device if set; a whole device Q, or
  *   one per worker when there are more workers than Q (at most 32, the most work queues CUDA
- *   makes), so that each worker's own slot is a stream no other worker's slot is; a MIG
- *   instance ceil(Q x share), at least min(2, Q), at most Q, however many workers there are.
- * - launch limit: tdm_gpu_config.launch_limit if set; a whole device 16 (the most measured);
- *   a MIG instance ceil(16 x share), 1..16.
+ *   makes): each worker's own slot is then a stream no other worker's slot is, whose launches
+ *   and completion writes two workers would otherwise take turns at; a MIG instance
+ *   ceil(Q x share), at least min(2, Q), at most Q (1g of 7 slices: 2), however many workers
+ *   there are.
+ * - launch limit: tdm_gpu_config.launch_limit if set; a whole device 16, the most measured and
+ *   the fastest; a MIG instance ceil(16 x share), 1..16 (a 1g instance: 3 by its share of 7
+ *   slices, 2 by 16 of 132 SMs where the parent's SM count is known).
  * - pool release threshold: half the device's (or the instance's own) memory; 0 if unknown.
  *   Each CUDA device, a MIG instance included, is its own entry with its own pool: never shared.
  * - pinning: the device's nearest CPUs (local_cpulist) within the process's affinity, and its
@@ -196,8 +200,8 @@ static void decide_launch(const struct tdm__topo_dev *d, const struct tdm__decid
 		out->launch_limit = TDM__TOPO_FULL_LAUNCH;
 		tdm__topo_say(
 		    out->why_launch, sizeof(out->why_launch),
-		    "launch limit %u: tasks ran fastest with %u launching threads (H200, 16 "
-		    "workers; more not measured)",
+		    "launch limit %u: tasks ran fastest with %u launching threads (more not "
+		    "measured; docs/design/gpu-streams.md)",
 		    out->launch_limit, TDM__TOPO_FULL_LAUNCH);
 	} else {
 		out->launch_limit = clamp_u(scale_up(TDM__TOPO_FULL_LAUNCH, sh->num, sh->den), 1,

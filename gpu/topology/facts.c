@@ -182,10 +182,9 @@ void tdm__topo_set_max_connections(struct tdm__topology *t, const char *raw)
 	if (raw == NULL)
 		return;
 	tdm__topo_copy(t->max_connections_raw, sizeof(t->max_connections_raw), raw);
-	/* As CUDA reads it (measured on the H200 with CUDA 13.0, 2026-12-01: how many streams of
-	 * two 20 ms kernels each ran side by side): the leading number, blanks and a sign before
-	 * it allowed, anything after it ignored ("4x" is 4), capped at 32 ("64" is 32); empty is
-	 * unset, and no number of 1 or more (0 among them) is CUDA's default. */
+	/* As CUDA reads it (measured: docs/design/gpu-streams.md): the leading number, blanks and
+	 * a sign before it allowed, anything after it ignored ("4x" is 4), capped at 32 ("64" is
+	 * 32); empty is unset, and no number of 1 or more (0 among them) is CUDA's default. */
 	if (raw[0] == '\0')
 		return;
 	char *end;

@@ -6,8 +6,8 @@
  *
  * One struct carries the facts whatever their source: live discovery (CUDA runtime + NVML loaded
  * with dlopen + sysfs), a recorded fixture (tests/fixtures/<name>.topo, format at the top of
- * topology.c), or the sim backend's device_info. Decisions are a pure function of one device's
- * facts and a decide_env, so they are tested on recorded machines.
+ * tests/support/topology_fixture.c), or the sim backend's device_info. Decisions are a pure
+ * function of one device's facts and a decide_env, so they are tested on recorded machines.
  *
  * A topology is immutable once built: any thread may read it without a lock.
  */
@@ -21,7 +21,7 @@
 
 #include "tandem_gpu.h"
 
-/* String sizes, with the NUL; the public tdm_device_info uses the same (checked in topology.c). */
+/* String sizes, with the NUL; the public tdm_device_info uses the same (checked in layer.c). */
 #define TDM__TOPO_NAME 96
 #define TDM__TOPO_UUID 96 /* NVML_DEVICE_UUID_V2_BUFFER_SIZE */
 #define TDM__TOPO_BUS 32  /* NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE */
@@ -80,16 +80,16 @@ struct tdm__decide_env {
 	unsigned launch_override;  /* tdm_gpu_config.launch_limit; 0: decide */
 	unsigned workers;          /* the executor's workers; 0: unknown */
 	const char *allowed_cpus;  /* cpulist the process may run on; NULL or "": any */
-	/* CUDA_DEVICE_MAX_CONNECTIONS as TDM_CONNECTIONS_AUTO set it in this process, 0: not so
-	 * set (how decisions read it: the top of topology.c). */
+	/* CUDA_DEVICE_MAX_CONNECTIONS as tdm_gpu_prepare set it by TDM_CONNECTIONS_AUTO in this
+	 * process, 0: not so set (how decisions read it: the top of topology/decide.c). */
 	unsigned connections_by_tandem;
-	/* tandem wanted to set it, and CUDA had started in the process first. */
+	/* tdm_gpu_prepare wanted to set it, and CUDA had started in the process first. */
 	bool connections_late;
 };
 
-/* The CUDA_DEVICE_MAX_CONNECTIONS tdm_gpu_config.connections asks tandem to set (rules at the top
- * of topology.c), given the config's streams_per_device, the executor's workers and
- * CUDA_VISIBLE_DEVICES (NULL: unset); 0: none. */
+/* The CUDA_DEVICE_MAX_CONNECTIONS tdm_gpu_config.connections asks tdm_gpu_prepare to set (rules
+ * at the top of topology/decide.c), given the config's streams_per_device, the executor's workers
+ * and CUDA_VISIBLE_DEVICES (NULL: unset); 0: none. */
 unsigned tdm__connections_wanted(int connections, unsigned streams_per_device, unsigned workers,
                                  const char *visible_devices);
 
@@ -111,7 +111,7 @@ struct tdm__device_plan {
 #define TDM__TOPO_DEFAULT_QUEUES 8 /* CUDA's default hardware work queues per context */
 #define TDM__TOPO_MAX_QUEUES 32    /* the most CUDA makes (CUDA_DEVICE_MAX_CONNECTIONS 1..32) */
 #define TDM__TOPO_MIN_MIG_STREAMS 2
-#define TDM__TOPO_FULL_LAUNCH 16 /* a whole device's launch limit; why: topology.c's header */
+#define TDM__TOPO_FULL_LAUNCH 16 /* a whole device's launch limit; why: gpu-streams.md */
 #define TDM__TOPO_MIG_SLICES 7   /* compute slices of a whole A100/H100/H200 in MIG mode */
 #define TDM__TOPO_REF_SMS 132 /* an H100/H200: the whole GPU assumed when nothing else is known */
 
@@ -140,7 +140,7 @@ void tdm__topology_free(struct tdm__topology *t);
 void tdm__decide_env_init(struct tdm__decide_env *env, const struct tdm__topology *t,
                           const tdm_gpu_config *cfg);
 
-/* The decisions for one device (rules at the top of topology.c). */
+/* The decisions for one device (rules at the top of decide.c). */
 void tdm__topology_decide(const struct tdm__topo_dev *d, const struct tdm__decide_env *env,
                           struct tdm__device_plan *out);
 
@@ -166,7 +166,7 @@ int tdm__cpulist_count(const char *list);
 /* The CPUs in both lists, as a cpulist. -EINVAL if either is malformed. */
 int tdm__cpulist_and(const char *a, const char *b, char *out, size_t len);
 
-/* ---- shared by topology.c, topology_discover.c and topology_fixture.c ---- */
+/* ---- shared by the topology's files and the tests' fixture parser ---- */
 
 /* snprintf that may cut: notes and reasons are for people. */
 __attribute__((format(printf, 3, 4))) void tdm__topo_say(char *buf, size_t len, const char *fmt,
