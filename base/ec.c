@@ -1,5 +1,6 @@
 /* The event counts' mode (ec.h): ck_ec's operations over futexes. */
 #include <limits.h>
+#include <stdint.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -44,5 +45,21 @@ static const struct ck_ec_ops ec_ops = {
     .wait32 = ec_wait32,
     .wake32 = ec_wake32,
 };
+
+/* ck_ec's predicate hook: the step's deadline, no later than the caller's (st->data). */
+static int clamp_step(const struct ck_ec_wait_state *st, struct timespec *step)
+{
+	const struct timespec *dl = st->data;
+	if (step->tv_sec > dl->tv_sec ||
+	    (step->tv_sec == dl->tv_sec && step->tv_nsec > dl->tv_nsec))
+		*step = *dl;
+	return 0;
+}
+
+int tdm__ec32_wait_until(struct ck_ec32 *ec, const struct ck_ec_mode *mode, uint32_t snap,
+                         const struct timespec *deadline)
+{
+	return ck_ec32_wait_pred(ec, mode, snap, clamp_step, (void *)(uintptr_t)deadline, deadline);
+}
 
 const struct ck_ec_mode tdm__ec_mode = {.ops = &ec_ops, .single_producer = false};

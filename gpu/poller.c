@@ -592,7 +592,7 @@ void *tdm__poller_main(void *arg)
 				gpu->sleep_over_ns =
 				    gpu->sleep_over_ns - gpu->sleep_over_ns / 8 + over / 8;
 			} else
-				ck_ec32_wait(&gpu->ec, &tdm__ec_mode, snap, &dl);
+				tdm__ec32_wait_until(&gpu->ec, &tdm__ec_mode, snap, &dl);
 			continue;
 		}
 		/* Seq_cst: pairs with register_await (await.c) and the store in tdm_gpu_destroy:
