@@ -116,7 +116,8 @@ void tdm_gpu_config_init(tdm_gpu_config *cfg);
  * a time between them (docs/design/gpu-streams.md). setenv(3) races every other thread's getenv
  * and setenv: call it first in main, before any thread that may touch the environment starts.
  * Returns the value set (1..32), or 0 where nothing needs setting (at most 8 streams in the set,
- * CUDA_VISIBLE_DEVICES names a MIG instance, TDM_CONNECTIONS_KEEP, the sim or no backend).
+ * CUDA_VISIBLE_DEVICES names a MIG instance, TDM_CONNECTIONS_KEEP, the sim or no backend, a
+ * build without CUDA).
  * -EINVAL: connections below -1 or above 32, streams_per_device above 1024, backend not one of its
  * values, or TANDEM_GPU not cuda, sim or none.  -EEXIST: the variable is set already (kept; it is
  * the base of the stream set).  -EALREADY: CUDA started in this process already; nothing set, and

@@ -901,6 +901,12 @@ Test(topology, tdm_gpu_prepare_sets_connections_only_where_they_are_wanted, .tim
 	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, -2, 12), -EINVAL);
 	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, 33, 12), -EINVAL);
 	cr_assert_null(getenv(var));
+#ifdef TANDEM_TEST_NO_CUDA
+	/* No cuda backend built in: nothing to give queues to. */
+	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, TDM_CONNECTIONS_AUTO, 12), 0);
+	cr_assert_null(getenv(var));
+	return;
+#endif
 	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, TDM_CONNECTIONS_AUTO, 12), 12);
 	cr_assert_str_eq(getenv(var), "12");
 	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, 20, 12), -EEXIST, "a value set is kept");
