@@ -330,6 +330,14 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 				       atomic_load_explicit(&s->leases, memory_order_acquire) != 0)
 					sched_yield();
 			}
+	/* Leases and awaits refused since the drain above still touch the gate, `stopping` and
+	 * `active` (an await counts itself before it sees `stopping`, and the poller may have
+	 * ended before): wait for their leaves and their drops of `active` (releases, paired with
+	 * the drain's loads and the acquire load here), so that their accesses happen before the
+	 * frees below. */
+	tdm__gate_drain(&gpu->leases);
+	while (atomic_load_explicit(&gpu->active, memory_order_acquire) != 0)
+		sched_yield();
 	free(gpu->heap);
 	free(gpu->wake);
 	free(gpu->wake_rc);

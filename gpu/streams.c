@@ -188,16 +188,19 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 	if (gpu == NULL || out == NULL ||
 	    (flags & ~(unsigned)(TDM_STREAM_EXCLUSIVE | TDM_STREAM_HIGH_PRIORITY)) != 0)
 		return -EINVAL;
-	if (gpu->ndev == 0)
-		return -ENODEV;
-	if (device != TDM_DEVICE_ANY && (device < 0 || device >= gpu->ndev))
-		return -EINVAL;
-	/* Through the gate: a lease that missed stopping is waited for, and what it took is then
-	 * seen by destroy's scan of the leases. */
+	/* Through the gate, before any other access to gpu: a lease that missed stopping is
+	 * waited for, and what it took is then seen by destroy's scan of the leases; one refused
+	 * is waited for before the free. */
 	_Atomic unsigned *n = tdm__gate_enter(&gpu->leases, &gpu->stopping);
 	if (n == NULL)
 		return -ESHUTDOWN;
-	int rc = lease(gpu, device, flags, tdm_worker_index(gpu->ex), out);
+	int rc;
+	if (gpu->ndev == 0)
+		rc = -ENODEV;
+	else if (device != TDM_DEVICE_ANY && (device < 0 || device >= gpu->ndev))
+		rc = -EINVAL;
+	else
+		rc = lease(gpu, device, flags, tdm_worker_index(gpu->ex), out);
 	tdm__gate_leave(n);
 	return rc;
 }

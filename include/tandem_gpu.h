@@ -174,10 +174,15 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg);
  * tasks awaiting deadlines with -ECANCELED, stops the poller, waits until every stream lease was
  * released, and frees streams, events and the pools' memory. Leases and awaits after the call
  * began fail with -ESHUTDOWN; a lease already in progress is waited for, and then its release.
- * Tasks may go on leasing and awaiting while it runs; other calls on gpu (device, managed and
- * pinned memory, events) must not race it: make them before it begins, or while holding a lease
- * (it frees nothing before every lease is released). Either order of tdm_gpu_destroy and
- * tdm_executor_destroy works.
+ * Tasks and other threads may go on leasing and awaiting while it runs: it frees gpu only after
+ * every lease and await call that reached gpu has returned, refused ones included. It cannot
+ * wait for a call it never saw: none may begin once the destroy may have returned, so a caller
+ * that leases or awaits while a destroy runs must be done with that call before something the
+ * destroy waits for is over (a lease still held, its own or another's; an await outstanding).
+ * A task that releases its last lease and then leases or awaits again, say, may find gpu freed.
+ * Other calls on gpu (device, managed and pinned memory, events) must not race it: make them
+ * before it begins, or while holding a lease (it frees nothing before every lease is released).
+ * Either order of tdm_gpu_destroy and tdm_executor_destroy works.
  * -EINVAL: gpu is NULL.  -EDEADLK: called from a worker of the executor.
  */
 int tdm_gpu_destroy(tdm_gpu *gpu);

@@ -1,0 +1,132 @@
+/*
+ * Stream leases misused, on the simulator. Leases and awaits that race tdm_gpu_destroy are
+ * refused with -ESHUTDOWN, and the destroy frees nothing they still touch.
+ */
+#include "common.h"
+
+#include <stdatomic.h>
+
+#include "tandem.h"
+#include "tandem_gpu.h"
+
+TDM_TEST_SUITE(lease_errors);
+
+/* One sim device; streams_per_device 0 leaves the set's size to the topology. */
+static tdm_gpu *open_gpu(tdm_executor *ex, unsigned streams)
+{
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	g.streams_per_device = streams;
+	tdm_gpu *gpu = NULL;
+	int rc = tdm_gpu_create(&gpu, ex, &g);
+	cr_assert_eq(rc, 0, "tdm_gpu_create: %s", tdm_strerror(rc));
+	return gpu;
+}
+
+/* ---- leases and awaits racing the destroy ---- */
+
+/*
+ * Tasks lease and release in a loop (and one awaits deadlines in a loop) while the test thread
+ * destroys the GPU layer, each until its first refusal. A task holding a lease when the destroy
+ * begins keeps it from finishing until every other task was refused, so each refusal is over
+ * before the free; the destroy must order the refusals' accesses (its gate, `stopping`,
+ * `active`) before that free itself. The refused tasks tell the holder with a relaxed counter on
+ * purpose: an acquire there would give ThreadSanitizer the order that the destroy has to
+ * provide. (ThreadSanitizer reported the refusals against the free until the destroy waited
+ * for every call inside its gate, and every await's count, before freeing.)
+ */
+enum { RACE_LEASERS = 2, RACE_AWAITERS = 1, RACE_REFUSERS = RACE_LEASERS + RACE_AWAITERS };
+
+static struct {
+	tdm_gpu *gpu;
+	atomic_int held;
+	atomic_int refused; /* relaxed only: see above */
+	atomic_size_t accepted;
+	int rc[RACE_REFUSERS];
+	int lease_rc, release_rc; /* the holder's */
+} race;
+
+static void race_holder(void *arg)
+{
+	(void)arg;
+	tdm_stream *s;
+	race.lease_rc = tdm_stream_lease(race.gpu, 0, TDM_STREAM_SHARED, &s);
+	atomic_store_explicit(&race.held, 1, memory_order_release);
+	if (race.lease_rc != 0)
+		return;
+	while (atomic_load_explicit(&race.refused, memory_order_relaxed) < RACE_REFUSERS)
+		sched_yield();
+	race.release_rc = tdm_stream_release(s);
+}
+
+static void race_leaser(void *arg)
+{
+	int *rc = arg;
+	tdm_stream *s;
+	/* A pause between leases: most refusals come after the destroy's first look at its gate,
+	 * which would otherwise have ordered them by chance. */
+	while ((*rc = tdm_stream_lease(race.gpu, 0, TDM_STREAM_SHARED, &s)) == 0) {
+		*rc = tdm_stream_release(s);
+		if (*rc != 0)
+			break;
+		atomic_fetch_add(&race.accepted, 1);
+		tdm_test_sleep_us(20);
+	}
+	atomic_fetch_add_explicit(&race.refused, 1, memory_order_relaxed);
+}
+
+/* Deadlines 20 us ahead, one after the other, until one is refused at once. */
+static int race_awaiter(tdm_task *t, void *arg)
+{
+	int *rc = arg;
+	TDM_BEGIN(t);
+	for (;;) {
+		TDM_AWAIT(t, *rc = tdm_await_deadline(t, race.gpu, tdm_now_ns() + 20000));
+		/* Suspended: 0, or -ECANCELED by the destroy; 0 at once: the deadline had passed
+		 * (a preempted task). */
+		if (*rc == TDM_SUSPENDED)
+			*rc = tdm_task_result(t);
+		if (*rc != 0 && *rc != -ECANCELED)
+			break;
+		atomic_fetch_add(&race.accepted, 1);
+	}
+	atomic_fetch_add_explicit(&race.refused, 1, memory_order_relaxed);
+	TDM_END(t);
+}
+
+Test(lease_errors, leases_and_awaits_racing_the_destroy_touch_no_freed_memory, .timeout = 60)
+{
+	size_t rounds = tdm_test_size(40, 8);
+	tdm_executor *ex = tdm_test_create(1 + RACE_REFUSERS);
+	for (size_t round = 0; round < rounds; round++) {
+		race.gpu = open_gpu(ex, 0);
+		atomic_store(&race.held, 0);
+		atomic_store(&race.refused, 0);
+		atomic_store(&race.accepted, 0);
+		race.lease_rc = race.release_rc = 12345;
+		tdm_group g;
+		cr_assert_eq(tdm_group_init(&g, ex), 0);
+		cr_assert_eq(tdm_group_spawn(&g, race_holder, NULL), 0);
+		while (!atomic_load_explicit(&race.held, memory_order_acquire))
+			sched_yield();
+		cr_assert_eq(race.lease_rc, 0, "the holder's lease: %d", race.lease_rc);
+		for (int i = 0; i < RACE_REFUSERS; i++) {
+			race.rc[i] = 12345;
+			if (i < RACE_LEASERS)
+				cr_assert_eq(tdm_group_spawn(&g, race_leaser, &race.rc[i]), 0);
+			else
+				cr_assert_eq(tdm_spawn(ex, race_awaiter, &race.rc[i], &g), 0);
+		}
+		while (atomic_load(&race.accepted) < RACE_REFUSERS)
+			sched_yield();
+		cr_assert_eq(tdm_gpu_destroy(race.gpu), 0);
+		cr_assert_eq(tdm_group_wait(&g), 0);
+		for (int i = 0; i < RACE_REFUSERS; i++)
+			cr_assert_eq(race.rc[i], -ESHUTDOWN, "round %zu: task %d got %d (%s)",
+			             round, i, race.rc[i], tdm_strerror(race.rc[i]));
+		cr_assert_eq(race.release_rc, 0, "round %zu: the holder's release: %d", round,
+		             race.release_rc);
+	}
+	tdm_test_destroy(ex);
+}
