@@ -52,7 +52,7 @@ struct tdm__stage {
 	struct staging *st; /* NULL once the device's failure took the block back */
 	struct tdm__stage *prev, *next;
 	/* Device to host: the stream and the destination range, [lo, hi), while listed. */
-	const struct tdm_stream *s;
+	const struct tdm__stream *s;
 	uintptr_t lo, hi;
 	/* Under stage_lock. A host function is copying through the block, outside the lock (a
 	 * copy of megabytes must not hold up the list, nor tdm__device_fail on the poller): the
@@ -124,7 +124,7 @@ static void staging_release(void *arg)
 }
 
 /* Whether a device-to-host copy still pending on s writes into [p, p + bytes). */
-static bool pending_write_overlaps(struct tdm__gdev *d, const struct tdm_stream *s, const void *p,
+static bool pending_write_overlaps(struct tdm__gdev *d, const struct tdm__stream *s, const void *p,
                                    size_t bytes)
 {
 	uintptr_t lo = (uintptr_t)p, hi = lo + bytes;
@@ -219,14 +219,14 @@ int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, 
 	st->bytes = bytes;
 	bool in_order = false;
 	if (kind == TDM_COPY_H2D) {
-		in_order = pending_write_overlaps(s->dev, s, src, bytes);
+		in_order = pending_write_overlaps(s->dev, s->st, src, bytes);
 		if (in_order)
 			n->src = src;
 		else
 			memcpy(st + 1, src, bytes);
 	} else {
 		st->dst = dst;
-		n->s = s;
+		n->s = s->st;
 		n->lo = (uintptr_t)dst;
 		n->hi = n->lo + bytes;
 	}

@@ -237,11 +237,16 @@ enum {
  * every stream of the set is held exclusively (tdm_pipeline_run leaves one of the set to
  * shared leases; exclusive leases of your own can take them all).  -ESHUTDOWN: the GPU
  * layer is being destroyed.  -ENOMEM, -EAGAIN, -EIO: the stream (made on its first lease) could
- * not be created: no memory, no thread for it (sim), or the driver failed.
+ * not be created: no memory, no thread for it (sim), or the driver failed; -ENOMEM also: no
+ * memory for the lease's handle.
+ *
+ * *out is this lease's own handle: two leases of one stream are two handles, and each names its
+ * holder. Handles are reused, oldest first: once a later lease got a released handle again, it
+ * names that lease.
  */
 int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out);
 /* Gives a lease back; call it after the last await on the stream. -EINVAL: s is NULL or holds
- * no lease. */
+ * no lease (released already: nothing changes, other holders of the stream keep theirs). */
 int tdm_stream_release(tdm_stream *s);
 /* The backend's stream: a cudaStream_t on cuda, NULL on sim (and for a NULL s). */
 void *tdm_stream_native(const tdm_stream *s);

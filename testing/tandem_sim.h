@@ -46,6 +46,10 @@ typedef enum tdm_sim_fault {
 /* -EINVAL: s is NULL or not a sim stream, or fault is unknown. */
 int tdm_sim_inject(tdm_stream *s, tdm_sim_fault fault);
 
+/* Which stream a lease is on, as an identity only: the same for every lease of one stream (each
+ * lease is a handle of its own). NULL for a NULL s. For tests of placement. */
+const void *tdm_lease_stream(const tdm_stream *s);
+
 /*
  * The GPU layer's diagnostic switches, for measuring what two of its choices change; set on a
  * layer before any task uses it. lease_balance: when a shared lease may leave its worker's own

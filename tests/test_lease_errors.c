@@ -1,15 +1,19 @@
 /*
- * Stream leases misused, on the simulator. Leases and awaits that race tdm_gpu_destroy are
- * refused with -ESHUTDOWN, and the destroy frees nothing they still touch.
+ * Stream leases misused, on the simulator: each lease is its own handle, so a second release of
+ * it is -EINVAL and leaves every other holder's lease alone. Leases and awaits that race
+ * tdm_gpu_destroy are refused with -ESHUTDOWN, and the destroy frees nothing they still touch.
  */
 #include "common.h"
 
 #include <stdatomic.h>
+#include <string.h>
 
 #include "tandem.h"
 #include "tandem_gpu.h"
 
 TDM_TEST_SUITE(lease_errors);
+
+#define LEN 256 /* floats per buffer */
 
 /* One sim device; streams_per_device 0 leaves the set's size to the topology. */
 static tdm_gpu *open_gpu(tdm_executor *ex, unsigned streams)
@@ -129,4 +133,133 @@ Test(lease_errors, leases_and_awaits_racing_the_destroy_touch_no_freed_memory, .
 		             race.release_rc);
 	}
 	tdm_test_destroy(ex);
+}
+
+/* ---- releases ---- */
+
+/* What a task saw (SEE, common.h). */
+struct seen {
+	int rc;
+	int line;
+};
+
+struct env {
+	tdm_executor *ex;
+	tdm_gpu *gpu;
+};
+
+static void env_open(struct env *e, unsigned workers, unsigned streams)
+{
+	e->ex = tdm_test_create(workers);
+	e->gpu = open_gpu(e->ex, streams);
+}
+
+static void env_close(struct env *e)
+{
+	cr_assert_eq(tdm_gpu_destroy(e->gpu), 0);
+	tdm_test_destroy(e->ex);
+}
+
+/*
+ * Two shared leases of the only stream of the set: releasing one of them twice is refused, and
+ * the other is still held (an exclusive lease finds no stream free), still usable, and released
+ * once.
+ */
+Test(lease_errors, a_second_release_of_a_shared_lease_is_einval_and_keeps_the_other, .timeout = 30)
+{
+	struct env e;
+	env_open(&e, 1, 1);
+	tdm_stream *a, *b, *x;
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &a), 0);
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &b), 0);
+	cr_assert_eq(tdm_stream_release(a), 0);
+	cr_assert_eq(tdm_stream_release(a), -EINVAL, "a's lease was released already");
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &x), -EBUSY,
+	             "b still holds the stream");
+	cr_assert_eq(tdm_launch_spin(b, 0), 0, "b's lease is still b's");
+	cr_assert_eq(tdm_stream_release(b), 0);
+	cr_assert_eq(tdm_stream_release(b), -EINVAL);
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &x), 0, "nobody holds it");
+	cr_assert_eq(tdm_stream_release(x), 0);
+	env_close(&e);
+}
+
+/* An exclusive lease released twice: the second is refused, and the stream is free once. */
+Test(lease_errors, a_second_release_of_an_exclusive_lease_is_einval, .timeout = 30)
+{
+	struct env e;
+	env_open(&e, 1, 1);
+	tdm_stream *x, *y, *s;
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &x), 0);
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &s), -EBUSY);
+	cr_assert_eq(tdm_stream_release(x), 0);
+	cr_assert_eq(tdm_stream_release(x), -EINVAL);
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &s), 0);
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &y), -EBUSY,
+	             "s holds the stream");
+	/* Handles are reused oldest first: x, just released, is not s's. */
+	cr_assert_neq(s, x);
+	cr_assert_eq(tdm_stream_release(x), -EINVAL, "x was released, and s holds the stream");
+	cr_assert_eq(tdm_launch_spin(s, 0), 0);
+	cr_assert_eq(tdm_stream_release(s), 0);
+	env_close(&e);
+}
+
+/*
+ * Tasks on two workers, each with two shared leases of the only stream, release the first twice:
+ * the second release is refused every time, and the task's other lease still works; at the end
+ * no lease is left.
+ */
+struct sharer {
+	tdm_gpu *gpu;
+	atomic_int *again; /* second releases that were accepted */
+	struct seen sn;
+};
+
+static int sharer_task(tdm_task *t, void *arg)
+{
+	struct sharer *sh = arg;
+	tdm_stream *a, *b;
+	(void)t;
+	SEE(&sh->sn, tdm_stream_lease(sh->gpu, 0, TDM_STREAM_SHARED, &a));
+	if (sh->sn.rc != 0)
+		return 0;
+	SEE(&sh->sn, tdm_stream_lease(sh->gpu, 0, TDM_STREAM_SHARED, &b));
+	if (sh->sn.rc != 0) {
+		tdm_stream_release(a);
+		return 0;
+	}
+	SEE(&sh->sn, tdm_launch_spin(a, 0));
+	SEE(&sh->sn, tdm_stream_release(a));
+	if (tdm_stream_release(a) != -EINVAL)
+		atomic_fetch_add(sh->again, 1);
+	SEE(&sh->sn, tdm_launch_spin(b, 0));
+	SEE(&sh->sn, tdm_stream_release(b));
+	return 0;
+}
+
+Test(lease_errors, tasks_sharing_a_stream_each_release_only_their_own_lease, .timeout = 60)
+{
+	struct env e;
+	env_open(&e, 2, 1);
+	enum { N = 64 };
+	static struct sharer sh[N];
+	atomic_int again = 0;
+	size_t rounds = tdm_test_size(20, 4);
+	for (size_t round = 0; round < rounds; round++) {
+		tdm_group g;
+		cr_assert_eq(tdm_group_init(&g, e.ex), 0);
+		for (int i = 0; i < N; i++) {
+			sh[i] = (struct sharer){.gpu = e.gpu, .again = &again};
+			cr_assert_eq(tdm_spawn(e.ex, sharer_task, &sh[i], &g), 0);
+		}
+		cr_assert_eq(tdm_group_wait(&g), 0);
+		for (int i = 0; i < N; i++)
+			ASSERT_SEEN(&sh[i].sn);
+		cr_assert_eq(atomic_load(&again), 0, "second releases accepted");
+	}
+	tdm_stream *x;
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &x), 0, "no lease is left");
+	cr_assert_eq(tdm_stream_release(x), 0);
+	env_close(&e);
 }
