@@ -76,7 +76,7 @@ static void held_handoff(struct tdm__task *t)
 int tdm_await_stream(tdm_task *pub, tdm_stream *lease)
 {
 	struct tdm__task *t = tdm__task_cast(pub);
-	if (t == NULL || lease == NULL)
+	if (t == NULL || lease == NULL || !tdm__lease_held(lease))
 		return fail_now(t, -EINVAL);
 	struct tdm__stream *s = lease->st;
 	struct tdm__gdev *d = s->dev;

@@ -60,19 +60,26 @@ struct tdm__stream {
 /*
  * A lease: what tdm_stream_lease hands out, one per lease, so that a release names its holder
  * and not only the stream (streams.c). dev and bs are st's, copied at the lease, so that work
- * calls reach the backend without going through st. Handles are recycled: a second release
- * is refused while the handle is free, not once another lease took it again.
+ * calls reach the backend without going through st. Handles are recycled: a released one is
+ * refused while it is free, not once another lease took it again.
  */
 struct tdm_stream {
 	_Alignas(TDM__CACHELINE) struct tdm__gdev *dev; /* a line each: held by one holder */
 	void *bs;
 	struct tdm__stream *st;
 	/* Set by the lease, cleared by the release (an exchange: of two releases of one lease,
-	 * racing or not, one finds it held). */
+	 * racing or not, one finds it held). Read relaxed by work and awaits, as a check of
+	 * misuse. */
 	_Atomic bool held;
 	bool exclusive;
 	struct tdm_stream *next_free; /* on a free list (streams.c) */
 };
+
+/* Whether s is a lease still held (tdm_stream's note). */
+static inline bool tdm__lease_held(const struct tdm_stream *s)
+{
+	return atomic_load_explicit(&s->held, memory_order_relaxed);
+}
 
 /* Free lease handles, oldest first (streams.c). */
 struct tdm__lease_list {
@@ -234,10 +241,10 @@ static inline int tdm__enqueued(struct tdm_stream *s, int rc)
 }
 
 /* Returns from the calling function what `call`, an enqueue on lease s made through the launch
- * gate, returned: -EINVAL for a NULL s, -EIO at once on a failed device. */
+ * gate, returned: -EINVAL for a NULL or released s, -EIO at once on a failed device. */
 #define TDM__LAUNCH(s, call)                                                                       \
 	do {                                                                                       \
-		if ((s) == NULL)                                                                   \
+		if ((s) == NULL || !tdm__lease_held(s))                                            \
 			return -EINVAL;                                                            \
 		if (atomic_load_explicit(&(s)->dev->failed, memory_order_relaxed))                 \
 			return -EIO;                                                               \

@@ -332,7 +332,7 @@ int tdm_host_free(tdm_gpu *gpu, void *p)
 
 int tdm_device_alloc_async(tdm_stream *s, size_t bytes, void **out)
 {
-	if (s == NULL || out == NULL || bytes == 0)
+	if (s == NULL || !tdm__lease_held(s) || out == NULL || bytes == 0)
 		return -EINVAL;
 	struct tdm_gpu *gpu = s->dev->gpu;
 	NEED(gpu, malloc_async);
@@ -343,7 +343,7 @@ int tdm_device_alloc_async(tdm_stream *s, size_t bytes, void **out)
 
 int tdm_device_free_async(tdm_stream *s, void *p)
 {
-	if (s == NULL)
+	if (s == NULL || !tdm__lease_held(s))
 		return -EINVAL;
 	if (p == NULL)
 		return 0;
@@ -386,7 +386,7 @@ int tdm_managed_free(tdm_gpu *gpu, void *p)
 
 int tdm_mem_prefetch(tdm_stream *s, const void *p, size_t bytes, int device)
 {
-	if (s == NULL || p == NULL || bytes == 0)
+	if (s == NULL || !tdm__lease_held(s) || p == NULL || bytes == 0)
 		return -EINVAL;
 	struct tdm_gpu *gpu = s->dev->gpu;
 	if (device >= gpu->ndev)
@@ -411,7 +411,7 @@ int tdm_mem_advise(tdm_gpu *gpu, const void *p, size_t bytes, tdm_mem_advice adv
 int tdm_memcpy_peer_async(tdm_stream *s, void *dst, int dst_device, const void *src, int src_device,
                           size_t bytes)
 {
-	if (s == NULL || dst == NULL || src == NULL)
+	if (s == NULL || !tdm__lease_held(s) || dst == NULL || src == NULL)
 		return -EINVAL;
 	struct tdm_gpu *gpu = s->dev->gpu;
 	if (!dev_ok(gpu, dst_device) || !dev_ok(gpu, src_device) ||

@@ -190,7 +190,7 @@ static unsigned two_choices(struct tdm__gdev *d, int c, unsigned k)
  * exchange and a push, next to the gate's and the stream count's atomics that a lease takes
  * anyway; a worker takes the lock only once per batch of handles, and then only when its
  * leases and releases do not balance. Lists are oldest first, so that a released handle is
- * reused as late as the list allows: until then a second release of it is refused.
+ * reused as late as the list allows: until then a stale use of it is refused.
  */
 #define LEASE_BATCH 32 /* handles made at once, and moved at once between lists */
 
@@ -439,14 +439,14 @@ int tdm_stream_release(tdm_stream *s)
 
 void *tdm_stream_native(const tdm_stream *s)
 {
-	if (s == NULL || s->dev->gpu->ops->stream_native == NULL)
+	if (s == NULL || !tdm__lease_held(s) || s->dev->gpu->ops->stream_native == NULL)
 		return NULL;
 	return s->dev->gpu->ops->stream_native(s->dev->gpu->b, s->bs);
 }
 
 int tdm_stream_device(const tdm_stream *s)
 {
-	return s != NULL ? s->dev->index : -EINVAL;
+	return s != NULL && tdm__lease_held(s) ? s->dev->index : -EINVAL;
 }
 
 void tdm_launch_begin(tdm_stream *s)

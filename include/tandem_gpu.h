@@ -241,16 +241,17 @@ enum {
  * memory for the lease's handle.
  *
  * *out is this lease's own handle: two leases of one stream are two handles, and each names its
- * holder. Handles are reused, oldest first: once a later lease got a released handle again, it
- * names that lease.
+ * holder. Once released, a handle is refused by every call that takes a stream (-EINVAL, and
+ * nothing is enqueued), until a later lease gets it again: handles are reused, oldest first,
+ * and a stale one then names that lease.
  */
 int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out);
 /* Gives a lease back; call it after the last await on the stream. -EINVAL: s is NULL or holds
  * no lease (released already: nothing changes, other holders of the stream keep theirs). */
 int tdm_stream_release(tdm_stream *s);
-/* The backend's stream: a cudaStream_t on cuda, NULL on sim (and for a NULL s). */
+/* The backend's stream: a cudaStream_t on cuda, NULL on sim (and for a NULL or released s). */
 void *tdm_stream_native(const tdm_stream *s);
-/* The device of s. -EINVAL: s is NULL. */
+/* The device of s. -EINVAL: s is NULL or released. */
 int tdm_stream_device(const tdm_stream *s);
 
 /*
@@ -272,8 +273,9 @@ typedef enum tdm_copy_kind {
 /*
  * Async copy. Host memory from tdm_host_alloc, tdm_pinned_alloc or tdm_host_register is copied
  * directly; pageable host memory is staged or refused (tdm_gpu_config.pageable; -EFAULT).
- * -EINVAL: a NULL stream or pointer, or an unknown kind, or a device side (dst for H2D, src for
- * D2H, both for D2D) that is not within one live allocation, as the driver refuses it; -EIO: the
+ * -EINVAL: a NULL or released stream, a NULL pointer, or an unknown kind, or a device side (dst
+ * for H2D, src for D2H, both for D2D) that is not within one live allocation, as the driver
+ * refuses it (nothing is enqueued); -EIO: the
  * device failed, or the driver refused
  * the copy otherwise; staging adds -ENOMEM (the pinned pool at its cap) and -ENOTSUP (a
  * backend without host functions). A staged copy's pinned block goes back to the pool when the
@@ -285,7 +287,8 @@ typedef enum tdm_copy_kind {
  */
 int tdm_memcpy_async(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind);
 /*
- * A kernel: y[i] = a * x[i] for i < n, device pointers.  -EINVAL: s, y or x is NULL.  -EIO: s's
+ * A kernel: y[i] = a * x[i] for i < n, device pointers.  -EINVAL: s, y or x is NULL, or s is
+ * released (nothing is enqueued).  -EIO: s's
  * device failed (a trapping kernel, say), or the launch did.  -ENOMEM: no memory to queue it
  * (sim). Reaching past an allocation is an illegal address when the kernel runs: the device
  * fails for good and its awaits resume with -EIO.
@@ -345,10 +348,10 @@ int tdm_host_unregister(tdm_gpu *gpu, void *p);
  * Stream-ordered device memory: the allocation is ordered on s and may be used by work enqueued
  * on s after the call; the free happens after all work enqueued on s before it, so freeing right
  * after the last use is safe without a host synchronization. Freed memory stays in the device's
- * pool for reuse. -ENOMEM; -EIO (the device failed); -EINVAL (a NULL stream or pointer, zero
- * bytes; for the free, p is not live device memory: never allocated, or freed or its free queued
- * already); -ENOTSUP: the device has no stream-ordered memory pools (use tdm_device_alloc).
- * Freeing NULL is 0. Work enqueued after the free may not name p.
+ * pool for reuse. -ENOMEM; -EIO (the device failed); -EINVAL (a NULL or released stream, a NULL
+ * pointer, zero bytes; for the free, p is not live device memory: never allocated, or freed or
+ * its free queued already); -ENOTSUP: the device has no stream-ordered memory pools (use
+ * tdm_device_alloc). Freeing NULL is 0. Work enqueued after the free may not name p.
  */
 int tdm_device_alloc_async(tdm_stream *s, size_t bytes, void **out);
 int tdm_device_free_async(tdm_stream *s, void *p);
@@ -363,9 +366,9 @@ typedef enum tdm_mem_advice {
  * Managed (unified) memory, only on request: -ENOMEM when bytes exceed the device's free
  * memory (asking for more can hang the GPU). On CUDA, free memory is what the driver reports:
  * memory the stream-ordered pool keeps for reuse (up to half the device) counts as used. Prefetch
- * is ordered on s; device < 0 is the host. -EINVAL: a NULL pointer, zero bytes, a device out
- * of range, an unknown advice, or for tdm_managed_free a p that is not live device memory
- * (never allocated, or freed already; as cudaFree, any device memory is taken); -ENODEV: no
+ * is ordered on s; device < 0 is the host. -EINVAL: a NULL pointer, a released s, zero bytes, a
+ * device out of range, an unknown advice, or for tdm_managed_free a p that is not live device
+ * memory (never allocated, or freed already; as cudaFree, any device memory is taken); -ENODEV: no
  * devices; -ENOTSUP: the backend has no managed memory; -EIO from the driver.
  */
 int tdm_managed_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out);
@@ -374,8 +377,8 @@ int tdm_mem_prefetch(tdm_stream *s, const void *p, size_t bytes, int device);
 int tdm_mem_advise(tdm_gpu *gpu, const void *p, size_t bytes, tdm_mem_advice advice, int device);
 
 /* Copy between two devices' memory, ordered on s (a stream of either device). -EINVAL: a NULL
- * argument, a device out of range, or s on neither device; -EIO: s's device failed; -ENOTSUP:
- * the backend cannot. */
+ * argument, a released s, a device out of range, or s on neither device; -EIO: s's device failed;
+ * -ENOTSUP: the backend cannot. */
 int tdm_memcpy_peer_async(tdm_stream *s, void *dst, int dst_device, const void *src, int src_device,
                           size_t bytes);
 
@@ -388,7 +391,8 @@ int tdm_event_get(tdm_gpu *gpu, int device, tdm_event **out);
 /* Gives e back to its pool; once, after its last await. -EINVAL: e is NULL, or back in the pool
  * already (a second put, refused: the pool stays as it was). */
 int tdm_event_put(tdm_event *e);
-/* Captures the work enqueued on s so far. -EINVAL: e or s is NULL, their devices differ, or e
+/* Captures the work enqueued on s so far. -EINVAL: e or s is NULL, s is released, their devices
+ * differ, or e
  * was put back (while it is in the pool; once taken again, by another owner or by a stream
  * await, a stale handle is not caught).
  * -EIO: the device failed, or the driver refused the record.  -ENOMEM: no memory to queue it
@@ -400,8 +404,9 @@ int tdm_event_record(tdm_event *e, tdm_stream *s);
 /*
  * Each await below fails at once, setting the task's result to the same errno, with -EINVAL: t
  * is NULL or not the task running on the calling thread, or its stream, event or gpu is NULL or
- * belongs to a GPU layer of another executor, or its event was put back (tdm_event_record says
- * how far that is caught); -ESHUTDOWN: the GPU layer is being destroyed.
+ * belongs to a GPU layer of another executor, or its stream's lease was released, or its event
+ * was put back (tdm_event_record says how far that is caught); -ESHUTDOWN: the GPU layer is being
+ * destroyed.
  */
 /* Resumes t once all work enqueued on s so far has finished; result 0 or -EIO. At once also
  * -EIO: s's device failed, or the completion could not be enqueued; -ENOMEM: no memory for

@@ -1,6 +1,7 @@
 /*
  * Stream leases misused, on the simulator: each lease is its own handle, so a second release of
- * it is -EINVAL and leaves every other holder's lease alone. Leases and awaits that race
+ * it is -EINVAL and leaves every other holder's lease alone, and work or an await on a handle
+ * already released is -EINVAL and enqueues nothing. Leases and awaits that race
  * tdm_gpu_destroy are refused with -ESHUTDOWN, and the destroy frees nothing they still touch.
  */
 #include "common.h"
@@ -261,5 +262,100 @@ Test(lease_errors, tasks_sharing_a_stream_each_release_only_their_own_lease, .ti
 	tdm_stream *x;
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &x), 0, "no lease is left");
 	cr_assert_eq(tdm_stream_release(x), 0);
+	env_close(&e);
+}
+
+/* ---- work on a released lease ---- */
+
+/* Spawns fn(arg) as a resumable task and waits for it from this (outside) thread. */
+static void run_one(tdm_executor *ex, tdm_resume_fn fn, void *arg)
+{
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	cr_assert_eq(tdm_spawn(ex, fn, arg, &g), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+}
+
+struct await_state {
+	tdm_stream *s;
+	int rc, result;
+};
+
+static int await_stream_task(tdm_task *t, void *arg)
+{
+	struct await_state *a = arg;
+	TDM_BEGIN(t);
+	TDM_AWAIT(t, a->rc = tdm_await_stream(t, a->s));
+	a->result = tdm_task_result(t);
+	TDM_END(t);
+}
+
+/* The result an await on s resumed with, or its error at once. */
+static int await_stream(tdm_executor *ex, tdm_stream *s)
+{
+	struct await_state a = {.s = s, .rc = 1, .result = 1};
+	run_one(ex, await_stream_task, &a);
+	return a.rc == TDM_SUSPENDED ? a.result : a.rc;
+}
+
+/* Device buffer dev (LEN floats) copied to host, through a lease of its own. */
+static void read_back(struct env *e, float *host, const float *dev)
+{
+	tdm_stream *s;
+	cr_assert_eq(tdm_stream_lease(e->gpu, 0, TDM_STREAM_SHARED, &s), 0);
+	cr_assert_eq(tdm_memcpy_async(s, host, dev, LEN * sizeof(float), TDM_COPY_D2H), 0);
+	cr_assert_eq(await_stream(e->ex, s), 0);
+	cr_assert_eq(tdm_stream_release(s), 0);
+}
+
+Test(lease_errors, work_on_a_released_lease_is_einval_and_enqueues_nothing, .timeout = 30)
+{
+	struct env e;
+	env_open(&e, 1, 1);
+	float *host, *x, *y;
+	cr_assert_eq(tdm_host_alloc(e.gpu, 2 * LEN * sizeof(float), (void **)&host), 0);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, LEN * sizeof(float), (void **)&x), 0);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, LEN * sizeof(float), (void **)&y), 0);
+	for (int i = 0; i < LEN; i++) {
+		host[i] = (float)i;
+		host[LEN + i] = -1.0f;
+	}
+	tdm_stream *s, *other;
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &s), 0);
+	cr_assert_eq(tdm_memcpy_async(s, x, host, LEN * sizeof(float), TDM_COPY_H2D), 0);
+	cr_assert_eq(tdm_memcpy_async(s, y, host + LEN, LEN * sizeof(float), TDM_COPY_H2D), 0);
+	cr_assert_eq(await_stream(e.ex, s), 0);
+	/* Another holder of the same stream: the stream itself stays leased. */
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &other), 0);
+	cr_assert_eq(tdm_stream_release(s), 0);
+
+	cr_assert_eq(tdm_launch_scale(s, y, x, 2.0f, LEN), -EINVAL, "a kernel");
+	cr_assert_eq(tdm_memcpy_async(s, x, host + LEN, LEN * sizeof(float), TDM_COPY_H2D), -EINVAL,
+	             "a copy");
+	cr_assert_eq(tdm_launch_spin(s, 0), -EINVAL, "a test kernel");
+	cr_assert_eq(tdm_memcpy_peer_async(s, x, 0, y, 0, LEN * sizeof(float)), -EINVAL,
+	             "a peer copy");
+	cr_assert_eq(tdm_device_free_async(s, y), -EINVAL, "a stream-ordered free");
+	void *more;
+	cr_assert_eq(tdm_device_alloc_async(s, 64, &more), -EINVAL, "a stream-ordered alloc");
+	cr_assert_eq(tdm_mem_prefetch(s, x, LEN * sizeof(float), 0), -EINVAL, "a prefetch");
+	tdm_event *ev;
+	cr_assert_eq(tdm_event_get(e.gpu, 0, &ev), 0);
+	cr_assert_eq(tdm_event_record(ev, s), -EINVAL, "a record");
+	cr_assert_eq(tdm_event_put(ev), 0);
+	cr_assert_eq(await_stream(e.ex, s), -EINVAL, "an await");
+	cr_assert_eq(tdm_stream_device(s), -EINVAL);
+	cr_assert_eq(tdm_stream_release(other), 0);
+
+	/* Nothing ran: x still holds 0..LEN-1, y still -1 (and is still allocated). */
+	read_back(&e, host, x);
+	for (int i = 0; i < LEN; i++)
+		cr_assert_eq(host[i], (float)i, "x[%d] was written", i);
+	read_back(&e, host, y);
+	for (int i = 0; i < LEN; i++)
+		cr_assert_eq(host[i], -1.0f, "y[%d] was written", i);
+	cr_assert_eq(tdm_device_free(e.gpu, 0, x), 0);
+	cr_assert_eq(tdm_device_free(e.gpu, 0, y), 0);
+	cr_assert_eq(tdm_host_free(e.gpu, host), 0);
 	env_close(&e);
 }
