@@ -6,6 +6,10 @@
  * closed, against the destroyer's seq_cst store of closed, then its seq_cst loads of the
  * stripes: either the call sees closed and backs out, or the destroyer sees its count and waits
  * for its leave. A leave is release: what the call did happens before the drain returns.
+ * A call that backs out has touched the gate all the same: the destroyer drains once more right
+ * before it frees the gate, so that every call that entered is done with it by then; a call
+ * reads nothing else of what is gated before it enters. A destroy cannot wait for a call it
+ * never saw: none may begin once the destroy may have returned.
  */
 #ifndef TDM_BASE_GATE_H
 #define TDM_BASE_GATE_H

@@ -34,7 +34,7 @@ static int fail_now(struct tdm__task *t, int rc)
  */
 static int held_poll(struct tdm__task *t, int *rc)
 {
-	struct tdm_stream *s = TDM__AW_PTR(t);
+	struct tdm__stream *s = TDM__AW_PTR(t);
 	struct tdm_gpu *gpu = s->dev->gpu;
 	/* Acquire: pairs with the device's write (the backend's store in sim); the work before
 	 * the write is complete. */
@@ -70,14 +70,15 @@ static void submit_guarded(struct tdm_gpu *gpu, struct tdm__task *t)
 static void held_handoff(struct tdm__task *t)
 {
 	/* The handing worker is not t's runner: t may have returned and released its lease. */
-	submit_guarded(((struct tdm_stream *)TDM__AW_PTR(t))->dev->gpu, t);
+	submit_guarded(((struct tdm__stream *)TDM__AW_PTR(t))->dev->gpu, t);
 }
 
-int tdm_await_stream(tdm_task *pub, tdm_stream *s)
+int tdm_await_stream(tdm_task *pub, tdm_stream *lease)
 {
 	struct tdm__task *t = tdm__task_cast(pub);
-	if (t == NULL || s == NULL)
+	if (t == NULL || lease == NULL || !tdm__lease_held(lease))
 		return fail_now(t, -EINVAL);
+	struct tdm__stream *s = lease->st;
 	struct tdm__gdev *d = s->dev;
 	struct tdm_gpu *gpu = d->gpu;
 	if (tdm__task_executor(t) != gpu->ex)
@@ -129,7 +130,7 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *s)
 		if (e != NULL)
 			tdm__event_give(e);
 		atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_relaxed);
-		return fail_now(t, tdm__enqueued(s, rc));
+		return fail_now(t, tdm__enqueued(lease, rc));
 	}
 	tdm__task_suspend(t);
 	/* A word is one memory read: the worker may watch it itself while it has nothing else to

@@ -101,7 +101,8 @@ int tdm_event_put(tdm_event *e)
 
 int tdm_event_record(tdm_event *e, tdm_stream *s)
 {
-	if (e == NULL || s == NULL || e->dev != s->dev || tdm__event_put_back(e))
+	if (e == NULL || s == NULL || !tdm__lease_held(s) || e->dev != s->dev ||
+	    tdm__event_put_back(e))
 		return -EINVAL;
 	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
 		return -EIO;

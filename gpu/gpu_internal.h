@@ -31,7 +31,8 @@
 
 struct tdm__gdev;
 
-struct tdm_stream {
+/* A stream of a device's set, shared by the leases that hold it. */
+struct tdm__stream {
 	struct tdm__gdev *dev;
 	void *bs;       /* the backend's stream */
 	uint64_t *word; /* completion word, in pinned memory, a cache line of its own */
@@ -45,7 +46,7 @@ struct tdm_stream {
 
 	/* Poller only. */
 	_Alignas(TDM__CACHELINE) struct tdm__task *head, *tail; /* awaits, by sequence */
-	struct tdm_stream *busy_next;
+	struct tdm__stream *busy_next;
 	bool busy;
 	uint64_t done;         /* highest number known complete: word read, or event done */
 	uint64_t moved_ns;     /* when its oldest await last changed (completed, or FIFO filled) */
@@ -55,6 +56,41 @@ struct tdm_stream {
 };
 
 #define TDM__EXCLUSIVE (1 << 30)
+
+/*
+ * A lease: what tdm_stream_lease hands out, one per lease, so that a release names its holder
+ * and not only the stream (streams.c). dev and bs are st's, copied at the lease, so that work
+ * calls reach the backend without going through st. Handles are recycled: a released one is
+ * refused while it is free, not once another lease took it again.
+ */
+struct tdm_stream {
+	_Alignas(TDM__CACHELINE) struct tdm__gdev *dev; /* a line each: held by one holder */
+	void *bs;
+	struct tdm__stream *st;
+	/* Set by the lease, cleared by the release (an exchange: of two releases of one lease,
+	 * racing or not, one finds it held). Read relaxed by work and awaits, as a check of
+	 * misuse. */
+	_Atomic bool held;
+	bool exclusive;
+	struct tdm_stream *next_free; /* on a free list (streams.c) */
+};
+
+/* Whether s is a lease still held (tdm_stream's note). */
+static inline bool tdm__lease_held(const struct tdm_stream *s)
+{
+	return atomic_load_explicit(&s->held, memory_order_relaxed);
+}
+
+/* Free lease handles, oldest first (streams.c). */
+struct tdm__lease_list {
+	struct tdm_stream *head, *tail;
+	unsigned n;
+};
+
+/* A worker's own free list, touched by that worker only; on a line of its own. */
+struct tdm__lease_cache {
+	_Alignas(TDM__CACHELINE) struct tdm__lease_list l;
+};
 
 /* When a shared lease may leave its worker's own stream for a less loaded one (two choices). */
 enum {
@@ -81,7 +117,7 @@ struct tdm__gdev {
 	bool adaptive;     /* words only on quick streams (TDM_COMPLETION_ADAPTIVE) */
 	unsigned nstreams; /* per priority class */
 	int prio[TDM__PRIO_CLASSES];
-	_Atomic(struct tdm_stream *) *streams[TDM__PRIO_CLASSES]; /* created lazily */
+	_Atomic(struct tdm__stream *) *streams[TDM__PRIO_CLASSES]; /* created lazily */
 	uint64_t *word_block;  /* pinned: one cache line per stream */
 	_Atomic unsigned rr;   /* spreads threads that are not workers */
 	_Atomic int failed;    /* a sticky error was seen */
@@ -123,6 +159,8 @@ struct tdm_gpu {
 	struct tdm__backend *b;
 	int ndev;
 	struct tdm__gdev *devs;
+	struct tdm__lease_cache *lease_cache; /* one per worker of ex (streams.c) */
+	unsigned nlease_cache;
 	bool nvml; /* TANDEM_NVML: load NVML for discovery (topology/discover.c) */
 	/* CUDA_DEVICE_MAX_CONNECTIONS as a tdm_gpu_create of this process set it by
 	 * TDM_CONNECTIONS_AUTO (0: none, or a value the config named), and whether this one wanted
@@ -141,10 +179,15 @@ struct tdm_gpu {
 	/* Placement's rotation: written on every TDM_DEVICE_ANY lease, so kept off the line of
 	 * ops, b and devs at the top, which every launch reads. */
 	_Atomic unsigned place_rr;
+	/* Free lease handles for threads that are not workers, and what a worker's list
+	 * overflows or lacks; every handle's chunk, freed at destroy (streams.c). */
+	pthread_mutex_t lease_lock;
+	struct tdm__lease_list lease_free;     /* lease_lock */
+	struct tdm__lease_chunk *lease_chunks; /* lease_lock */
 
 	/* Poller only. */
 	_Alignas(TDM__CACHELINE) pthread_t poller;
-	struct tdm_stream *busy; /* streams with awaits */
+	struct tdm__stream *busy; /* streams with awaits */
 	/* Spinning sweeps; every TDM__STALL_EVERY-th looks at stalled word streams. */
 	unsigned sweeps;
 	uint64_t due_ns;      /* the earliest completion expected (typical_ns); UINT64_MAX: none */
@@ -188,20 +231,20 @@ void *tdm__poller_main(void *arg);
 void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t);
 /* work.c: an operation's -EIO (rc) may come from a dead device; if the stream says -EIO too, the
  * device is marked failed (leases and awaits on it fail at once from here on). True then. */
-bool tdm__fail_if_dead(struct tdm_stream *s, int rc);
+bool tdm__fail_if_dead(struct tdm__stream *s, int rc);
 
-/* The result of an enqueue on s, after tdm__fail_if_dead had its look at it. */
+/* The result of an enqueue on lease s, after tdm__fail_if_dead had its look at it. */
 static inline int tdm__enqueued(struct tdm_stream *s, int rc)
 {
-	tdm__fail_if_dead(s, rc);
+	tdm__fail_if_dead(s->st, rc);
 	return rc;
 }
 
-/* Returns from the calling function what `call`, an enqueue on stream s made through the launch
- * gate, returned: -EINVAL for a NULL s, -EIO at once on a failed device. */
+/* Returns from the calling function what `call`, an enqueue on lease s made through the launch
+ * gate, returned: -EINVAL for a NULL or released s, -EIO at once on a failed device. */
 #define TDM__LAUNCH(s, call)                                                                       \
 	do {                                                                                       \
-		if ((s) == NULL)                                                                   \
+		if ((s) == NULL || !tdm__lease_held(s))                                            \
 			return -EINVAL;                                                            \
 		if (atomic_load_explicit(&(s)->dev->failed, memory_order_relaxed))                 \
 			return -EIO;                                                               \
@@ -253,6 +296,9 @@ static inline bool tdm__event_put_back(const struct tdm_event *e)
 /* streams.c: the streams of priority class c on d that nobody holds exclusively (those not made
  * yet among them): a snapshot, for a holder that must leave one to shared leases. */
 unsigned tdm__streams_open(const struct tdm__gdev *d, int c);
+/* The lease handles' lists, with the layer's life: -ENOMEM; fini is safe on a zeroed gpu. */
+int tdm__leases_init(struct tdm_gpu *gpu);
+void tdm__leases_fini(struct tdm_gpu *gpu);
 
 /* layer.c */
 void tdm__device_fail(struct tdm__gdev *d);

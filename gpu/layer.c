@@ -72,7 +72,7 @@ static void destroy_devices(struct tdm_gpu *gpu)
 			if (d->streams[c] == NULL)
 				continue;
 			for (unsigned k = 0; k < d->nstreams; k++) {
-				struct tdm_stream *s = atomic_load(&d->streams[c][k]);
+				struct tdm__stream *s = atomic_load(&d->streams[c][k]);
 				if (s == NULL)
 					continue;
 				gpu->ops->stream_destroy(gpu->b, s->bs);
@@ -290,6 +290,8 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	}
 	if (ops == NULL && (rc = tdm__topology_for_backend(gpu)) != 0)
 		goto fail;
+	if ((rc = tdm__leases_init(gpu)) != 0)
+		goto fail;
 	if (ops != NULL && (rc = tdm__pinned_init(gpu)) != 0)
 		goto fail;
 	if (pthread_create(&gpu->poller, NULL, tdm__poller_main, gpu) != 0) {
@@ -302,6 +304,7 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	*out = gpu;
 	return 0;
 fail:
+	tdm__leases_fini(gpu);
 	if (gpu->pinned != NULL)
 		tdm__pinned_fini(gpu);
 	if (gpu->devs != NULL)
@@ -334,12 +337,21 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 	for (int i = 0; i < gpu->ndev; i++)
 		for (int c = 0; c < TDM__PRIO_CLASSES; c++)
 			for (unsigned k = 0; k < gpu->devs[i].nstreams; k++) {
-				struct tdm_stream *s = atomic_load(&gpu->devs[i].streams[c][k]);
+				struct tdm__stream *s = atomic_load(&gpu->devs[i].streams[c][k]);
 				/* Acquire: pairs with the release in tdm_stream_release. */
 				while (s != NULL &&
 				       atomic_load_explicit(&s->leases, memory_order_acquire) != 0)
 					sched_yield();
 			}
+	/* Leases and awaits refused since the drain above still touch the gate, `stopping` and
+	 * `active` (an await counts itself before it sees `stopping`, and the poller may have
+	 * ended before): wait for their leaves and their drops of `active` (releases, paired with
+	 * the drain's loads and the acquire load here), so that their accesses happen before the
+	 * frees below. */
+	tdm__gate_drain(&gpu->leases);
+	while (atomic_load_explicit(&gpu->active, memory_order_acquire) != 0)
+		sched_yield();
+	tdm__leases_fini(gpu); /* every handle is back: its lease's count was dropped after */
 	free(gpu->heap);
 	free(gpu->wake);
 	free(gpu->wake_rc);

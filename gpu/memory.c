@@ -52,7 +52,7 @@ struct tdm__stage {
 	struct staging *st; /* NULL once the device's failure took the block back */
 	struct tdm__stage *prev, *next;
 	/* Device to host: the stream and the destination range, [lo, hi), while listed. */
-	const struct tdm_stream *s;
+	const struct tdm__stream *s;
 	uintptr_t lo, hi;
 	/* Under stage_lock. A host function is copying through the block, outside the lock (a
 	 * copy of megabytes must not hold up the list, nor tdm__device_fail on the poller): the
@@ -124,7 +124,7 @@ static void staging_release(void *arg)
 }
 
 /* Whether a device-to-host copy still pending on s writes into [p, p + bytes). */
-static bool pending_write_overlaps(struct tdm__gdev *d, const struct tdm_stream *s, const void *p,
+static bool pending_write_overlaps(struct tdm__gdev *d, const struct tdm__stream *s, const void *p,
                                    size_t bytes)
 {
 	uintptr_t lo = (uintptr_t)p, hi = lo + bytes;
@@ -219,14 +219,14 @@ int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, 
 	st->bytes = bytes;
 	bool in_order = false;
 	if (kind == TDM_COPY_H2D) {
-		in_order = pending_write_overlaps(s->dev, s, src, bytes);
+		in_order = pending_write_overlaps(s->dev, s->st, src, bytes);
 		if (in_order)
 			n->src = src;
 		else
 			memcpy(st + 1, src, bytes);
 	} else {
 		st->dst = dst;
-		n->s = s;
+		n->s = s->st;
 		n->lo = (uintptr_t)dst;
 		n->hi = n->lo + bytes;
 	}
@@ -332,7 +332,7 @@ int tdm_host_free(tdm_gpu *gpu, void *p)
 
 int tdm_device_alloc_async(tdm_stream *s, size_t bytes, void **out)
 {
-	if (s == NULL || out == NULL || bytes == 0)
+	if (s == NULL || !tdm__lease_held(s) || out == NULL || bytes == 0)
 		return -EINVAL;
 	struct tdm_gpu *gpu = s->dev->gpu;
 	NEED(gpu, malloc_async);
@@ -343,7 +343,7 @@ int tdm_device_alloc_async(tdm_stream *s, size_t bytes, void **out)
 
 int tdm_device_free_async(tdm_stream *s, void *p)
 {
-	if (s == NULL)
+	if (s == NULL || !tdm__lease_held(s))
 		return -EINVAL;
 	if (p == NULL)
 		return 0;
@@ -386,7 +386,7 @@ int tdm_managed_free(tdm_gpu *gpu, void *p)
 
 int tdm_mem_prefetch(tdm_stream *s, const void *p, size_t bytes, int device)
 {
-	if (s == NULL || p == NULL || bytes == 0)
+	if (s == NULL || !tdm__lease_held(s) || p == NULL || bytes == 0)
 		return -EINVAL;
 	struct tdm_gpu *gpu = s->dev->gpu;
 	if (device >= gpu->ndev)
@@ -411,7 +411,7 @@ int tdm_mem_advise(tdm_gpu *gpu, const void *p, size_t bytes, tdm_mem_advice adv
 int tdm_memcpy_peer_async(tdm_stream *s, void *dst, int dst_device, const void *src, int src_device,
                           size_t bytes)
 {
-	if (s == NULL || dst == NULL || src == NULL)
+	if (s == NULL || !tdm__lease_held(s) || dst == NULL || src == NULL)
 		return -EINVAL;
 	struct tdm_gpu *gpu = s->dev->gpu;
 	if (!dev_ok(gpu, dst_device) || !dev_ok(gpu, src_device) ||

@@ -416,7 +416,7 @@ static int streams_lease(struct pipe *p, unsigned want)
 			return rc;
 		bool again = false; /* a shared lease may give a stream this pipeline holds */
 		for (unsigned j = 0; j < k; j++)
-			again |= p->streams[j].s == ps->s;
+			again |= p->streams[j].s->st == ps->s->st;
 		if (again) {
 			tdm_stream_release(ps->s);
 			ps->s = NULL;

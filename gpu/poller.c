@@ -152,7 +152,7 @@ static uint64_t aw_seq(struct tdm__task *t)
 	return ((const struct tdm_event *)(uintptr_t)TDM__AW(t)->seq)->seq;
 }
 
-static void stream_insert(struct tdm_gpu *gpu, struct tdm_stream *s, struct tdm__task *t,
+static void stream_insert(struct tdm_gpu *gpu, struct tdm__stream *s, struct tdm__task *t,
                           uint64_t now)
 {
 	TDM__AW(t)->link.next = NULL;
@@ -253,7 +253,7 @@ static void intake(struct tdm_gpu *gpu, uint64_t now)
 #define TDM__LOOK_MAX_NS 1000000ull
 #define TDM__LOOK_MIN_NS 2000ull /* near the due window: a look's poller time stays small */
 
-static void fail_stream_awaits(struct tdm_gpu *gpu, struct tdm_stream *s, int rc)
+static void fail_stream_awaits(struct tdm_gpu *gpu, struct tdm__stream *s, int rc)
 {
 	while (s->head != NULL) {
 		struct tdm__task *t = s->head;
@@ -266,7 +266,7 @@ static void fail_stream_awaits(struct tdm_gpu *gpu, struct tdm_stream *s, int rc
 }
 
 /* Returns whether anything completed. */
-static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now)
+static bool sweep_stream(struct tdm_gpu *gpu, struct tdm__stream *s, uint64_t now)
 {
 	struct tdm__gdev *d = s->dev;
 	const struct tdm__backend_ops *ops = gpu->ops;
@@ -368,7 +368,7 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm_stream *s, uint64_t now
 /* How long past its due time a completion is still spun for: 1/16 of the typical wait (a
  * poller woken late on a loaded machine still finds it due), at least a back-off step, at most
  * TDM__DUE_MAX_NS (a missed estimate of long work must not cost a core for long). */
-static uint64_t due_late(const struct tdm_stream *s)
+static uint64_t due_late(const struct tdm__stream *s)
 {
 	uint64_t late = s->typical_ns / 16;
 	return late < TDM__BACKOFF_NS   ? TDM__BACKOFF_NS
@@ -378,7 +378,7 @@ static uint64_t due_late(const struct tdm_stream *s)
 
 /* The earliest due completion over the busy streams, leaving out those overdue past due_late
  * (their estimate was wrong; sleep steps see them). */
-static void note_due(struct tdm_gpu *gpu, const struct tdm_stream *s, uint64_t now)
+static void note_due(struct tdm_gpu *gpu, const struct tdm__stream *s, uint64_t now)
 {
 	if (s->typical_ns == 0)
 		return;
@@ -407,7 +407,7 @@ static bool in_due_window(uint64_t now, uint64_t due, uint64_t lead, uint64_t la
 }
 
 /* Whether stream s's await is due now (the window due_soon spins through, for this stream). */
-static bool stream_due(const struct tdm_gpu *gpu, const struct tdm_stream *s, uint64_t now)
+static bool stream_due(const struct tdm_gpu *gpu, const struct tdm__stream *s, uint64_t now)
 {
 	return s->typical_ns != 0 &&
 	       in_due_window(now, s->moved_ns + s->typical_ns, due_lead(gpu), due_late(s));
@@ -452,9 +452,9 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 	gpu->due_ns = UINT64_MAX;
 	bool look_at_stalled_words = !spinning || ++gpu->sweeps % TDM__STALL_EVERY == 0;
 	unsigned stalled_events = 0; /* for the next sweep's look steps */
-	struct tdm_stream **pp = &gpu->busy;
+	struct tdm__stream **pp = &gpu->busy;
 	while (*pp != NULL) {
-		struct tdm_stream *s = *pp;
+		struct tdm__stream *s = *pp;
 		bool stalled = now - s->moved_ns > TDM__STALL_NS(gpu);
 		bool on_event = TDM__AW_KIND(s->head) == TDM__AW_STREAM_EVENT;
 		stalled_events += stalled && on_event;

@@ -24,10 +24,10 @@
 #include "gpu_internal.h"
 
 /* The stream at slot k of class c, created on first use. */
-static int stream_at(struct tdm__gdev *d, int c, unsigned k, struct tdm_stream **out)
+static int stream_at(struct tdm__gdev *d, int c, unsigned k, struct tdm__stream **out)
 {
 	/* Acquire: pairs with the release store below; the stream's fields are initialised. */
-	struct tdm_stream *s = atomic_load_explicit(&d->streams[c][k], memory_order_acquire);
+	struct tdm__stream *s = atomic_load_explicit(&d->streams[c][k], memory_order_acquire);
 	if (s != NULL) {
 		*out = s;
 		return 0;
@@ -68,7 +68,7 @@ unsigned tdm__streams_open(const struct tdm__gdev *d, int c)
 	unsigned open = 0;
 	for (unsigned k = 0; k < d->nstreams; k++) {
 		/* Acquire: pairs with the release that publishes a made stream (stream_at). */
-		struct tdm_stream *s =
+		struct tdm__stream *s =
 		    atomic_load_explicit(&d->streams[c][k], memory_order_acquire);
 		/* Relaxed: a snapshot; the caller checks again after it took a stream. */
 		open += s == NULL ||
@@ -89,7 +89,7 @@ static int device_load(struct tdm__gdev *d)
 		for (unsigned k = 0; k < d->nstreams; k++) {
 			/* Acquire: pairs with the release that publishes a made stream (stream_at).
 			 */
-			struct tdm_stream *s =
+			struct tdm__stream *s =
 			    atomic_load_explicit(&d->streams[c][k], memory_order_acquire);
 			if (s == NULL)
 				continue;
@@ -159,7 +159,7 @@ static unsigned two_choices(struct tdm__gdev *d, int c, unsigned k)
 	static _Thread_local unsigned turn;
 	unsigned other = (k + 1 + turn++ % (d->nstreams - 1)) % d->nstreams;
 	/* Acquire: pair with the release that publishes a made stream (stream_at). */
-	struct tdm_stream *mine = atomic_load_explicit(&d->streams[c][k], memory_order_acquire);
+	struct tdm__stream *mine = atomic_load_explicit(&d->streams[c][k], memory_order_acquire);
 	if (mine == NULL || d->gpu->balance == TDM__BALANCE_NEVER)
 		return k;
 	/* A quick stream keeps its worker's leases (the top of this file). Relaxed: the poller's
@@ -167,7 +167,7 @@ static unsigned two_choices(struct tdm__gdev *d, int c, unsigned k)
 	if (d->gpu->balance == TDM__BALANCE_SLOW &&
 	    atomic_load_explicit(&mine->quick, memory_order_relaxed))
 		return k;
-	struct tdm_stream *s = atomic_load_explicit(&d->streams[c][other], memory_order_acquire);
+	struct tdm__stream *s = atomic_load_explicit(&d->streams[c][other], memory_order_acquire);
 	if (s == NULL)
 		return k;
 	int lm = atomic_load_explicit(&mine->leases, memory_order_relaxed);
@@ -177,33 +177,184 @@ static unsigned two_choices(struct tdm__gdev *d, int c, unsigned k)
 	return lo + 2 + lm / 16 < lm ? other : k;
 }
 
-static int lease(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm_stream **out);
+/*
+ * Lease handles, one per lease (gpu_internal.h, struct tdm_stream), recycled through free lists:
+ * each worker's own (gpu->lease_cache, touched by that worker only: no atomic, no lock) and a
+ * shared one under lease_lock, for threads that are not workers and for the batches a worker's
+ * list lacks or overflows (a task may lease on one worker and release on another). A worker's
+ * lease costs a pop and a few stores to lines the worker most likely holds, a release one
+ * exchange and a push, next to the gate's and the stream count's atomics that a lease takes
+ * anyway; a worker takes the lock only once per batch of handles, and then only when its
+ * leases and releases do not balance. Lists are oldest first, so that a released handle is
+ * reused as late as the list allows: until then a stale use of it is refused.
+ */
+#define LEASE_BATCH 32 /* handles made at once, and moved at once between lists */
+
+struct tdm__lease_chunk {
+	struct tdm__lease_chunk *next;
+	struct tdm_stream h[LEASE_BATCH];
+};
+
+static struct tdm_stream *list_pop(struct tdm__lease_list *l)
+{
+	struct tdm_stream *h = l->head;
+	if (h != NULL) {
+		l->head = h->next_free;
+		if (l->head == NULL)
+			l->tail = NULL;
+		l->n--;
+	}
+	return h;
+}
+
+static void list_push(struct tdm__lease_list *l, struct tdm_stream *h)
+{
+	h->next_free = NULL;
+	if (l->tail != NULL)
+		l->tail->next_free = h;
+	else
+		l->head = h;
+	l->tail = h;
+	l->n++;
+}
+
+/* The oldest k handles of `from` (all, when it holds fewer) to the end of `to`. */
+static void list_move(struct tdm__lease_list *from, struct tdm__lease_list *to, unsigned k)
+{
+	for (struct tdm_stream *h; k > 0 && (h = list_pop(from)) != NULL; k--)
+		list_push(to, h);
+}
+
+int tdm__leases_init(struct tdm_gpu *gpu)
+{
+	int workers = tdm_executor_workers(gpu->ex);
+	unsigned n = workers > 0 ? (unsigned)workers : 0;
+	/* One more than needed: never empty, so that a NULL lease_cache means not initialised. */
+	gpu->lease_cache = aligned_alloc(TDM__CACHELINE, (n + 1) * sizeof(*gpu->lease_cache));
+	if (gpu->lease_cache == NULL)
+		return -ENOMEM;
+	memset(gpu->lease_cache, 0, (n + 1) * sizeof(*gpu->lease_cache));
+	gpu->nlease_cache = n;
+	pthread_mutex_init(&gpu->lease_lock, NULL);
+	gpu->lease_chunks = NULL;
+	memset(&gpu->lease_free, 0, sizeof(gpu->lease_free));
+	return 0;
+}
+
+void tdm__leases_fini(struct tdm_gpu *gpu)
+{
+	if (gpu->lease_cache == NULL)
+		return; /* never initialised */
+	while (gpu->lease_chunks != NULL) {
+		struct tdm__lease_chunk *ch = gpu->lease_chunks;
+		gpu->lease_chunks = ch->next;
+		free(ch);
+	}
+	free(gpu->lease_cache);
+	gpu->lease_cache = NULL;
+	gpu->nlease_cache = 0;
+	pthread_mutex_destroy(&gpu->lease_lock);
+}
+
+/* The calling thread's list when it is a worker of gpu's executor, else NULL. */
+static struct tdm__lease_list *lease_cache(struct tdm_gpu *gpu, int wi)
+{
+	return wi >= 0 && (unsigned)wi < gpu->nlease_cache ? &gpu->lease_cache[wi].l : NULL;
+}
+
+/* A handle off the shared list (a new chunk's, when it is empty), and for a worker a batch more
+ * onto its list c. NULL: no memory. */
+static struct tdm_stream *handle_get_slow(struct tdm_gpu *gpu, struct tdm__lease_list *c)
+{
+	pthread_mutex_lock(&gpu->lease_lock);
+	if (gpu->lease_free.head == NULL) {
+		pthread_mutex_unlock(&gpu->lease_lock);
+		struct tdm__lease_chunk *ch = aligned_alloc(TDM__CACHELINE, sizeof(*ch));
+		if (ch == NULL)
+			return NULL;
+		memset(ch, 0, sizeof(*ch));
+		pthread_mutex_lock(&gpu->lease_lock);
+		ch->next = gpu->lease_chunks;
+		gpu->lease_chunks = ch;
+		for (unsigned i = 0; i < LEASE_BATCH; i++)
+			list_push(&gpu->lease_free, &ch->h[i]);
+	}
+	struct tdm_stream *h = list_pop(&gpu->lease_free);
+	if (c != NULL)
+		list_move(&gpu->lease_free, c, LEASE_BATCH);
+	pthread_mutex_unlock(&gpu->lease_lock);
+	return h;
+}
+
+static struct tdm_stream *handle_get(struct tdm_gpu *gpu, int wi)
+{
+	struct tdm__lease_list *c = lease_cache(gpu, wi);
+	struct tdm_stream *h = c != NULL ? list_pop(c) : NULL;
+	return h != NULL ? h : handle_get_slow(gpu, c);
+}
+
+/* h back on the calling thread's list; a worker's list past two batches gives its oldest batch
+ * to the shared list. */
+static void handle_put(struct tdm_gpu *gpu, int wi, struct tdm_stream *h)
+{
+	struct tdm__lease_list *c = lease_cache(gpu, wi);
+	if (c != NULL) {
+		list_push(c, h);
+		if (c->n < 2 * LEASE_BATCH)
+			return;
+	}
+	pthread_mutex_lock(&gpu->lease_lock);
+	if (c != NULL)
+		list_move(c, &gpu->lease_free, LEASE_BATCH);
+	else
+		list_push(&gpu->lease_free, h);
+	pthread_mutex_unlock(&gpu->lease_lock);
+}
+
+static int lease(struct tdm_gpu *gpu, int device, unsigned flags, int wi, struct tdm__stream **out);
 
 int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 {
 	if (gpu == NULL || out == NULL ||
 	    (flags & ~(unsigned)(TDM_STREAM_EXCLUSIVE | TDM_STREAM_HIGH_PRIORITY)) != 0)
 		return -EINVAL;
-	if (gpu->ndev == 0)
-		return -ENODEV;
-	if (device != TDM_DEVICE_ANY && (device < 0 || device >= gpu->ndev))
-		return -EINVAL;
-	/* Through the gate: a lease that missed stopping is waited for, and what it took is then
-	 * seen by destroy's scan of the leases. */
+	/* Through the gate, before any other access to gpu: a lease that missed stopping is
+	 * waited for, and what it took is then seen by destroy's scan of the leases; one refused
+	 * is waited for before the free. */
 	_Atomic unsigned *n = tdm__gate_enter(&gpu->leases, &gpu->stopping);
 	if (n == NULL)
 		return -ESHUTDOWN;
-	int rc = lease(gpu, device, flags, tdm_worker_index(gpu->ex), out);
+	int rc, wi = tdm__worker_index(gpu->ex);
+	struct tdm_stream *h = NULL;
+	struct tdm__stream *st = NULL;
+	if (gpu->ndev == 0)
+		rc = -ENODEV;
+	else if (device != TDM_DEVICE_ANY && (device < 0 || device >= gpu->ndev))
+		rc = -EINVAL;
+	else if ((h = handle_get(gpu, wi)) == NULL)
+		rc = -ENOMEM;
+	else if ((rc = lease(gpu, device, flags, wi, &st)) != 0)
+		handle_put(gpu, wi, h);
+	if (rc == 0) {
+		h->st = st;
+		h->dev = st->dev;
+		h->bs = st->bs;
+		h->exclusive = (flags & TDM_STREAM_EXCLUSIVE) != 0;
+		/* Relaxed: the holder's own flag; a hand-off of h orders it for the next. */
+		atomic_store_explicit(&h->held, true, memory_order_relaxed);
+		*out = h;
+	}
 	tdm__gate_leave(n);
 	return rc;
 }
 
-static int lease_on(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm_stream **out);
+static int lease_on(struct tdm_gpu *gpu, int device, unsigned flags, int wi,
+                    struct tdm__stream **out);
 
 /* TDM_DEVICE_ANY: the placement's device first; when it has no stream to give (-EBUSY) or failed
  * since (-ENODEV), the other live devices in turn, so that the lease says -EBUSY only when no
  * device could take it, and -ENODEV only when every device failed. */
-static int lease(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm_stream **out)
+static int lease(struct tdm_gpu *gpu, int device, unsigned flags, int wi, struct tdm__stream **out)
 {
 	if (device != TDM_DEVICE_ANY)
 		return lease_on(gpu, device, flags, wi, out);
@@ -222,7 +373,8 @@ static int lease(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm_st
 	return busy ? -EBUSY : -ENODEV;
 }
 
-static int lease_on(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm_stream **out)
+static int lease_on(struct tdm_gpu *gpu, int device, unsigned flags, int wi,
+                    struct tdm__stream **out)
 {
 	struct tdm__gdev *d = &gpu->devs[device];
 	if (device_failed(d))
@@ -233,7 +385,7 @@ static int lease_on(struct tdm_gpu *gpu, int device, unsigned flags, int wi, tdm
 	if (!(flags & TDM_STREAM_EXCLUSIVE) && d->nstreams > 1)
 		first = two_choices(d, c, first % d->nstreams);
 	for (unsigned i = 0; i < d->nstreams; i++) {
-		struct tdm_stream *s;
+		struct tdm__stream *s;
 		int rc = stream_at(d, c, (first + i) % d->nstreams, &s);
 		if (rc != 0)
 			return rc;
@@ -265,27 +417,32 @@ int tdm_stream_release(tdm_stream *s)
 {
 	if (s == NULL)
 		return -EINVAL;
-	int cur = atomic_load_explicit(&s->leases, memory_order_relaxed);
-	if (cur == 0)
+	/* Relaxed: the flag says whose the lease is, and orders nothing (the stream's count,
+	 * below, does); the exchange lets one release of two through. */
+	if (!atomic_exchange_explicit(&s->held, false, memory_order_relaxed))
 		return -EINVAL;
-	/* Release: the holder's use of the stream happens before the next exclusive lease. */
-	if (cur >= TDM__EXCLUSIVE)
-		atomic_fetch_sub_explicit(&s->leases, TDM__EXCLUSIVE, memory_order_release);
-	else
-		atomic_fetch_sub_explicit(&s->leases, 1, memory_order_release);
+	struct tdm__stream *st = s->st;
+	struct tdm_gpu *gpu = st->dev->gpu;
+	int n = s->exclusive ? TDM__EXCLUSIVE : 1;
+	/* The handle goes back before the count drops: tdm_gpu_destroy frees the lists once every
+	 * count is 0. */
+	handle_put(gpu, tdm__worker_index(gpu->ex), s);
+	/* Release: the holder's use of the stream (and the handle's return) happens before the
+	 * next exclusive lease and before tdm_gpu_destroy's acquire scan of the counts. */
+	atomic_fetch_sub_explicit(&st->leases, n, memory_order_release);
 	return 0;
 }
 
 void *tdm_stream_native(const tdm_stream *s)
 {
-	if (s == NULL || s->dev->gpu->ops->stream_native == NULL)
+	if (s == NULL || !tdm__lease_held(s) || s->dev->gpu->ops->stream_native == NULL)
 		return NULL;
 	return s->dev->gpu->ops->stream_native(s->dev->gpu->b, s->bs);
 }
 
 int tdm_stream_device(const tdm_stream *s)
 {
-	return s != NULL ? s->dev->index : -EINVAL;
+	return s != NULL && tdm__lease_held(s) ? s->dev->index : -EINVAL;
 }
 
 void tdm_launch_begin(tdm_stream *s)

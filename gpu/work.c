@@ -7,7 +7,7 @@
 
 #include "gpu_internal.h"
 
-bool tdm__fail_if_dead(struct tdm_stream *s, int rc)
+bool tdm__fail_if_dead(struct tdm__stream *s, int rc)
 {
 	if (rc != -EIO || s->dev->gpu->ops->stream_query(s->dev->gpu->b, s->bs) != -EIO)
 		return false;

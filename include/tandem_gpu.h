@@ -142,11 +142,17 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg);
 /*
  * Waits until every outstanding GPU await has completed and its task was handed back, resumes
  * tasks awaiting deadlines with -ECANCELED, stops the poller, waits until every stream lease was
- * released, and frees streams, events and pools. Tasks may go on leasing and awaiting while it
- * runs: what begins after it began fails with -ESHUTDOWN, and a lease in progress is waited for,
- * then its release. Other calls on gpu (memory, events) must not race it: make them before it
- * begins, or while holding a lease (nothing is freed before every lease is released). Either
- * order of tdm_gpu_destroy and tdm_executor_destroy works.
+ * released, and frees streams, events and the pools' memory. Leases and awaits after the call
+ * began fail with -ESHUTDOWN; a lease already in progress is waited for, and then its release.
+ * Tasks and other threads may go on leasing and awaiting while it runs: it frees gpu only after
+ * every lease and await call that reached gpu has returned, refused ones included. It cannot
+ * wait for a call it never saw: none may begin once the destroy may have returned, so a caller
+ * that leases or awaits while a destroy runs must be done with that call before something the
+ * destroy waits for is over (a lease still held, its own or another's; an await outstanding).
+ * A task that releases its last lease and then leases or awaits again, say, may find gpu freed.
+ * Other calls on gpu (device, managed and pinned memory, events) must not race it: make them
+ * before it begins, or while holding a lease (it frees nothing before every lease is released).
+ * Either order of tdm_gpu_destroy and tdm_executor_destroy works.
  * -EINVAL: gpu is NULL.  -EDEADLK: called from a worker of the executor.
  */
 int tdm_gpu_destroy(tdm_gpu *gpu);
@@ -192,14 +198,19 @@ enum {
  * exclusively (tdm_pipeline_run leaves one to shared leases; your own exclusive leases can take
  * them all); TDM_DEVICE_ANY: no device had a stream to give.  -ESHUTDOWN: the GPU layer is being
  * destroyed.  -ENOMEM, -EAGAIN, -EIO: the stream, made on its first lease, could not be (no
- * memory, no thread for it on sim, or the driver failed).
+ * memory, no thread for it on sim, or the driver failed); -ENOMEM also: no memory for the
+ * lease's handle.
+ * *out is this lease's own handle: two leases of one stream are two handles. Once released, a
+ * handle is refused by every call that takes a stream (-EINVAL, nothing enqueued) until a later
+ * lease gets it again: handles are reused, oldest first, and a stale one then names that lease.
  */
 int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out);
-/* Gives a lease back, after the last await on it. -EINVAL: s is NULL or holds no lease. */
+/* Gives a lease back, after the last await on it. -EINVAL: s is NULL or holds no lease (released
+ * already: nothing changes, other holders of the stream keep theirs). */
 int tdm_stream_release(tdm_stream *s);
-/* The backend's stream: a cudaStream_t on cuda, NULL on sim (and for a NULL s). */
+/* The backend's stream: a cudaStream_t on cuda, NULL on sim (and for a NULL or released s). */
 void *tdm_stream_native(const tdm_stream *s);
-/* The device of s. -EINVAL: s is NULL. */
+/* The device of s. -EINVAL: s is NULL or released. */
 int tdm_stream_device(const tdm_stream *s);
 
 /* Bound the threads launching on s's device at once (tdm_gpu_config.launch_limit): wrap your own
@@ -223,17 +234,17 @@ typedef enum tdm_copy_kind {
  * pending on the same stream writes into that source: then in stream order, after it (the source
  * must stay until the copy is done). A staged copy's pinned block goes back to the pool when the
  * copy is done, or when its device fails first.
- * -EINVAL: a NULL stream or pointer, an unknown kind, or a device side (dst for H2D, src for D2H,
- * both for D2D) not within one live allocation, as the driver refuses it.  -EIO: the device
- * failed, or the driver refused the copy.  -EFAULT: pageable memory and TDM_PAGEABLE_REFUSE.
- * Staging adds -ENOMEM (the pinned pool at its cap) and -ENOTSUP (a backend without host
- * functions).
+ * -EINVAL: a NULL or released stream, a NULL pointer, an unknown kind, or a device side (dst for
+ * H2D, src for D2H, both for D2D) not within one live allocation, as the driver refuses it (nothing
+ * enqueued).  -EIO: the device failed, or the driver refused the copy.  -EFAULT: pageable memory
+ * and TDM_PAGEABLE_REFUSE. Staging adds -ENOMEM (the pinned pool at its cap) and -ENOTSUP (a
+ * backend without host functions).
  */
 int tdm_memcpy_async(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind);
 /* A kernel: y[i] = a * x[i] for i < n, device pointers. Reaching past an allocation is an illegal
  * address when it runs: the device fails for good and its awaits resume with -EIO.
- * -EINVAL: s, y or x is NULL.  -EIO: s's device failed (a trapping kernel, say), or the launch
- * did.  -ENOMEM: no memory to queue it (sim). */
+ * -EINVAL: s, y or x is NULL, or s is released (nothing enqueued).  -EIO: s's device failed (a
+ * trapping kernel, say), or the launch did.  -ENOMEM: no memory to queue it (sim). */
 int tdm_launch_scale(tdm_stream *s, float *y, const float *x, float a, size_t n);
 
 /* ---- memory (docs/design/memory.md) ---- */
@@ -287,9 +298,9 @@ int tdm_host_unregister(tdm_gpu *gpu, void *p);
  * after the call; the free happens after all work enqueued on s before it, so freeing right after
  * the last use needs no host synchronisation, and work enqueued after it may not name p. Freed
  * memory stays in the device's pool for reuse. Freeing NULL is 0.
- * -EINVAL: a NULL stream or pointer, zero bytes; for the free, p is not live device memory (never
- * allocated, or freed or its free queued already).  -ENOMEM.  -EIO: the device failed.
- * -ENOTSUP: the device has no stream-ordered memory pools (use tdm_device_alloc).
+ * -EINVAL: a NULL or released stream, a NULL pointer, zero bytes; for the free, p is not live
+ * device memory (never allocated, or freed or its free queued already).  -ENOMEM.  -EIO: the device
+ * failed. -ENOTSUP: the device has no stream-ordered memory pools (use tdm_device_alloc).
  */
 int tdm_device_alloc_async(tdm_stream *s, size_t bytes, void **out);
 int tdm_device_free_async(tdm_stream *s, void *p);
@@ -304,10 +315,10 @@ typedef enum tdm_mem_advice {
  * Managed (unified) memory, only on request. Prefetch is ordered on s; device < 0 is the host.
  * -ENOMEM: bytes exceed the device's free memory (asking for more can hang the GPU); on CUDA, as
  * the driver reports it, where memory the stream-ordered pool keeps counts as used.  -EINVAL: a
- * NULL pointer, zero bytes, a device out of range, an unknown advice, or for tdm_managed_free a p
- * that is not live device memory (never allocated, or freed already; any device memory is taken,
- * as cudaFree takes it).  -ENODEV: no devices.  -ENOTSUP: the backend has no managed memory.
- * -EIO from the driver.
+ * NULL pointer, a released s, zero bytes, a device out of range, an unknown advice, or for
+ * tdm_managed_free a p that is not live device memory (never allocated, or freed already; any
+ * device memory is taken, as cudaFree takes it).  -ENODEV: no devices.  -ENOTSUP: the backend has
+ * no managed memory. -EIO from the driver.
  */
 int tdm_managed_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out);
 int tdm_managed_free(tdm_gpu *gpu, void *p);
@@ -315,7 +326,7 @@ int tdm_mem_prefetch(tdm_stream *s, const void *p, size_t bytes, int device);
 int tdm_mem_advise(tdm_gpu *gpu, const void *p, size_t bytes, tdm_mem_advice advice, int device);
 
 /* Copy between two devices' memory, ordered on s (a stream of either device). -EINVAL: a NULL
- * argument, a device out of range, or s on neither device.  -EIO: s's device failed.
+ * argument, a released s, a device out of range, or s on neither device.  -EIO: s's device failed.
  * -ENOTSUP: the backend cannot. */
 int tdm_memcpy_peer_async(tdm_stream *s, void *dst, int dst_device, const void *src, int src_device,
                           size_t bytes);
@@ -329,9 +340,9 @@ int tdm_event_get(tdm_gpu *gpu, int device, tdm_event **out);
 /* Gives e back to its pool, once, after its last await. -EINVAL: e is NULL, or in the pool
  * already (a second put is refused and changes nothing). */
 int tdm_event_put(tdm_event *e);
-/* Captures the work enqueued on s so far. -EINVAL: e or s is NULL, their devices differ, or e is
- * in the pool (once taken again, by another owner or a stream await, a stale handle is not
- * caught).  -EIO: the device failed, or the driver refused.  -ENOMEM: no memory to queue it
+/* Captures the work enqueued on s so far. -EINVAL: e or s is NULL, s is released, their devices
+ * differ, or e is in the pool (once taken again, by another owner or a stream await, a stale handle
+ * is not caught).  -EIO: the device failed, or the driver refused.  -ENOMEM: no memory to queue it
  * (sim). */
 int tdm_event_record(tdm_event *e, tdm_stream *s);
 
@@ -339,8 +350,8 @@ int tdm_event_record(tdm_event *e, tdm_stream *s);
 
 /* Each await below fails at once, setting the task's result to the same errno, with -EINVAL: t
  * is NULL or not the task running on the calling thread, or its stream, event or gpu is NULL or
- * of a GPU layer of another executor, or its event was put back (as far as tdm_event_record
- * catches it); -ESHUTDOWN: the GPU layer is being destroyed. */
+ * of a GPU layer of another executor, or its stream's lease was released, or its event was put back
+ * (as far as tdm_event_record catches it); -ESHUTDOWN: the GPU layer is being destroyed. */
 
 /* Resumes t once all work enqueued on s so far has finished; result 0 or -EIO. At once also
  * -EIO: s's device failed, or the completion could not be enqueued; -ENOMEM: no memory for it. */

@@ -34,6 +34,11 @@ int tdm_sim_inject(tdm_stream *s, tdm_sim_fault fault)
 	return B(s)->ops->sim_inject(B(s)->b, s->bs, fault);
 }
 
+const void *tdm_lease_stream(const tdm_stream *s)
+{
+	return s != NULL && tdm__lease_held(s) ? (const void *)s->st : NULL;
+}
+
 int tdm_gpu_debug(tdm_gpu *gpu, const char *lease_balance, const char *worker_watch)
 {
 	int balance = TDM__BALANCE_SLOW;

@@ -18,8 +18,8 @@ extern "C" {
 #endif
 
 /*
- * Kernels. Each of them: -EINVAL: s is NULL.  -EIO: s's device failed (a trapping kernel, say),
- * or the launch did.  -ENOMEM: no memory to queue it (sim).
+ * Kernels. Each of them: -EINVAL: s is NULL or released (nothing is enqueued).  -EIO: s's device
+ * failed (a trapping kernel, say), or the launch did.  -ENOMEM: no memory to queue it (sim).
  */
 /* A kernel that runs about `ns` nanoseconds (0: an empty kernel). */
 int tdm_launch_spin(tdm_stream *s, uint32_t ns);
@@ -45,6 +45,10 @@ typedef enum tdm_sim_fault {
 
 /* -EINVAL: s is NULL or not a sim stream, or fault is unknown. */
 int tdm_sim_inject(tdm_stream *s, tdm_sim_fault fault);
+
+/* Which stream a lease is on, as an identity only: the same for every lease of one stream (each
+ * lease is a handle of its own). NULL for a NULL or released s. For tests of placement. */
+const void *tdm_lease_stream(const tdm_stream *s);
 
 /*
  * The GPU layer's diagnostic switches, for measuring what two of its choices change; set on a

@@ -159,15 +159,17 @@ Test(placement, shared_leases_balance_over_the_stream_set)
 	tdm_stream *a, *b;
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &a), 0);
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &b), 0);
-	cr_assert_neq(a, b, "two leases from outside the workers take the two slots in turn");
+	const void *sa = tdm_lease_stream(a), *sb = tdm_lease_stream(b);
+	cr_assert_neq(sa, sb, "two leases from outside the workers take the two slots in turn");
 	cr_assert_eq(tdm_stream_release(b), 0);
 	cr_assert_eq(run_one(&e, balance_task, e.gpu), 0);
 	cr_assert_eq(balance_rc, 0);
 	int on_a = 1, on_b = 0; /* a's own lease counts */
 	for (int i = 0; i < BALANCE_LEASES; i++) {
-		cr_assert(balance_held[i] == a || balance_held[i] == b);
-		on_a += balance_held[i] == a;
-		on_b += balance_held[i] == b;
+		const void *si = tdm_lease_stream(balance_held[i]);
+		cr_assert(si == sa || si == sb);
+		on_a += si == sa;
+		on_b += si == sb;
 	}
 	/* A stream is left for one with at least 3 fewer leases (at these counts). */
 	cr_assert_leq(abs(on_a - on_b), 3, "leases: %d on one stream, %d on the other", on_a, on_b);
@@ -210,7 +212,8 @@ static void quick_stream_leases(const char *balance, int *on_a, int *on_b)
 	tdm_stream *a, *b;
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &a), 0);
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &b), 0);
-	cr_assert_neq(a, b);
+	const void *sa = tdm_lease_stream(a), *sb = tdm_lease_stream(b);
+	cr_assert_neq(sa, sb);
 	cr_assert_eq(tdm_stream_release(b), 0);
 	/* Two short awaits on a, the worker's own stream: the first turns it quick. */
 	struct adapt_state q = {.gpu = e.gpu, .s = a, .nsteps = 2, .ns = {1000, 1000}};
@@ -224,9 +227,10 @@ static void quick_stream_leases(const char *balance, int *on_a, int *on_b)
 	*on_a = 1; /* a's own lease counts */
 	*on_b = 0;
 	for (int i = 0; i < BALANCE_LEASES; i++) {
-		cr_assert(balance_held[i] == a || balance_held[i] == b);
-		*on_a += balance_held[i] == a;
-		*on_b += balance_held[i] == b;
+		const void *si = tdm_lease_stream(balance_held[i]);
+		cr_assert(si == sa || si == sb);
+		*on_a += si == sa;
+		*on_b += si == sb;
 	}
 	for (int i = 0; i < BALANCE_LEASES; i++)
 		cr_assert_eq(tdm_stream_release(balance_held[i]), 0);
