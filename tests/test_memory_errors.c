@@ -373,3 +373,44 @@ Test(memory_errors, a_copy_from_memory_freed_before_it_ran_fails_the_device, .ti
 	env_open(&e);
 	close_usable(&e);
 }
+
+#ifndef TANDEM_TEST_NO_CUDA
+TDM_TEST_SUITE(memory_errors_cuda);
+
+/* The same refusals on the cuda backend, where the driver answers for most of them (skipped
+ * without a device). Only calls that fail at once are made: nothing here reaches the device. */
+Test(memory_errors_cuda, frees_of_memory_not_live_are_einval, .timeout = 60)
+{
+	tdm_executor *ex = tdm_test_create(2);
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_CUDA;
+	tdm_gpu *gpu = NULL;
+	int rc = tdm_gpu_create(&gpu, ex, &g);
+	if (rc == -ENODEV) {
+		tdm_test_destroy(ex);
+		cr_skip_test("no CUDA device");
+	}
+	cr_assert_eq(rc, 0, "%s", tdm_strerror(rc));
+	char *heap = malloc(4096);
+	cr_assert_not_null(heap);
+	void *pinned, *dev;
+	cr_assert_eq(tdm_host_alloc(gpu, 4096, &pinned), 0);
+	cr_assert_eq(tdm_device_alloc(gpu, 0, 4096, &dev), 0);
+	cr_assert_eq(tdm_device_free(gpu, 0, heap), -EINVAL, "malloc'd memory");
+	cr_assert_eq(tdm_device_free(gpu, 0, pinned), -EINVAL, "pinned host memory");
+	cr_assert_eq(tdm_managed_free(gpu, heap), -EINVAL, "malloc'd memory");
+	cr_assert_eq(tdm_host_free(gpu, heap), -EINVAL, "malloc'd memory");
+	if (tdm_gpu_device_count(gpu) > 1)
+		cr_assert_eq(tdm_device_free(gpu, 1, dev), -EINVAL, "device 0's memory as 1's");
+	cr_assert_eq(tdm_device_free(gpu, 0, dev), 0);
+	cr_assert_eq(tdm_device_free(gpu, 0, dev), -EINVAL, "freed twice");
+	cr_assert_eq(tdm_host_free(gpu, pinned), 0);
+	cr_assert_eq(tdm_host_free(gpu, pinned), -EINVAL, "freed twice");
+	memset(heap, 1, 4096);
+	free(heap);
+	assert_device_usable(ex, gpu, 0);
+	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
+	tdm_test_destroy(ex);
+}
+#endif
