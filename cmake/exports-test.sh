@@ -4,6 +4,7 @@
 # no test hook).
 #   exports-test.sh LIBTANDEM_SO MAP HEADER...
 set -euo pipefail
+export LC_ALL=C # one sort order on every machine (the suffix @@ sorts by locale otherwise)
 lib=$1 map=$2
 shift 2
 declared=$(grep -hE '^[a-z_][a-z0-9_ *]*\btdm_[a-z0-9_]+\(' "$@" | grep -oE '\btdm_[a-z0-9_]+\(' |
