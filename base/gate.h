@@ -8,8 +8,10 @@
  * for its leave. A leave is release: what the call did happens before the drain returns.
  * A call that backs out has touched the gate all the same: the destroyer drains once more right
  * before it frees the gate, so that every call that entered is done with it by then; a call
- * reads nothing else of what is gated before it enters. A destroy cannot wait for a call it
- * never saw: none may begin once the destroy may have returned.
+ * reads nothing else of what is gated before it enters. That narrows the window, not closes it:
+ * a call that reaches the gate after the second drain has looked at its stripe touches freed
+ * memory. So the users' contract (tandem.h, tandem_gpu.h) is that a caller racing a destroy is
+ * done with its call before something the destroy waits for is over.
  */
 #ifndef TDM_BASE_GATE_H
 #define TDM_BASE_GATE_H

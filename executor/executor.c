@@ -329,6 +329,8 @@ const char *tdm_strerror(int err)
 		return "resource busy";
 	case -EEXIST:
 		return "already exists";
+	case -EALREADY:
+		return "too late: already started";
 	case -ENOTSUP:
 		return "not supported";
 	case -EFAULT:

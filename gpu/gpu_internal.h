@@ -67,9 +67,10 @@ struct tdm_stream {
 	_Alignas(TDM__CACHELINE) struct tdm__gdev *dev; /* a line each: held by one holder */
 	void *bs;
 	struct tdm__stream *st;
-	/* Set by the lease, cleared by the release (an exchange: of two releases of one lease,
-	 * racing or not, one finds it held). Read relaxed by work and awaits, as a check of
-	 * misuse. */
+	/* Set by the lease (release: publishes dev, bs, st and exclusive with it), cleared by the
+	 * release (an acq_rel exchange: of two releases of one lease, racing or not, one finds it
+	 * held, and that one reads the fields the lease published). Read with acquire by work and
+	 * awaits, as a check of misuse that then reads the same fields. */
 	_Atomic bool held;
 	bool exclusive;
 	struct tdm_stream *next_free; /* on a free list (streams.c) */
@@ -78,7 +79,8 @@ struct tdm_stream {
 /* Whether s is a lease still held (tdm_stream's note). */
 static inline bool tdm__lease_held(const struct tdm_stream *s)
 {
-	return atomic_load_explicit(&s->held, memory_order_relaxed);
+	/* Acquire: pairs with the release store in tdm_stream_lease. */
+	return atomic_load_explicit(&s->held, memory_order_acquire);
 }
 
 /* Free lease handles, oldest first (streams.c). */

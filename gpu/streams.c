@@ -5,16 +5,18 @@
  * Streams: each device has TDM__PRIO_CLASSES sets of `nstreams` streams, created on first use.
  * A worker's shared leases go to "its" stream of a set (worker index modulo the set size): its
  * thread-local pool is a fixed slice of the bounded set (its size: gpu/topology/decide.c), so
- * workers never make streams of their own beyond it, and a shared lease never takes a lock once
- * the stream exists. Unless another stream of the set, already made, holds clearly fewer leases:
- * a lease compares its own stream with one other (a different one each time; "two choices") and
- * takes the less loaded when the difference is more than 2 plus 1/16 of the own stream's leases,
- * so that the work on each stream does not follow how many tasks each worker happened to start.
- * Only while the own stream is not quick, though (adaptive completion: its awaits complete soon
- * after reaching the head): a quick stream drains as fast as its worker fills it, so the worker,
- * not the GPU, sets the pace, and a move only puts two workers' launches on one stream. A slow
- * stream's leases may still move onto a quick one: that stream drains fast, which is where a
- * GPU-bound worker's work should go. Exclusive leases take any stream with no lease at all.
+ * workers never make streams of their own beyond it, and a worker's shared lease takes no lock
+ * once the stream exists (its handle too comes from the worker's own list, refilled under a
+ * lock once per LEASE_BATCH; a thread that is not a worker takes that lock each time). Unless
+ * another stream of the set, already made, holds clearly fewer leases: a lease compares its own
+ * stream with one other (a different one each time; "two choices") and takes the less loaded when
+ * the difference is more than 2 plus 1/16 of the own stream's leases, so that the work on each
+ * stream does not follow how many tasks each worker happened to start. Only while the own stream is
+ * not quick, though (adaptive completion: its awaits complete soon after reaching the head): a
+ * quick stream drains as fast as its worker fills it, so the worker, not the GPU, sets the pace,
+ * and a move only puts two workers' launches on one stream. A slow stream's leases may still move
+ * onto a quick one: that stream drains fast, which is where a GPU-bound worker's work should go.
+ * Exclusive leases take any stream with no lease at all.
  */
 #include <errno.h>
 #include <sched.h>
@@ -340,8 +342,10 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 		h->dev = st->dev;
 		h->bs = st->bs;
 		h->exclusive = (flags & TDM_STREAM_EXCLUSIVE) != 0;
-		/* Relaxed: the holder's own flag; a hand-off of h orders it for the next. */
-		atomic_store_explicit(&h->held, true, memory_order_relaxed);
+		/* Release: pairs with the acquire in tdm__lease_held and the acq_rel exchange in
+		 * tdm_stream_release, so that a check that finds h held reads this lease's fields,
+		 * even one made by a stale handle's holder racing this reuse. */
+		atomic_store_explicit(&h->held, true, memory_order_release);
 		*out = h;
 	}
 	tdm__gate_leave(n);
@@ -417,9 +421,10 @@ int tdm_stream_release(tdm_stream *s)
 {
 	if (s == NULL)
 		return -EINVAL;
-	/* Relaxed: the flag says whose the lease is, and orders nothing (the stream's count,
-	 * below, does); the exchange lets one release of two through. */
-	if (!atomic_exchange_explicit(&s->held, false, memory_order_relaxed))
+	/* Acq_rel: the exchange lets one release of two through; its acquire pairs with the
+	 * release store in tdm_stream_lease, so that the one let through reads that lease's st and
+	 * exclusive, and its release orders the holder's use before the handle's reuse. */
+	if (!atomic_exchange_explicit(&s->held, false, memory_order_acq_rel))
 		return -EINVAL;
 	struct tdm__stream *st = s->st;
 	struct tdm_gpu *gpu = st->dev->gpu;

@@ -418,7 +418,7 @@ static unsigned bg_stream_count(uint64_t outstanding, unsigned connections)
 }
 
 /* The streams per set tandem chose on device 0: one per worker where there are more workers than
- * work queues (gpu/topology.c), so it depends on the configuration. */
+ * work queues (gpu/topology/decide.c), so it depends on the configuration. */
 static unsigned stream_set_of(tdm_gpu *gpu)
 {
 	tdm_device_info di;
@@ -510,8 +510,8 @@ static void tandem_latency(const struct bench_gpu_opts *o, unsigned workers, uin
 		 * In batches of one await per background stream, each batch spawned once the one
 		 * before is suspended: then no two awaits on one stream run at once, and each
 		 * stream gets its completion-word writes in the order of their sequence numbers
-		 * (gpu.c, tdm_await_stream). Awaits racing on a shared stream can enqueue their
-		 * writes out of order, and that is a different test: this one wants them all
+		 * (gpu/await.c, tdm_await_stream). Awaits racing on a shared stream can enqueue
+		 * their writes out of order, and that is a different test: this one wants them all
 		 * outstanding.
 		 */
 		tdm_gpu_stats st0, st1;
@@ -570,8 +570,8 @@ static void tandem_latency(const struct bench_gpu_opts *o, unsigned workers, uin
 	res->st = lat_stats(ns, o->n);
 }
 
-/* CUDA_DEVICE_MAX_CONNECTIONS as CUDA reads it (gpu/topology.c): the hardware queues a process
- * gets; its leading number, at most 32, else 8. */
+/* CUDA_DEVICE_MAX_CONNECTIONS as CUDA reads it (gpu/topology/facts.c): the hardware queues a
+ * process gets; its leading number, at most 32, else 8. */
 static unsigned cuda_connections(void)
 {
 	const char *env = getenv("CUDA_DEVICE_MAX_CONNECTIONS");

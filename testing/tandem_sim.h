@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "tandem_gpu.h"
+#include "../gpu/backend/sim_fault.h" /* tdm_sim_fault, shared with the backend interface */
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,15 +34,6 @@ int tdm_launch_busy(tdm_stream *s, uint32_t ns);
 int tdm_launch_fault(tdm_stream *s);
 
 /* ---- the simulator ---- */
-
-typedef enum tdm_sim_fault {
-	/* The next operation enqueued on the stream fails; the await covering it resumes with
-	 * -EIO; the stream and the device go on working. */
-	TDM_SIM_FAULT_OP = 1,
-	/* The next operation enqueued on the stream faults the device for good (like a kernel
-	 * that traps): every await on the device resumes with -EIO, new ones fail at once. */
-	TDM_SIM_FAULT_STICKY = 2,
-} tdm_sim_fault;
 
 /* -EINVAL: s is NULL or not a sim stream, or fault is unknown. */
 int tdm_sim_inject(tdm_stream *s, tdm_sim_fault fault);

@@ -1,5 +1,5 @@
 /*
- * Smoke test of the cuda backend (gpu/cuda.c + gpu/kernels.cu) on a real GPU: every op of
+ * Smoke test of the cuda backend (gpu/backend/cuda.c + gpu/backend/kernels.cu) on a real GPU: every op of
  * tdm__backend_cuda once, through the ops table alone (no executor, no poller), the memory ops
  * (stream-ordered allocation, registration, managed memory, host functions, peer copies) after the
  * others, and the sticky fault last since it ends the device's context. Plain C, not Criterion:

@@ -1,8 +1,8 @@
 /*
- * Specification of device topology (gpu/topology.h): recorded machines load through the same
- * struct as live discovery; the decisions on them follow the rules stated at the top of
- * gpu/topology.c; a malformed fixture is refused with the line that is wrong; live discovery on
- * a machine without a driver finds nothing, says why, and does not crash; on a machine with a
+ * Specification of device topology (gpu/topology/topology.h): recorded machines load through the
+ * same struct as live discovery; the decisions on them follow the rules stated at the top of
+ * gpu/topology/decide.c; a malformed fixture is refused with the line that is wrong; live discovery
+ * on a machine without a driver finds nothing, says why, and does not crash; on a machine with a
  * GPU it reports what it found (our H200: MIG disabled); tdm_gpu_device_info shows the facts and
  * decisions of a tdm_gpu.
  *
@@ -894,6 +894,7 @@ Test(topology, tdm_gpu_prepare_sets_connections_only_where_they_are_wanted, .tim
 {
 	static const char var[] = "CUDA_DEVICE_MAX_CONNECTIONS";
 	unsetenv(var);
+	unsetenv("CUDA_VISIBLE_DEVICES"); /* a MIG instance there would want no queues */
 	cr_assert_eq(prepare_with(TDM_BACKEND_SIM, TDM_CONNECTIONS_AUTO, 12), 0);
 	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, TDM_CONNECTIONS_KEEP, 12), 0);
 	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, TDM_CONNECTIONS_AUTO, 8), 0);
@@ -938,6 +939,7 @@ Test(topology, connections_wanted_after_cuda_started_are_reported, .timeout = 60
 {
 	static const char var[] = "CUDA_DEVICE_MAX_CONNECTIONS";
 	unsetenv(var);
+	unsetenv("CUDA_VISIBLE_DEVICES"); /* a MIG instance there would want no queues */
 	tdm_executor *two = tdm_test_create(2);
 	tdm_gpu *gpu = NULL;
 	int rc = open_with(two, TDM_BACKEND_CUDA, TDM_CONNECTIONS_AUTO, &gpu);

@@ -1,7 +1,8 @@
 /*
  * The backend interface of the GPU layer: what the poller, the pools and the work helpers need
- * from a device, implemented by `cuda` (cuda.c + kernels.cu) and `sim` (sim.c). Everything above
- * this line (poller, pools, awaits) is shared by both backends.
+ * from a device, implemented by `cuda` (cuda.c, cuda_memory.c, kernels.cu) and `sim` (sim.c,
+ * sim_stream.c, sim_memory.c). Everything above this line (poller, pools, awaits) is shared by both
+ * backends.
  *
  * Threading: every function may be called from any thread at once, except open/close. Streams
  * and events are opaque pointers owned by the backend. All functions return 0 or -errno unless
@@ -15,7 +16,7 @@
 #include <stdint.h>
 
 #include "tandem_gpu.h"
-#include "testing/tandem_sim.h" /* tdm_sim_fault: the test operations below */
+#include "sim_fault.h" /* tdm_sim_fault: the test operations below */
 
 struct tdm__backend; /* a backend instance, one per tdm_gpu */
 
