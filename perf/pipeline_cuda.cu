@@ -2,8 +2,8 @@
  * perf/pipeline_cuda.cu: the plain-CUDA side of `tandem-bench pipeline` (pipeline_cuda.h): the
  * device-filling kernel of the compute-bound load, which tandem's side launches on its own streams
  * too, and the hand-written double-buffered pipeline tandem is compared with. Its scale kernel is
- * shaped like gpu/backend/kernels.cu's (the same grid-stride loop, 256-thread blocks, at most 8 blocks per
- * SM, launched with cudaLaunchKernelEx), so that both sides run the same work.
+ * shaped like gpu/backend/kernels.cu's (the same grid-stride loop, 256-thread blocks, at most 8
+ * blocks per SM, launched with cudaLaunchKernelEx), so that both sides run the same work.
  */
 #include "pipeline_cuda.h"
 

@@ -1,9 +1,9 @@
 /*
  * perf/raw_cuda.cu: the plain-CUDA baselines of gpu-latency and gpu-throughput (raw_cuda.h), the
  * floors tandem's GPU layer is compared with. Its kernels are its own, shaped like those of
- * gpu/backend/kernels.cu (1x1, launched with cudaLaunchKernelEx, the spin timed on %globaltimer), so that
- * both sides launch the same work. Driver functions come through cudaGetDriverEntryPointByVersion,
- * as in gpu/backend/cuda.c: nothing here links libcuda.
+ * gpu/backend/kernels.cu (1x1, launched with cudaLaunchKernelEx, the spin timed on %globaltimer),
+ * so that both sides launch the same work. Driver functions come through
+ * cudaGetDriverEntryPointByVersion, as in gpu/backend/cuda.c: nothing here links libcuda.
  */
 #include "raw_cuda.h"
 
@@ -543,8 +543,8 @@ extern "C" int raw_cuda_tp_create(struct raw_cuda_tp **out, enum raw_cuda_tp_kin
 	tp->busy.assign(tp->window, 0);
 	for (unsigned i = 0; i < tp->window; i++)
 		tp->args.push_back(slot_arg{tp, i});
-	// Built with -fno-exceptions (as gpu/backend/kernels.cu): a thread that cannot start terminates the
-	// program, which for a benchmark's set-up is as good as an error code.
+	// Built with -fno-exceptions (as gpu/backend/kernels.cu): a thread that cannot start
+	// terminates the program, which for a benchmark's set-up is as good as an error code.
 	for (unsigned i = 0; i < workers; i++) {
 		if (kind == RAW_CUDA_TP_SYNC)
 			tp->threads.emplace_back(sync_worker, tp, i);

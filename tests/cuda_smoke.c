@@ -1,8 +1,8 @@
 /*
- * Smoke test of the cuda backend (gpu/backend/cuda.c + gpu/backend/kernels.cu) on a real GPU: every op of
- * tdm__backend_cuda once, through the ops table alone (no executor, no poller), the memory ops
- * (stream-ordered allocation, registration, managed memory, host functions, peer copies) after the
- * others, and the sticky fault last since it ends the device's context. Plain C, not Criterion:
+ * Smoke test of the cuda backend (gpu/backend/cuda.c + gpu/backend/kernels.cu) on a real GPU: every
+ * op of tdm__backend_cuda once, through the ops table alone (no executor, no poller), the memory
+ * ops (stream-ordered allocation, registration, managed memory, host functions, peer copies) after
+ * the others, and the sticky fault last since it ends the device's context. Plain C, not Criterion:
  * the sticky fault must come last, in the one process.
  *
  * ctest runs it as cuda_smoke in every build with CUDA (CMakeLists.txt): exit 0 and "ALL PASS",
