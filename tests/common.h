@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "tandem.h"
@@ -43,6 +44,20 @@
 #else
 #define TDM_TEST_SANITIZED 0
 #endif
+
+/* A per-test Criterion timeout: `s` seconds in a plain build, five times that where every memory
+ * access is instrumented, so that a loaded machine slows a sanitized test without failing it. */
+#define TDM_TEST_TIMEOUT(s) ((s) * (TDM_TEST_SANITIZED ? 5 : 1))
+
+/* Each test program starts with tandem's own switches unset, whatever the shell exports: a test
+ * that wants one sets it itself. (CUDA_VISIBLE_DEVICES stays: it picks the machine's GPUs; so
+ * does TANDEM_TOPO_PRINT, which only prints.) */
+__attribute__((constructor)) static void tdm_test_clear_switches(void)
+{
+	static const char *const vars[] = {"TANDEM_GPU", "TANDEM_COMPLETION", "TANDEM_NVML"};
+	for (unsigned i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		unsetenv(vars[i]);
+}
 
 /*
  * TANDEM_TEST_NO_CUDA: defined (CMakeLists.txt) for the test programs of a build without CUDA.

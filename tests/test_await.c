@@ -206,7 +206,7 @@ static void shutdown_with_awaits_outstanding(tdm_backend backend, tdm_completion
 
 #define AWAIT_TESTS(suite, backend, completion)                                                    \
 	TDM_TEST_SUITE(suite);                                                                     \
-	Test(suite, await_stream_sees_work_done, .timeout = 60)                                    \
+	Test(suite, await_stream_sees_work_done, .timeout = TDM_TEST_TIMEOUT(60))                  \
 	{                                                                                          \
 		struct env e;                                                                      \
 		if (!env_open(&e, backend, completion, 2))                                         \
@@ -214,7 +214,7 @@ static void shutdown_with_awaits_outstanding(tdm_backend backend, tdm_completion
 		await_stream_sees_work_done(&e);                                                   \
 		env_close(&e);                                                                     \
 	}                                                                                          \
-	Test(suite, resumes_in_order_after_each_await, .timeout = 60)                              \
+	Test(suite, resumes_in_order_after_each_await, .timeout = TDM_TEST_TIMEOUT(60))            \
 	{                                                                                          \
 		struct env e;                                                                      \
 		if (!env_open(&e, backend, completion, 2))                                         \
@@ -222,7 +222,7 @@ static void shutdown_with_awaits_outstanding(tdm_backend backend, tdm_completion
 		resumes_in_order_after_each_await(&e);                                             \
 		env_close(&e);                                                                     \
 	}                                                                                          \
-	Test(suite, await_event, .timeout = 60)                                                    \
+	Test(suite, await_event, .timeout = TDM_TEST_TIMEOUT(60))                                  \
 	{                                                                                          \
 		struct env e;                                                                      \
 		if (!env_open(&e, backend, completion, 2))                                         \
@@ -230,7 +230,7 @@ static void shutdown_with_awaits_outstanding(tdm_backend backend, tdm_completion
 		await_event(&e);                                                                   \
 		env_close(&e);                                                                     \
 	}                                                                                          \
-	Test(suite, await_deadline, .timeout = 60)                                                 \
+	Test(suite, await_deadline, .timeout = TDM_TEST_TIMEOUT(60))                               \
 	{                                                                                          \
 		struct env e;                                                                      \
 		if (!env_open(&e, backend, completion, 2))                                         \
@@ -238,7 +238,7 @@ static void shutdown_with_awaits_outstanding(tdm_backend backend, tdm_completion
 		await_deadline(&e);                                                                \
 		env_close(&e);                                                                     \
 	}                                                                                          \
-	Test(suite, many_awaits_outstanding, .timeout = 60)                                        \
+	Test(suite, many_awaits_outstanding, .timeout = TDM_TEST_TIMEOUT(60))                      \
 	{                                                                                          \
 		struct env e;                                                                      \
 		if (!env_open(&e, backend, completion, 4))                                         \
@@ -246,11 +246,12 @@ static void shutdown_with_awaits_outstanding(tdm_backend backend, tdm_completion
 		many_awaits_outstanding(&e);                                                       \
 		env_close(&e);                                                                     \
 	}                                                                                          \
-	Test(suite, shutdown_executor_first_with_awaits_outstanding, .timeout = 60)                \
+	Test(suite, shutdown_executor_first_with_awaits_outstanding,                               \
+	     .timeout = TDM_TEST_TIMEOUT(60))                                                      \
 	{                                                                                          \
 		shutdown_with_awaits_outstanding(backend, completion, false);                      \
 	}                                                                                          \
-	Test(suite, shutdown_gpu_first_with_awaits_outstanding, .timeout = 60)                     \
+	Test(suite, shutdown_gpu_first_with_awaits_outstanding, .timeout = TDM_TEST_TIMEOUT(60))   \
 	{                                                                                          \
 		shutdown_with_awaits_outstanding(backend, completion, true);                       \
 	}
@@ -312,14 +313,16 @@ static void concurrent_awaits_on_one_shared_stream(tdm_completion completion)
 	env_close(&e);
 }
 
-Test(await_sim_words, concurrent_awaits_on_one_shared_stream_all_resume, .timeout = 60)
+Test(await_sim_words, concurrent_awaits_on_one_shared_stream_all_resume,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	concurrent_awaits_on_one_shared_stream(TDM_COMPLETION_WORD);
 }
 
 /* Adaptive: words and events mixed in one stream's queue (the 200 us kernel stalls the stream
  * past the default 50 us, so awaits switch between the two); every await must still resume. */
-Test(await_sim_adaptive, concurrent_awaits_on_one_shared_stream_all_resume, .timeout = 60)
+Test(await_sim_adaptive, concurrent_awaits_on_one_shared_stream_all_resume,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	concurrent_awaits_on_one_shared_stream(TDM_COMPLETION_ADAPTIVE);
 }

@@ -22,7 +22,8 @@ TDM_TEST_SUITE(completion_poller);
  * build (sanitizers) runs the short ones. The counts are the poller's, taken at intake, so
  * each step's mechanism shows in the counts before the next step.
  */
-Test(completion_sim_adaptive, mechanism_follows_how_long_awaits_wait, .timeout = 60)
+Test(completion_sim_adaptive, mechanism_follows_how_long_awaits_wait,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	env_open_adaptive(&e, 1, 200000);
@@ -155,7 +156,8 @@ static tdm_gpu_stats short_awaits_alone(const char *watch)
  * what holds either way is asserted: each await resumes once with its result and is counted
  * once, direct ones among the words (tandem-bench's --json reports how many are direct).
  */
-Test(completion_sim_words, an_idle_workers_own_word_awaits_resume_once_each, .timeout = 60)
+Test(completion_sim_words, an_idle_workers_own_word_awaits_resume_once_each,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	tdm_gpu_stats st = short_awaits_alone(NULL);
 	cr_assert_leq(st.direct, st.awaits_word, "direct: %llu of %llu",
@@ -164,7 +166,8 @@ Test(completion_sim_words, an_idle_workers_own_word_awaits_resume_once_each, .ti
 }
 
 /* The diagnostic switch: every await goes to the poller. */
-Test(completion_sim_words, worker_watch_switch_off_sends_every_await_to_the_poller, .timeout = 60)
+Test(completion_sim_words, worker_watch_switch_off_sends_every_await_to_the_poller,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	tdm_gpu_stats st = short_awaits_alone("0");
 	cr_assert_eq(st.direct, 0);
@@ -204,7 +207,7 @@ static void nested_parent(void *arg)
 
 /* The child's word await must go to the poller: held by the worker, whose loop is busy in the
  * group wait, it would never complete. */
-Test(completion_sim_words, await_inside_a_group_wait_is_not_held, .timeout = 30)
+Test(completion_sim_words, await_inside_a_group_wait_is_not_held, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 1));
@@ -223,18 +226,18 @@ Test(completion_sim_words, await_inside_a_group_wait_is_not_held, .timeout = 30)
 	env_close(&e);
 }
 
-Test(completion_sim_words, evenly_spaced_awaits_all_resume, .timeout = 60)
+Test(completion_sim_words, evenly_spaced_awaits_all_resume, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	evenly_spaced_awaits_all_resume(TDM_COMPLETION_WORD);
 }
 
 /* Adaptive: 20 ms awaits wait on events, which the poller asks while they are due. */
-Test(completion_sim_adaptive, evenly_spaced_awaits_all_resume, .timeout = 60)
+Test(completion_sim_adaptive, evenly_spaced_awaits_all_resume, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	evenly_spaced_awaits_all_resume(TDM_COMPLETION_ADAPTIVE);
 }
 
-Test(completion_sim_words, forced_mechanisms_never_mix, .timeout = 60)
+Test(completion_sim_words, forced_mechanisms_never_mix, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	for (int m = 0; m < 2; m++) {
 		struct env e;

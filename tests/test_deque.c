@@ -344,7 +344,7 @@ static void owner_push_bursts_and_take(struct stress *s)
 		stress_record(s, item);
 }
 
-Test(deque, owner_and_four_thieves_remove_every_item_exactly_once, .timeout = 120)
+Test(deque, owner_and_four_thieves_remove_every_item_exactly_once, .timeout = TDM_TEST_TIMEOUT(120))
 {
 	static struct stress s;
 	stress_init(&s, tdm_test_size(1000000, 100000), 3);
@@ -361,7 +361,8 @@ static void owner_only_pushes(struct stress *s)
 	}
 }
 
-Test(deque, thieves_steal_every_item_exactly_once_while_owner_pushes, .timeout = 120)
+Test(deque, thieves_steal_every_item_exactly_once_while_owner_pushes,
+     .timeout = TDM_TEST_TIMEOUT(120))
 {
 	static struct stress s;
 	stress_init(&s, tdm_test_size(1000000, 100000), 1);
@@ -391,7 +392,8 @@ static void owner_races_for_last_item(struct stress *s)
 	}
 }
 
-Test(deque, take_and_steal_racing_for_the_last_item_remove_it_once, .timeout = 120)
+Test(deque, take_and_steal_racing_for_the_last_item_remove_it_once,
+     .timeout = TDM_TEST_TIMEOUT(120))
 {
 	static struct stress s;
 	stress_init(&s, tdm_test_size(1000000, 100000), 2);

@@ -26,7 +26,7 @@ Test(errors, config_init_fills_the_documented_defaults)
 	cr_assert_null(cfg.on_cancel_user);
 }
 
-Test(errors, config_init_with_null_does_nothing, .timeout = 30)
+Test(errors, config_init_with_null_does_nothing, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_config_init(NULL); /* documented to do nothing: it must not write through NULL */
 	tdm_executor *ex = tdm_test_create(1);
@@ -34,7 +34,7 @@ Test(errors, config_init_with_null_does_nothing, .timeout = 30)
 	tdm_test_destroy(ex);
 }
 
-Test(errors, zero_workers_means_one_per_cpu_of_the_affinity_mask, .timeout = 30)
+Test(errors, zero_workers_means_one_per_cpu_of_the_affinity_mask, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_config cfg;
 	tdm_config_init(&cfg);
@@ -44,7 +44,7 @@ Test(errors, zero_workers_means_one_per_cpu_of_the_affinity_mask, .timeout = 30)
 	tdm_test_destroy(ex);
 }
 
-Test(errors, create_with_null_config_uses_the_defaults, .timeout = 30)
+Test(errors, create_with_null_config_uses_the_defaults, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create_cfg(NULL);
 	cr_assert_eq(tdm_executor_workers(ex), tdm_test_affinity_cpus());
@@ -89,7 +89,7 @@ Test(errors, create_with_max_searching_above_workers_returns_einval)
 	assert_create_fails(&cfg, -EINVAL);
 }
 
-Test(errors, create_accepts_max_searching_equal_to_workers, .timeout = 30)
+Test(errors, create_accepts_max_searching_equal_to_workers, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_config cfg;
 	tdm_config_init(&cfg);
@@ -123,7 +123,8 @@ Test(errors, submit_with_null_executor_returns_einval)
 	cr_assert_eq(tdm_submit(NULL, noop, NULL), -EINVAL);
 }
 
-Test(errors, submit_with_null_function_returns_einval_and_executor_stays_usable, .timeout = 30)
+Test(errors, submit_with_null_function_returns_einval_and_executor_stays_usable,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(2);
 	cr_assert_eq(tdm_submit(ex, NULL, NULL), -EINVAL);
@@ -131,7 +132,7 @@ Test(errors, submit_with_null_function_returns_einval_and_executor_stays_usable,
 	tdm_test_destroy(ex);
 }
 
-Test(errors, group_init_with_null_group_or_executor_returns_einval, .timeout = 30)
+Test(errors, group_init_with_null_group_or_executor_returns_einval, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(2);
 	tdm_group g;
@@ -141,7 +142,7 @@ Test(errors, group_init_with_null_group_or_executor_returns_einval, .timeout = 3
 	tdm_test_destroy(ex);
 }
 
-Test(errors, group_spawn_on_an_uninitialised_group_returns_einval, .timeout = 30)
+Test(errors, group_spawn_on_an_uninitialised_group_returns_einval, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(2);
 	tdm_group g;
@@ -154,7 +155,8 @@ Test(errors, group_spawn_on_an_uninitialised_group_returns_einval, .timeout = 30
 	tdm_test_destroy(ex);
 }
 
-Test(errors, group_spawn_with_null_function_returns_einval_and_counts_nothing, .timeout = 30)
+Test(errors, group_spawn_with_null_function_returns_einval_and_counts_nothing,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(2);
 	tdm_group g;
@@ -166,7 +168,8 @@ Test(errors, group_spawn_with_null_function_returns_einval_and_counts_nothing, .
 	tdm_test_destroy(ex);
 }
 
-Test(errors, group_wait_on_null_or_uninitialised_group_returns_einval, .timeout = 30)
+Test(errors, group_wait_on_null_or_uninitialised_group_returns_einval,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(2);
 	tdm_group g;
@@ -177,7 +180,7 @@ Test(errors, group_wait_on_null_or_uninitialised_group_returns_einval, .timeout 
 	tdm_test_destroy(ex);
 }
 
-Test(errors, stats_with_bad_arguments_returns_einval, .timeout = 30)
+Test(errors, stats_with_bad_arguments_returns_einval, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(2);
 	tdm_worker_stats st;
@@ -200,7 +203,7 @@ Test(errors, workers_with_null_executor_returns_einval)
 	cr_assert_eq(tdm_executor_workers(NULL), -EINVAL);
 }
 
-Test(errors, workers_returns_the_configured_count, .timeout = 30)
+Test(errors, workers_returns_the_configured_count, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(3);
 	cr_assert_eq(tdm_executor_workers(ex), 3);

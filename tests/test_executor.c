@@ -48,7 +48,8 @@ static void tiny_parent(void *arg)
 	}
 }
 
-Test(executor, every_one_of_a_million_tiny_tasks_runs_exactly_once, .timeout = 120)
+Test(executor, every_one_of_a_million_tiny_tasks_runs_exactly_once,
+     .timeout = TDM_TEST_TIMEOUT(120))
 {
 	size_t parents = tdm_test_size(1000, 100);
 	tiny.children = 999;
@@ -113,7 +114,8 @@ static void *many_submitter(void *arg)
 	return NULL;
 }
 
-Test(executor, submissions_from_eight_outside_threads_at_once_each_run_once, .timeout = 120)
+Test(executor, submissions_from_eight_outside_threads_at_once_each_run_once,
+     .timeout = TDM_TEST_TIMEOUT(120))
 {
 	many.per_thread = tdm_test_size(50000, 5000);
 	size_t total = SUBMITTERS * many.per_thread;
@@ -170,7 +172,7 @@ static void nested_parent(void *arg)
 			atomic_fetch_add(&nested.submit_errors, 1);
 }
 
-Test(executor, tasks_submitted_from_a_worker_run_on_workers, .timeout = 60)
+Test(executor, tasks_submitted_from_a_worker_run_on_workers, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	nested.children = tdm_test_size(100000, 10000);
 	nested.ex = tdm_test_create(4);
@@ -208,7 +210,7 @@ static void idx_task(void *arg)
 		atomic_fetch_add(&idx.other_not_minus_one, 1);
 }
 
-Test(executor, worker_index_is_minus_one_outside_the_workers, .timeout = 30)
+Test(executor, worker_index_is_minus_one_outside_the_workers, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(2);
 	cr_assert_eq(tdm_worker_index(ex), -1);
@@ -221,7 +223,7 @@ static void null_index_task(void *arg)
 }
 
 /* Asked on a worker, where the calling thread is a worker of some executor, but not of NULL. */
-Test(executor, worker_index_of_a_null_executor_is_minus_one, .timeout = 30)
+Test(executor, worker_index_of_a_null_executor_is_minus_one, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(1);
 	cr_assert_eq(tdm_worker_index(NULL), -1);
@@ -235,7 +237,8 @@ Test(executor, worker_index_of_a_null_executor_is_minus_one, .timeout = 30)
 	tdm_test_destroy(ex);
 }
 
-Test(executor, worker_index_inside_a_task_is_within_the_worker_count, .timeout = 30)
+Test(executor, worker_index_inside_a_task_is_within_the_worker_count,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	idx.ex = tdm_test_create(IDX_WORKERS);
 	idx.other = NULL;
@@ -252,7 +255,8 @@ Test(executor, worker_index_inside_a_task_is_within_the_worker_count, .timeout =
 	tdm_test_destroy(idx.ex);
 }
 
-Test(executor, worker_index_is_minus_one_for_another_executors_worker, .timeout = 30)
+Test(executor, worker_index_is_minus_one_for_another_executors_worker,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	idx.ex = tdm_test_create(2);
 	idx.other = tdm_test_create(2);
@@ -319,17 +323,17 @@ static void check_names(const char *prefix)
 	pthread_mutex_destroy(&names.seen_lock);
 }
 
-Test(executor, worker_threads_are_named_prefix_then_index, .timeout = 30)
+Test(executor, worker_threads_are_named_prefix_then_index, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	check_names("tst-");
 }
 
-Test(executor, worker_thread_names_default_to_tdm_w_prefix, .timeout = 30)
+Test(executor, worker_thread_names_default_to_tdm_w_prefix, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	check_names(NULL);
 }
 
-Test(executor, worker_thread_names_are_cut_to_15_bytes, .timeout = 30)
+Test(executor, worker_thread_names_are_cut_to_15_bytes, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	check_names("a-prefix-of-twenty-");
 }
@@ -387,7 +391,8 @@ static void expect_pinned(const int *cpus, int ncpus, unsigned workers)
 	cr_assert_eq(wrong, 0, "%zu workers are not pinned to their CPU", wrong);
 }
 
-Test(executor, pinned_workers_run_on_the_cpus_of_the_affinity_mask_round_robin, .timeout = 30)
+Test(executor, pinned_workers_run_on_the_cpus_of_the_affinity_mask_round_robin,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	cpu_set_t set;
 	CPU_ZERO(&set);
@@ -421,7 +426,7 @@ static int first_allowed_cpu(char *list, size_t len)
 	return first;
 }
 
-Test(executor, pinned_workers_run_on_the_cpus_of_the_given_list, .timeout = 30)
+Test(executor, pinned_workers_run_on_the_cpus_of_the_given_list, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	char list[16];
 	int first = first_allowed_cpu(list, sizeof list);
@@ -449,7 +454,7 @@ static void count_allowed_cpus(void *arg)
 	atomic_store(&unpinned_cpus, CPU_COUNT(&set));
 }
 
-Test(executor, unpinned_workers_keep_to_the_given_list, .timeout = 30)
+Test(executor, unpinned_workers_keep_to_the_given_list, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	char list[16];
 	first_allowed_cpu(list, sizeof list);
@@ -464,7 +469,7 @@ Test(executor, unpinned_workers_keep_to_the_given_list, .timeout = 30)
 	             atomic_load(&unpinned_cpus));
 }
 
-Test(executor, workers_default_to_one_per_cpu_of_the_given_list, .timeout = 30)
+Test(executor, workers_default_to_one_per_cpu_of_the_given_list, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	char list[16];
 	first_allowed_cpu(list, sizeof list);
@@ -490,7 +495,7 @@ static tdm_worker_stats wait_for_parks(tdm_executor *ex)
 	return total;
 }
 
-Test(park, idle_workers_park, .timeout = 30)
+Test(park, idle_workers_park, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(2);
 	tdm_worker_stats total = wait_for_parks(ex);
@@ -499,7 +504,7 @@ Test(park, idle_workers_park, .timeout = 30)
 }
 
 /* Of two idle workers, the second to park is the one that leaves every worker asleep. */
-Test(park, the_last_worker_to_sleep_is_counted, .timeout = 30)
+Test(park, the_last_worker_to_sleep_is_counted, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(2);
 	tdm_worker_stats total = wait_for_parks(ex);
@@ -512,7 +517,7 @@ Test(park, the_last_worker_to_sleep_is_counted, .timeout = 30)
 	tdm_test_destroy(ex);
 }
 
-Test(park, parked_worker_counts_a_wakeup_when_work_arrives, .timeout = 30)
+Test(park, parked_worker_counts_a_wakeup_when_work_arrives, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(2);
 	cr_assert_gt(wait_for_parks(ex).parks, 0);
@@ -564,7 +569,7 @@ static uint64_t worker_parks(tdm_executor *ex, unsigned w)
 	return s.parks;
 }
 
-Test(park, the_keeper_of_a_hold_searches_past_the_bound, .timeout = 30)
+Test(park, the_keeper_of_a_hold_searches_past_the_bound, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_config cfg;
 	tdm_config_init(&cfg);
@@ -660,7 +665,8 @@ static void blocking_rounds(unsigned workers, uint64_t seed)
 	tdm_test_destroy(ex);
 }
 
-Test(park, blocking_group_wait_sees_every_task_submitted_to_parking_workers, .timeout = 30)
+Test(park, blocking_group_wait_sees_every_task_submitted_to_parking_workers,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	blocking_rounds(1, 42);
 	blocking_rounds(2, 43);
@@ -688,7 +694,7 @@ static void spinning_rounds(unsigned workers, uint64_t seed)
 	tdm_test_destroy(ex);
 }
 
-Test(park, submission_wakes_a_parked_worker_every_time, .timeout = 30)
+Test(park, submission_wakes_a_parked_worker_every_time, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	spinning_rounds(1, 7);
 	spinning_rounds(2, 8);
@@ -709,7 +715,7 @@ static void record_stripe(void *arg)
 		atomic_store(&stripe_seen[w], tdm__gate_mine);
 }
 
-Test(executor, workers_take_gate_stripes_by_index, .timeout = 30)
+Test(executor, workers_take_gate_stripes_by_index, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(STRIPE_WORKERS);
 	for (int w = 0; w < STRIPE_WORKERS; w++)

@@ -46,7 +46,7 @@ static void fault_reaches_the_right_task(struct env *e, int inject, bool sticky)
 
 /* ---- an operation's fault, and the device's ---- */
 
-Test(faults_sim_words, operation_fault_reaches_only_its_task, .timeout = 60)
+Test(faults_sim_words, operation_fault_reaches_only_its_task, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 2));
@@ -54,7 +54,7 @@ Test(faults_sim_words, operation_fault_reaches_only_its_task, .timeout = 60)
 	env_close(&e);
 }
 
-Test(faults_sim_events, operation_fault_reaches_only_its_task, .timeout = 60)
+Test(faults_sim_events, operation_fault_reaches_only_its_task, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_EVENT, 2));
@@ -62,7 +62,7 @@ Test(faults_sim_events, operation_fault_reaches_only_its_task, .timeout = 60)
 	env_close(&e);
 }
 
-Test(faults_sim_words, sticky_fault_fails_the_device, .timeout = 60)
+Test(faults_sim_words, sticky_fault_fails_the_device, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 2));
@@ -70,7 +70,7 @@ Test(faults_sim_words, sticky_fault_fails_the_device, .timeout = 60)
 	env_close(&e);
 }
 
-Test(faults_sim_events, sticky_fault_fails_the_device, .timeout = 60)
+Test(faults_sim_events, sticky_fault_fails_the_device, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_EVENT, 2));
@@ -78,7 +78,7 @@ Test(faults_sim_events, sticky_fault_fails_the_device, .timeout = 60)
 	env_close(&e);
 }
 
-Test(faults_sim_adaptive, operation_fault_reaches_only_its_task, .timeout = 60)
+Test(faults_sim_adaptive, operation_fault_reaches_only_its_task, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_ADAPTIVE, 2));
@@ -86,7 +86,7 @@ Test(faults_sim_adaptive, operation_fault_reaches_only_its_task, .timeout = 60)
 	env_close(&e);
 }
 
-Test(faults_sim_adaptive, sticky_fault_fails_the_device, .timeout = 60)
+Test(faults_sim_adaptive, sticky_fault_fails_the_device, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_ADAPTIVE, 2));
@@ -96,7 +96,7 @@ Test(faults_sim_adaptive, sticky_fault_fails_the_device, .timeout = 60)
 
 #ifndef TANDEM_TEST_NO_CUDA
 /* Criterion runs each test in its own process: the dead context does not outlive it. */
-Test(faults_cuda, trapping_kernel_fails_the_device, .timeout = 60)
+Test(faults_cuda, trapping_kernel_fails_the_device, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	if (!env_open(&e, TDM_BACKEND_CUDA, TDM_COMPLETION_AUTO, 2))
@@ -181,13 +181,13 @@ static void copy_running_when_the_device_dies(tdm_completion completion)
 }
 
 Test(faults_sim_words, a_copy_running_when_the_device_dies_ends_before_its_task_resumes,
-     .timeout = 60)
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	copy_running_when_the_device_dies(TDM_COMPLETION_WORD);
 }
 
 Test(faults_sim_events, a_copy_running_when_the_device_dies_ends_before_its_task_resumes,
-     .timeout = 60)
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	copy_running_when_the_device_dies(TDM_COMPLETION_EVENT);
 }
@@ -226,7 +226,8 @@ static int stale_event_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-Test(faults_sim_events, a_pooled_event_forgets_a_failed_record_for_its_next_owner, .timeout = 30)
+Test(faults_sim_events, a_pooled_event_forgets_a_failed_record_for_its_next_owner,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_EVENT, 1));
@@ -278,7 +279,8 @@ static int mixed_faulted_task(tdm_task *t, void *arg)
  * poller looks at the event; the poller must still ask the event, which alone knows of the fault.
  * stall_us is 2 s so that the 200 ms kernel counts as quick however slow the build runs.
  */
-Test(faults_sim_adaptive, an_error_behind_a_later_word_reaches_its_task, .timeout = 60)
+Test(faults_sim_adaptive, an_error_behind_a_later_word_reaches_its_task,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	env_open_adaptive(&e, 2, 2000000);

@@ -88,7 +88,7 @@ static int far_deadline_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-Test(gpu_errors, destroy_cancels_far_deadlines, .timeout = 30)
+Test(gpu_errors, destroy_cancels_far_deadlines, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_NONE, TDM_COMPLETION_AUTO, 1));
@@ -115,7 +115,7 @@ static void assert_gpu_create_fails(tdm_executor *ex, const tdm_gpu_config *cfg,
 	             expected);
 }
 
-Test(gpu_errors, create_refuses_each_bad_config_field, .timeout = 30)
+Test(gpu_errors, create_refuses_each_bad_config_field, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 1));
@@ -172,7 +172,7 @@ Test(gpu_errors, create_refuses_each_bad_config_field, .timeout = 30)
 }
 
 /* The diagnostic switches (tandem_sim.h) refuse a value they do not know. */
-Test(gpu_errors, debug_switches_refuse_unknown_values, .timeout = 30)
+Test(gpu_errors, debug_switches_refuse_unknown_values, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 1));
@@ -184,7 +184,8 @@ Test(gpu_errors, debug_switches_refuse_unknown_values, .timeout = 30)
 	env_close(&e);
 }
 
-Test(gpu_errors, queries_and_leases_refuse_null_and_out_of_range_arguments, .timeout = 30)
+Test(gpu_errors, queries_and_leases_refuse_null_and_out_of_range_arguments,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 1));
@@ -223,7 +224,7 @@ static int await_stream_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-Test(gpu_errors, kernels_events_and_faults_refuse_bad_arguments, .timeout = 30)
+Test(gpu_errors, kernels_events_and_faults_refuse_bad_arguments, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	env_open_sim2(&e, 1);
@@ -281,7 +282,7 @@ Test(gpu_errors, kernels_events_and_faults_refuse_bad_arguments, .timeout = 30)
 	close_usable(&e);
 }
 
-Test(gpu_errors, device_and_host_memory_calls_refuse_bad_arguments, .timeout = 30)
+Test(gpu_errors, device_and_host_memory_calls_refuse_bad_arguments, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 1));
@@ -310,7 +311,7 @@ Test(gpu_errors, device_and_host_memory_calls_refuse_bad_arguments, .timeout = 3
 	close_usable(&e);
 }
 
-Test(gpu_errors, none_backend_refuses_device_calls, .timeout = 30)
+Test(gpu_errors, none_backend_refuses_device_calls, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_NONE, TDM_COMPLETION_AUTO, 1));
@@ -348,7 +349,8 @@ static void destroy_gpu_from_a_worker(void *arg)
 	atomic_store(&d->rc, tdm_gpu_destroy(d->gpu));
 }
 
-Test(gpu_errors, destroy_refuses_null_and_the_executors_own_workers, .timeout = 30)
+Test(gpu_errors, destroy_refuses_null_and_the_executors_own_workers,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
@@ -402,7 +404,8 @@ static int bad_gpu_await_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-Test(gpu_errors, awaits_on_null_or_foreign_objects_fail_at_once_with_einval, .timeout = 30)
+Test(gpu_errors, awaits_on_null_or_foreign_objects_fail_at_once_with_einval,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e, other;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 1));
@@ -462,7 +465,8 @@ static int late_await_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-Test(gpu_errors, leases_and_awaits_during_destroy_fail_with_eshutdown, .timeout = 60)
+Test(gpu_errors, leases_and_awaits_during_destroy_fail_with_eshutdown,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
@@ -519,7 +523,7 @@ static void lease_in_progress_fn(void *arg)
 	atomic_store(&l->step, 2);
 }
 
-Test(gpu_errors, destroy_waits_for_a_lease_in_progress, .timeout = 60)
+Test(gpu_errors, destroy_waits_for_a_lease_in_progress, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
@@ -572,7 +576,8 @@ static int dead_await_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-Test(gpu_errors, a_failed_device_refuses_new_work_while_another_goes_on, .timeout = 30)
+Test(gpu_errors, a_failed_device_refuses_new_work_while_another_goes_on,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	env_open_sim2(&e, 2);

@@ -64,13 +64,13 @@ static void check_fib(unsigned workers, int n)
 	tdm_test_destroy(fib_ex);
 }
 
-Test(group, nested_fork_join_computes_fibonacci, .timeout = 120)
+Test(group, nested_fork_join_computes_fibonacci, .timeout = TDM_TEST_TIMEOUT(120))
 {
 	check_fib(4, (int)tdm_test_size(22, 18));
 }
 
 /* One worker: every nested wait must run the children itself, or it never returns. */
-Test(group, wait_on_the_only_worker_runs_the_children_itself, .timeout = 60)
+Test(group, wait_on_the_only_worker_runs_the_children_itself, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	check_fib(1, (int)tdm_test_size(20, 16));
 }
@@ -110,7 +110,7 @@ static void sky_task(void *arg)
 		s->sum += child[i].sum;
 }
 
-Test(group, skynet_tree_of_depth_four_sums_every_leaf, .timeout = 60)
+Test(group, skynet_tree_of_depth_four_sums_every_leaf, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	sky_ex = tdm_test_create(4);
 	struct sky root = {.num = 0, .size = 10000, .sum = -1};
@@ -158,7 +158,7 @@ static void gw_parent(void *arg)
 	atomic_store(&gw.parent_done, 1);
 }
 
-Test(group, wait_inside_a_task_returns_after_all_children_finished, .timeout = 60)
+Test(group, wait_inside_a_task_returns_after_all_children_finished, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	gw.ex = tdm_test_create(4);
 	for (int round = 0; round < 20; round++) {
@@ -183,7 +183,7 @@ Test(group, wait_inside_a_task_returns_after_all_children_finished, .timeout = 6
 
 /* ---- what a wait guarantees -------------------------------------------------------------- */
 
-Test(group, wait_with_nothing_spawned_returns_zero, .timeout = 10)
+Test(group, wait_with_nothing_spawned_returns_zero, .timeout = TDM_TEST_TIMEOUT(10))
 {
 	tdm_executor *ex = tdm_test_create(2);
 	tdm_group g;
@@ -203,7 +203,7 @@ static void vis_task(void *arg)
 	vis_values[i] = (int)i + 1;
 }
 
-Test(group, writes_of_the_tasks_are_visible_after_the_wait, .timeout = 30)
+Test(group, writes_of_the_tasks_are_visible_after_the_wait, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(4);
 	for (int round = 0; round < 10; round++) {
@@ -238,7 +238,7 @@ static void tree_task(void *arg)
 			atomic_fetch_add(&tree.errors, 1);
 }
 
-Test(group, wait_covers_tasks_spawned_into_the_group_by_its_tasks, .timeout = 30)
+Test(group, wait_covers_tasks_spawned_into_the_group_by_its_tasks, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(4);
 	cr_assert_eq(tdm_group_init(&tree.group, ex), 0);
@@ -252,7 +252,7 @@ Test(group, wait_covers_tasks_spawned_into_the_group_by_its_tasks, .timeout = 30
 	tdm_test_destroy(ex);
 }
 
-Test(group, group_can_be_reused_after_a_wait, .timeout = 30)
+Test(group, group_can_be_reused_after_a_wait, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(2);
 	tdm_group g;
@@ -302,7 +302,8 @@ static void spawn_and_finish(tdm_executor *ex, tdm_group *g, struct ret *r)
  * they finished, not the smallest nor the last; plain tasks and tasks that return 0 leave it be;
  * the next use of the group starts from 0 again. The value used to go nowhere (the wait said 0).
  */
-Test(group, wait_returns_the_first_nonzero_value_its_tasks_returned, .timeout = 30)
+Test(group, wait_returns_the_first_nonzero_value_its_tasks_returned,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(1);
 	tdm_group g;
@@ -363,7 +364,8 @@ static void cw_on_cancel(void *user, tdm_fn fn, void *arg)
 	atomic_fetch_add(&cw_cancelled, 1);
 }
 
-Test(group, a_cancelled_task_takes_precedence_over_a_returned_error, .timeout = 30)
+Test(group, a_cancelled_task_takes_precedence_over_a_returned_error,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_config cfg;
 	tdm_config_init(&cfg);

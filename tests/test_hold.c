@@ -97,7 +97,7 @@ static void hold_run(struct hold_state *h, tdm_resume_fn fn)
 	ASSERT_SEEN(&h->sn);
 }
 
-Test(hold, held_await_is_handed_off_before_other_work, .timeout = 30)
+Test(hold, held_await_is_handed_off_before_other_work, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct hold_state h;
 	hold_run(&h, hold_task);
@@ -134,7 +134,7 @@ static int hold_refused_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-Test(hold, not_held_with_work_queued, .timeout = 30)
+Test(hold, not_held_with_work_queued, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct hold_state h;
 	hold_run(&h, hold_refused_task);

@@ -100,7 +100,8 @@ static int race_awaiter(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-Test(lease_errors, leases_and_awaits_racing_the_destroy_touch_no_freed_memory, .timeout = 60)
+Test(lease_errors, leases_and_awaits_racing_the_destroy_touch_no_freed_memory,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	size_t rounds = tdm_test_size(40, 8);
 	tdm_executor *ex = tdm_test_create(1 + RACE_REFUSERS);
@@ -166,7 +167,8 @@ static void env_close(struct env *e)
  * the other is still held (an exclusive lease finds no stream free), still usable, and released
  * once.
  */
-Test(lease_errors, a_second_release_of_a_shared_lease_is_einval_and_keeps_the_other, .timeout = 30)
+Test(lease_errors, a_second_release_of_a_shared_lease_is_einval_and_keeps_the_other,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	env_open(&e, 1, 1);
@@ -186,7 +188,8 @@ Test(lease_errors, a_second_release_of_a_shared_lease_is_einval_and_keeps_the_ot
 }
 
 /* An exclusive lease released twice: the second is refused, and the stream is free once. */
-Test(lease_errors, a_second_release_of_an_exclusive_lease_is_einval, .timeout = 30)
+Test(lease_errors, a_second_release_of_an_exclusive_lease_is_einval,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	env_open(&e, 1, 1);
@@ -239,7 +242,8 @@ static int sharer_task(tdm_task *t, void *arg)
 	return 0;
 }
 
-Test(lease_errors, tasks_sharing_a_stream_each_release_only_their_own_lease, .timeout = 60)
+Test(lease_errors, tasks_sharing_a_stream_each_release_only_their_own_lease,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	env_open(&e, 2, 1);
@@ -308,7 +312,8 @@ static void read_back(struct env *e, float *host, const float *dev)
 	cr_assert_eq(tdm_stream_release(s), 0);
 }
 
-Test(lease_errors, work_on_a_released_lease_is_einval_and_enqueues_nothing, .timeout = 30)
+Test(lease_errors, work_on_a_released_lease_is_einval_and_enqueues_nothing,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	env_open(&e, 1, 1);

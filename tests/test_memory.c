@@ -119,12 +119,12 @@ static void pageable_copies(tdm_backend backend, int policy)
 	env_close(&e);
 }
 
-Test(memory, pageable_copies_are_staged_through_the_pinned_pool, .timeout = 30)
+Test(memory, pageable_copies_are_staged_through_the_pinned_pool, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	pageable_copies(TDM_BACKEND_SIM, TDM_PAGEABLE_STAGE);
 }
 
-Test(memory, pageable_copies_are_refused_when_asked, .timeout = 30)
+Test(memory, pageable_copies_are_refused_when_asked, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	pageable_copies(TDM_BACKEND_SIM, TDM_PAGEABLE_REFUSE);
 }
@@ -221,12 +221,14 @@ static void pageable_round_trip(tdm_backend backend, enum round_kind kind, size_
 	env_close(&e);
 }
 
-Test(memory, pageable_round_trip_through_one_buffer_keeps_stream_order, .timeout = 30)
+Test(memory, pageable_round_trip_through_one_buffer_keeps_stream_order,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	pageable_round_trip(TDM_BACKEND_SIM, ROUND_QUEUED, LEN, LEN);
 }
 
-Test(memory, a_copy_from_a_buffer_being_written_waits_for_the_write, .timeout = 60)
+Test(memory, a_copy_from_a_buffer_being_written_waits_for_the_write,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 #ifdef TDM_TEST_TSAN
 	cr_skip_test("reads the buffer while the host function writes it, on purpose");
@@ -234,25 +236,27 @@ Test(memory, a_copy_from_a_buffer_being_written_waits_for_the_write, .timeout = 
 	pageable_round_trip(TDM_BACKEND_SIM, ROUND_MID_WRITE, (size_t)8 << 20, (size_t)256 << 10);
 }
 
-Test(memory, a_dead_devices_round_trip_gives_its_blocks_back, .timeout = 30)
+Test(memory, a_dead_devices_round_trip_gives_its_blocks_back, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	pageable_round_trip(TDM_BACKEND_SIM, ROUND_DEAD, LEN, LEN);
 }
 
 #ifndef TANDEM_TEST_NO_CUDA
-Test(memory, pageable_round_trip_through_one_buffer_keeps_stream_order_cuda, .timeout = 30)
+Test(memory, pageable_round_trip_through_one_buffer_keeps_stream_order_cuda,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	pageable_round_trip(TDM_BACKEND_CUDA, ROUND_QUEUED, LEN, LEN);
 }
 
 /* On CUDA, pageable is what cudaPointerGetAttributes calls unregistered host memory, and the
  * staged copy's pinned blocks come back through host functions (cudaLaunchHostFunc). */
-Test(memory, pageable_copies_are_staged_through_the_pinned_pool_cuda, .timeout = 30)
+Test(memory, pageable_copies_are_staged_through_the_pinned_pool_cuda,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	pageable_copies(TDM_BACKEND_CUDA, TDM_PAGEABLE_STAGE);
 }
 
-Test(memory, pageable_copies_are_refused_when_asked_cuda, .timeout = 30)
+Test(memory, pageable_copies_are_refused_when_asked_cuda, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	pageable_copies(TDM_BACKEND_CUDA, TDM_PAGEABLE_REFUSE);
 }
@@ -283,7 +287,7 @@ static int dead_staging_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-Test(memory, a_dead_devices_staged_copies_give_their_blocks_back, .timeout = 30)
+Test(memory, a_dead_devices_staged_copies_give_their_blocks_back, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
@@ -355,7 +359,7 @@ static void stream_ordered_free_after_last_use(struct env *e)
 	tdm_host_free(e->gpu, c.host);
 }
 
-Test(memory, stream_ordered_free_after_last_use_sim, .timeout = 30)
+Test(memory, stream_ordered_free_after_last_use_sim, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
@@ -364,7 +368,7 @@ Test(memory, stream_ordered_free_after_last_use_sim, .timeout = 30)
 }
 
 #ifndef TANDEM_TEST_NO_CUDA
-Test(memory, stream_ordered_free_after_last_use_cuda, .timeout = 30)
+Test(memory, stream_ordered_free_after_last_use_cuda, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	if (!env_open(&e, TDM_BACKEND_CUDA, TDM_COMPLETION_AUTO, 2))
@@ -385,7 +389,7 @@ Test(memory, stream_ordered_free_after_last_use_cuda, .timeout = 30)
 #define HOLD_BLOCK ((size_t)1 << 30)
 #define HOLD_MIB ((size_t)1 << 20)
 
-Test(memory, managed_memory_one_byte_past_free_memory_is_refused, .timeout = 60)
+Test(memory, managed_memory_one_byte_past_free_memory_is_refused, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	if (TDM_TEST_SANITIZED || TDM_TEST_UNDER_VALGRIND())
 		cr_skip_test("reserves the simulated device's 80 GiB of address space");
@@ -492,7 +496,7 @@ static void managed_memory_is_prefetched_and_advised(struct env *e, int peer)
 	tdm_host_free(e->gpu, c.host);
 }
 
-Test(memory, managed_memory_is_prefetched_and_advised, .timeout = 30)
+Test(memory, managed_memory_is_prefetched_and_advised, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	open_two(&e, TDM_PLACE_ROUND_ROBIN);
@@ -508,7 +512,7 @@ Test(memory, managed_memory_is_prefetched_and_advised, .timeout = 30)
  * cudaMallocManaged of the device's size + 1 byte returned success), so the -ENOMEM is tandem's
  * check alone; the refused call allocates nothing.
  */
-Test(memory, managed_memory_on_cuda, .timeout = 60)
+Test(memory, managed_memory_on_cuda, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	if (!env_open(&e, TDM_BACKEND_CUDA, TDM_COMPLETION_AUTO, 2))
@@ -535,7 +539,7 @@ Test(memory, managed_memory_on_cuda, .timeout = 60)
  * the same managed memory, prefetched again, carries a copy's round trip. The sim takes any
  * memory for prefetch and advice, managed or not, so that is not refused here.
  */
-Test(memory, prefetch_and_advise_refuse_bad_arguments, .timeout = 30)
+Test(memory, prefetch_and_advise_refuse_bad_arguments, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	open_two(&e, TDM_PLACE_ROUND_ROBIN);
@@ -586,7 +590,7 @@ Test(memory, prefetch_and_advise_refuse_bad_arguments, .timeout = 30)
 
 /* A prefetch is an operation of its stream: once the device has failed (a sticky fault on
  * another stream), it is refused at once with -EIO, as every enqueue is. */
-Test(memory, prefetch_on_a_failed_device_is_refused, .timeout = 30)
+Test(memory, prefetch_on_a_failed_device_is_refused, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));

@@ -142,7 +142,8 @@ static void close_usable(struct env *e)
 
 /* ---- frees ---- */
 
-Test(memory_errors, device_free_of_a_pointer_never_allocated_is_einval, .timeout = 30)
+Test(memory_errors, device_free_of_a_pointer_never_allocated_is_einval,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	env_open(&e);
@@ -163,7 +164,7 @@ Test(memory_errors, device_free_of_a_pointer_never_allocated_is_einval, .timeout
 	close_usable(&e);
 }
 
-Test(memory_errors, device_free_twice_is_einval, .timeout = 30)
+Test(memory_errors, device_free_twice_is_einval, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	env_open(&e);
@@ -174,7 +175,7 @@ Test(memory_errors, device_free_twice_is_einval, .timeout = 30)
 	close_usable(&e);
 }
 
-Test(memory_errors, device_free_naming_another_device_is_einval, .timeout = 30)
+Test(memory_errors, device_free_naming_another_device_is_einval, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	env_open(&e);
@@ -193,7 +194,7 @@ Test(memory_errors, device_free_naming_another_device_is_einval, .timeout = 30)
 	close_usable(&e);
 }
 
-Test(memory_errors, device_free_async_twice_is_einval, .timeout = 30)
+Test(memory_errors, device_free_async_twice_is_einval, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	env_open(&e);
@@ -216,7 +217,7 @@ Test(memory_errors, device_free_async_twice_is_einval, .timeout = 30)
 	close_usable(&e);
 }
 
-Test(memory_errors, managed_free_of_memory_not_allocated_is_einval, .timeout = 30)
+Test(memory_errors, managed_free_of_memory_not_allocated_is_einval, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	env_open(&e);
@@ -232,7 +233,8 @@ Test(memory_errors, managed_free_of_memory_not_allocated_is_einval, .timeout = 3
 	close_usable(&e);
 }
 
-Test(memory_errors, host_free_of_memory_host_alloc_did_not_give_is_einval, .timeout = 30)
+Test(memory_errors, host_free_of_memory_host_alloc_did_not_give_is_einval,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	env_open(&e);
@@ -258,7 +260,8 @@ Test(memory_errors, host_free_of_memory_host_alloc_did_not_give_is_einval, .time
 
 #define BIG ((size_t)256 << 20) /* far past the small allocations below */
 
-Test(memory_errors, a_copy_past_the_end_of_its_allocations_is_einval, .timeout = 30)
+Test(memory_errors, a_copy_past_the_end_of_its_allocations_is_einval,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	env_open(&e);
@@ -301,7 +304,7 @@ static void assert_only_device_0_failed(struct env *e, tdm_stream *s)
 	env_close(e);
 }
 
-Test(memory_errors, a_kernel_past_its_allocation_fails_the_device, .timeout = 30)
+Test(memory_errors, a_kernel_past_its_allocation_fails_the_device, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	env_open(&e);
@@ -336,7 +339,8 @@ static int wait_stream(struct tdm__backend *b, void *s)
 	return rc;
 }
 
-Test(memory_errors, a_copy_from_memory_freed_before_it_ran_fails_the_device, .timeout = 30)
+Test(memory_errors, a_copy_from_memory_freed_before_it_ran_fails_the_device,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_gpu_config cfg;
 	tdm_gpu_config_init(&cfg);
@@ -379,7 +383,7 @@ TDM_TEST_SUITE(memory_errors_cuda);
 
 /* The same refusals on the cuda backend, where the driver answers for most of them (skipped
  * without a device). Only calls that fail at once are made: nothing here reaches the device. */
-Test(memory_errors_cuda, frees_of_memory_not_live_are_einval, .timeout = 60)
+Test(memory_errors_cuda, frees_of_memory_not_live_are_einval, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	tdm_executor *ex = tdm_test_create(2);
 	tdm_gpu_config g;

@@ -760,68 +760,77 @@ Test(pinned_errors, the_pool_works_between_the_executors_destroy_and_the_layers)
 
 #define PINNED_TESTS(suite, backend)                                                               \
 	TDM_TEST_SUITE(suite);                                                                     \
-	Test(suite, reuse_after_warm_up_pins_nothing_more, .timeout = 60)                          \
+	Test(suite, reuse_after_warm_up_pins_nothing_more, .timeout = TDM_TEST_TIMEOUT(60))        \
 	{                                                                                          \
 		reuse_after_warm_up_pins_nothing_more(backend, false);                             \
 	}                                                                                          \
-	Test(suite, reuse_after_warm_up_pins_nothing_more_on_a_worker, .timeout = 60)              \
+	Test(suite, reuse_after_warm_up_pins_nothing_more_on_a_worker,                             \
+	     .timeout = TDM_TEST_TIMEOUT(60))                                                      \
 	{                                                                                          \
 		reuse_after_warm_up_pins_nothing_more(backend, true);                              \
 	}                                                                                          \
-	Test(suite, allocations_past_the_cap_fail_until_blocks_are_freed, .timeout = 60)           \
+	Test(suite, allocations_past_the_cap_fail_until_blocks_are_freed,                          \
+	     .timeout = TDM_TEST_TIMEOUT(60))                                                      \
 	{                                                                                          \
 		allocations_past_the_cap_fail_until_blocks_are_freed(backend, false);              \
 	}                                                                                          \
 	Test(suite, allocations_past_the_cap_fail_until_blocks_are_freed_on_a_worker,              \
-	     .timeout = 60)                                                                        \
+	     .timeout = TDM_TEST_TIMEOUT(60))                                                      \
 	{                                                                                          \
 		allocations_past_the_cap_fail_until_blocks_are_freed(backend, true);               \
 	}                                                                                          \
-	Test(suite, blocks_freed_on_other_threads_return_to_the_pool, .timeout = 60)               \
+	Test(suite, blocks_freed_on_other_threads_return_to_the_pool,                              \
+	     .timeout = TDM_TEST_TIMEOUT(60))                                                      \
 	{                                                                                          \
 		blocks_freed_on_other_threads_return_to_the_pool(backend);                         \
 	}                                                                                          \
-	Test(suite, blocks_hold_the_requested_bytes_aligned_to_256, .timeout = 60)                 \
+	Test(suite, blocks_hold_the_requested_bytes_aligned_to_256,                                \
+	     .timeout = TDM_TEST_TIMEOUT(60))                                                      \
 	{                                                                                          \
 		blocks_hold_the_requested_bytes_aligned_to_256(backend, false);                    \
 	}                                                                                          \
-	Test(suite, blocks_hold_the_requested_bytes_aligned_to_256_on_a_worker, .timeout = 60)     \
+	Test(suite, blocks_hold_the_requested_bytes_aligned_to_256_on_a_worker,                    \
+	     .timeout = TDM_TEST_TIMEOUT(60))                                                      \
 	{                                                                                          \
 		blocks_hold_the_requested_bytes_aligned_to_256(backend, true);                     \
 	}                                                                                          \
-	Test(suite, dedicated_blocks_are_kept_for_the_next_large_request, .timeout = 60)           \
+	Test(suite, dedicated_blocks_are_kept_for_the_next_large_request,                          \
+	     .timeout = TDM_TEST_TIMEOUT(60))                                                      \
 	{                                                                                          \
 		dedicated_blocks_are_kept_for_the_next_large_request(backend);                     \
 	}                                                                                          \
-	Test(suite, pool_memory_counts_as_pinned, .timeout = 60)                                   \
+	Test(suite, pool_memory_counts_as_pinned, .timeout = TDM_TEST_TIMEOUT(60))                 \
 	{                                                                                          \
 		pool_memory_counts_as_pinned(backend);                                             \
 	}                                                                                          \
-	Test(suite, high_water_is_the_largest_in_use, .timeout = 60)                               \
+	Test(suite, high_water_is_the_largest_in_use, .timeout = TDM_TEST_TIMEOUT(60))             \
 	{                                                                                          \
 		high_water_is_the_largest_in_use(backend, false);                                  \
 	}                                                                                          \
-	Test(suite, high_water_is_the_largest_in_use_on_a_worker, .timeout = 60)                   \
+	Test(suite, high_water_is_the_largest_in_use_on_a_worker, .timeout = TDM_TEST_TIMEOUT(60)) \
 	{                                                                                          \
 		high_water_is_the_largest_in_use(backend, true);                                   \
 	}                                                                                          \
-	Test(suite, high_water_holds_when_workers_allocate_and_others_free, .timeout = 60)         \
+	Test(suite, high_water_holds_when_workers_allocate_and_others_free,                        \
+	     .timeout = TDM_TEST_TIMEOUT(60))                                                      \
 	{                                                                                          \
 		high_water_holds_when_workers_allocate_and_others_free(backend);                   \
 	}                                                                                          \
-	Test(suite, high_water_counts_a_large_block_a_worker_frees, .timeout = 60)                 \
+	Test(suite, high_water_counts_a_large_block_a_worker_frees,                                \
+	     .timeout = TDM_TEST_TIMEOUT(60))                                                      \
 	{                                                                                          \
 		high_water_counts_a_large_block_a_worker_frees(backend);                           \
 	}                                                                                          \
-	Test(suite, concurrent_alloc_and_free_keep_the_counts_exact, .timeout = 60)                \
+	Test(suite, concurrent_alloc_and_free_keep_the_counts_exact,                               \
+	     .timeout = TDM_TEST_TIMEOUT(60))                                                      \
 	{                                                                                          \
 		concurrent_alloc_and_free_keep_the_counts_exact(backend);                          \
 	}                                                                                          \
-	Test(suite, destroy_frees_blocks_still_handed_out, .timeout = 60)                          \
+	Test(suite, destroy_frees_blocks_still_handed_out, .timeout = TDM_TEST_TIMEOUT(60))        \
 	{                                                                                          \
 		destroy_frees_blocks_still_handed_out(backend);                                    \
 	}                                                                                          \
-	Test(suite, bad_arguments_get_their_documented_errors, .timeout = 60)                      \
+	Test(suite, bad_arguments_get_their_documented_errors, .timeout = TDM_TEST_TIMEOUT(60))    \
 	{                                                                                          \
 		bad_arguments_get_their_documented_errors(backend);                                \
 	}
@@ -866,7 +875,8 @@ static void *churn_dedicated(void *arg)
 	return NULL;
 }
 
-Test(pinned_errors, a_double_free_racing_the_drop_of_its_spare_is_refused, .timeout = 60)
+Test(pinned_errors, a_double_free_racing_the_drop_of_its_spare_is_refused,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	env_open(&e, TDM_BACKEND_SIM, 1, 64 * KIB, 0); /* blocks past 64 KiB are dedicated */

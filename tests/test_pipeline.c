@@ -497,67 +497,72 @@ static void gpu_destroy_stops_a_running_pipeline(tdm_backend backend, int ordere
 	} while (0)
 
 #define PIPELINE_TESTS(suite, backend)                                                             \
-	Test(suite, ordered_consume_sees_batch_order, .timeout = 60)                               \
+	Test(suite, ordered_consume_sees_batch_order, .timeout = TDM_TEST_TIMEOUT(60))             \
 	{                                                                                          \
 		WITH_ENV(backend, ordered_consume_sees_batch_order(&e));                           \
 	}                                                                                          \
-	Test(suite, unordered_consumes_every_batch_once, .timeout = 60)                            \
+	Test(suite, unordered_consumes_every_batch_once, .timeout = TDM_TEST_TIMEOUT(60))          \
 	{                                                                                          \
 		WITH_ENV(backend, unordered_consumes_every_batch_once(&e));                        \
 	}                                                                                          \
-	Test(suite, slow_consumer_bounds_batches_in_flight_ordered, .timeout = 60)                 \
+	Test(suite, slow_consumer_bounds_batches_in_flight_ordered,                                \
+	     .timeout = TDM_TEST_TIMEOUT(60))                                                      \
 	{                                                                                          \
 		WITH_ENV(backend, slow_consumer_bounds_batches_in_flight(&e, 1));                  \
 	}                                                                                          \
-	Test(suite, slow_consumer_bounds_batches_in_flight_unordered, .timeout = 60)               \
+	Test(suite, slow_consumer_bounds_batches_in_flight_unordered,                              \
+	     .timeout = TDM_TEST_TIMEOUT(60))                                                      \
 	{                                                                                          \
 		WITH_ENV(backend, slow_consumer_bounds_batches_in_flight(&e, 0));                  \
 	}                                                                                          \
-	Test(suite, buffers_are_recycled, .timeout = 60)                                           \
+	Test(suite, buffers_are_recycled, .timeout = TDM_TEST_TIMEOUT(60))                         \
 	{                                                                                          \
 		WITH_ENV(backend, buffers_are_recycled(&e));                                       \
 	}                                                                                          \
-	Test(suite, failed_compute_fails_only_its_batch_ordered, .timeout = 60)                    \
+	Test(suite, failed_compute_fails_only_its_batch_ordered, .timeout = TDM_TEST_TIMEOUT(60))  \
 	{                                                                                          \
 		WITH_ENV(backend, failed_compute_fails_only_its_batch(&e, 1));                     \
 	}                                                                                          \
-	Test(suite, failed_compute_fails_only_its_batch_unordered, .timeout = 60)                  \
+	Test(suite, failed_compute_fails_only_its_batch_unordered,                                 \
+	     .timeout = TDM_TEST_TIMEOUT(60))                                                      \
 	{                                                                                          \
 		WITH_ENV(backend, failed_compute_fails_only_its_batch(&e, 0));                     \
 	}                                                                                          \
-	Test(suite, failed_prepare_passes_its_turn_on, .timeout = 60)                              \
+	Test(suite, failed_prepare_passes_its_turn_on, .timeout = TDM_TEST_TIMEOUT(60))            \
 	{                                                                                          \
 		WITH_ENV(backend, failed_prepare_passes_its_turn_on(&e));                          \
 	}                                                                                          \
-	Test(suite, failed_consume_counts_as_failed, .timeout = 60)                                \
+	Test(suite, failed_consume_counts_as_failed, .timeout = TDM_TEST_TIMEOUT(60))              \
 	{                                                                                          \
 		WITH_ENV(backend, failed_consume_counts_as_failed(&e));                            \
 	}                                                                                          \
-	Test(suite, first_error_is_the_lowest_batch, .timeout = 60)                                \
+	Test(suite, first_error_is_the_lowest_batch, .timeout = TDM_TEST_TIMEOUT(60))              \
 	{                                                                                          \
 		WITH_ENV(backend, first_error_is_the_lowest_batch(&e));                            \
 	}                                                                                          \
-	Test(suite, empty_input_runs_nothing, .timeout = 60)                                       \
+	Test(suite, empty_input_runs_nothing, .timeout = TDM_TEST_TIMEOUT(60))                     \
 	{                                                                                          \
 		WITH_ENV(backend, empty_input_runs_nothing(&e));                                   \
 	}                                                                                          \
-	Test(suite, copy_only_pipeline_returns_its_input, .timeout = 60)                           \
+	Test(suite, copy_only_pipeline_returns_its_input, .timeout = TDM_TEST_TIMEOUT(60))         \
 	{                                                                                          \
 		WITH_ENV(backend, copy_only_pipeline_returns_its_input(&e));                       \
 	}                                                                                          \
-	Test(suite, shutdown_cancels_a_running_ordered_pipeline, .timeout = 60)                    \
+	Test(suite, shutdown_cancels_a_running_ordered_pipeline, .timeout = TDM_TEST_TIMEOUT(60))  \
 	{                                                                                          \
 		shutdown_cancels_a_running_pipeline(backend, 1);                                   \
 	}                                                                                          \
-	Test(suite, shutdown_cancels_a_running_unordered_pipeline, .timeout = 60)                  \
+	Test(suite, shutdown_cancels_a_running_unordered_pipeline,                                 \
+	     .timeout = TDM_TEST_TIMEOUT(60))                                                      \
 	{                                                                                          \
 		shutdown_cancels_a_running_pipeline(backend, 0);                                   \
 	}                                                                                          \
-	Test(suite, gpu_destroy_stops_a_running_ordered_pipeline, .timeout = 60)                   \
+	Test(suite, gpu_destroy_stops_a_running_ordered_pipeline, .timeout = TDM_TEST_TIMEOUT(60)) \
 	{                                                                                          \
 		gpu_destroy_stops_a_running_pipeline(backend, 1);                                  \
 	}                                                                                          \
-	Test(suite, gpu_destroy_stops_a_running_unordered_pipeline, .timeout = 60)                 \
+	Test(suite, gpu_destroy_stops_a_running_unordered_pipeline,                                \
+	     .timeout = TDM_TEST_TIMEOUT(60))                                                      \
 	{                                                                                          \
 		gpu_destroy_stops_a_running_pipeline(backend, 0);                                  \
 	}
@@ -572,7 +577,7 @@ PIPELINE_TESTS(pipeline_cuda, TDM_BACKEND_CUDA)
 /* ---- sim only: injected faults ---- */
 
 /* The copy in of batch 7 fails (a one-shot fault on its stream); the stream goes on. */
-Test(pipeline_sim, failed_copy_fails_only_its_batch, .timeout = 60)
+Test(pipeline_sim, failed_copy_fails_only_its_batch, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM));
@@ -595,7 +600,7 @@ Test(pipeline_sim, failed_copy_fails_only_its_batch, .timeout = 60)
 
 /* The device dies during batch 3: the batches after it fail at once, none hangs. One slot, so
  * that no other batch is half-way through a copy when the device dies. */
-Test(pipeline_sim, sticky_fault_fails_the_remaining_batches, .timeout = 60)
+Test(pipeline_sim, sticky_fault_fails_the_remaining_batches, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM));
@@ -617,7 +622,7 @@ Test(pipeline_sim, sticky_fault_fails_the_remaining_batches, .timeout = 60)
 
 /* Two streams in the set, one held exclusively here: the pipeline takes the other alone, and
  * its batches all take turns on it. */
-Test(pipeline_sim, slots_share_a_stream_when_none_is_left, .timeout = 60)
+Test(pipeline_sim, slots_share_a_stream_when_none_is_left, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open_cfg(&e, TDM_BACKEND_SIM, 4, TDM_SHUTDOWN_DRAIN, 2));
@@ -726,7 +731,7 @@ static unsigned lanes_run(struct env *e, struct lanes *l, unsigned in_flight, un
  * second lease (shared) gives the stream the first one holds: the pipeline must then run on one
  * stream, under one order lock, not on that stream twice under two.
  */
-Test(pipeline_sim, a_stream_takes_one_batch_at_a_time_in_order, .timeout = 60)
+Test(pipeline_sim, a_stream_takes_one_batch_at_a_time_in_order, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	static struct lanes l;
 	struct env e;
@@ -759,7 +764,7 @@ static bool turns_on(struct env *e, unsigned in_flight, unsigned streams, unsign
 	return distinct(r.stream, 24) == want;
 }
 
-Test(pipeline_sim, batches_take_turns_on_the_streams, .timeout = 60)
+Test(pipeline_sim, batches_take_turns_on_the_streams, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open_cfg(&e, TDM_BACKEND_SIM, 4, TDM_SHUTDOWN_DRAIN, 6));
@@ -778,7 +783,7 @@ Test(pipeline_sim, batches_take_turns_on_the_streams, .timeout = 60)
  * while the keeper still runs the batch before, wake the other worker and let it park again, and
  * the keeper is still awake.
  */
-Test(pipeline_sim, a_worker_stays_awake_while_it_runs, .timeout = 60)
+Test(pipeline_sim, a_worker_stays_awake_while_it_runs, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open_cfg(&e, TDM_BACKEND_SIM, 2, TDM_SHUTDOWN_DRAIN, 0));
@@ -803,7 +808,7 @@ Test(pipeline_sim, a_worker_stays_awake_while_it_runs, .timeout = 60)
 
 /* The thread that called tdm_pipeline_run prepares (and enqueues) a batch for each slot as it
  * starts it, the workers the rest. */
-Test(pipeline_sim, the_caller_starts_the_first_batches, .timeout = 60)
+Test(pipeline_sim, the_caller_starts_the_first_batches, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM));
@@ -940,12 +945,13 @@ static void a_destroy_begun_in_the_set_up_waits_for_the_run(int no_spin)
 	cr_assert_eq(tdm_gpu_destroy(e.gpu), 0);
 }
 
-Test(pipeline_sim, a_destroy_begun_in_the_set_up_waits_for_the_run, .timeout = 60)
+Test(pipeline_sim, a_destroy_begun_in_the_set_up_waits_for_the_run, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	a_destroy_begun_in_the_set_up_waits_for_the_run(0);
 }
 
-Test(pipeline_sim, a_destroy_begun_in_the_set_up_waits_for_a_no_spin_run, .timeout = 60)
+Test(pipeline_sim, a_destroy_begun_in_the_set_up_waits_for_a_no_spin_run,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	a_destroy_begun_in_the_set_up_waits_for_the_run(1);
 }
@@ -953,7 +959,8 @@ Test(pipeline_sim, a_destroy_begun_in_the_set_up_waits_for_a_no_spin_run, .timeo
 /* The run's hold is refused once the executor's destroy has begun (it would outlive the
  * executor otherwise): the run says -ESHUTDOWN before it prepares anything, and the layer and
  * the destroy go on. */
-Test(pipeline_sim, a_run_after_the_executors_destroy_began_is_refused_at_once, .timeout = 60)
+Test(pipeline_sim, a_run_after_the_executors_destroy_began_is_refused_at_once,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	static atomic_int go;
@@ -1003,7 +1010,8 @@ static int lease_rec_consume(tdm_batch *b, void *user)
 	return rec_consume(b, &((struct lease_in_compute *)user)->r);
 }
 
-Test(pipeline_sim, a_run_leaves_a_stream_to_shared_leases_when_others_hold_one, .timeout = 60)
+Test(pipeline_sim, a_run_leaves_a_stream_to_shared_leases_when_others_hold_one,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open_cfg(&e, TDM_BACKEND_SIM, 2, TDM_SHUTDOWN_DRAIN, 2));
@@ -1028,7 +1036,7 @@ Test(pipeline_sim, a_run_leaves_a_stream_to_shared_leases_when_others_hold_one, 
 	env_close(&e);
 }
 
-Test(pipeline_sim, more_slots_than_streams, .timeout = 60)
+Test(pipeline_sim, more_slots_than_streams, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open_cfg(&e, TDM_BACKEND_SIM, 4, TDM_SHUTDOWN_DRAIN, 2));
@@ -1062,7 +1070,7 @@ static void call_from_worker(void *arg)
 	w->rc = tdm_pipeline_run(w->gpu, &w->cfg, NULL);
 }
 
-Test(pipeline_errors, bad_configs_are_refused, .timeout = 60)
+Test(pipeline_errors, bad_configs_are_refused, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM));
@@ -1133,7 +1141,7 @@ static int long_compute(tdm_batch *b, void *user)
 	return rc;
 }
 
-Test(pipeline_errors, lengths_past_the_buffers_fail_the_batch, .timeout = 60)
+Test(pipeline_errors, lengths_past_the_buffers_fail_the_batch, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM));
@@ -1151,7 +1159,7 @@ Test(pipeline_errors, lengths_past_the_buffers_fail_the_batch, .timeout = 60)
 	env_close(&e);
 }
 
-Test(pipeline_errors, no_device_backend, .timeout = 30)
+Test(pipeline_errors, no_device_backend, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_NONE));

@@ -13,7 +13,7 @@ TDM_TEST_SUITE(placement);
 /* A lease for any device goes to one that has not failed, whatever the policy (least loaded
  * picked the failed device every time: its leases were all released), and -ENODEV once every
  * device failed. */
-Test(placement, any_device_skips_a_failed_one, .timeout = 30)
+Test(placement, any_device_skips_a_failed_one, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	static const int policies[] = {TDM_PLACE_ROUND_ROBIN, TDM_PLACE_LEAST_LOADED,
 	                               TDM_PLACE_NEAREST};
@@ -39,7 +39,7 @@ Test(placement, any_device_skips_a_failed_one, .timeout = 30)
 /* A lease for any device that finds the placement's pick full takes a stream of another device,
  * whatever the policy (it said -EBUSY while the other device had streams free), and says -EBUSY
  * only when every device is full; it leases again once a stream comes back. */
-Test(placement, any_device_falls_over_to_a_device_with_room, .timeout = 30)
+Test(placement, any_device_falls_over_to_a_device_with_room, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	static const int policies[] = {TDM_PLACE_ROUND_ROBIN, TDM_PLACE_LEAST_LOADED,
 	                               TDM_PLACE_NEAREST};
@@ -238,7 +238,7 @@ static void quick_stream_leases(const char *balance, int *on_a, int *on_b)
 	env_close(&e);
 }
 
-Test(placement, a_quick_stream_keeps_its_workers_shared_leases, .timeout = 60)
+Test(placement, a_quick_stream_keeps_its_workers_shared_leases, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	int on_a, on_b;
 	quick_stream_leases(NULL, &on_a, &on_b);

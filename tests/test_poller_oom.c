@@ -53,7 +53,7 @@ static int sleeper_task(tdm_task *t, void *arg)
  * batch grows both arrays to 256 entries; the results' array (256 ints) fails once. Every task
  * still resumes, with 0, and the later, larger batches do not write past the results.
  */
-Test(poller_oom, a_failed_growth_of_the_wake_batch_loses_nothing, .timeout = 60)
+Test(poller_oom, a_failed_growth_of_the_wake_batch_loses_nothing, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	tdm_executor *ex = tdm_test_create(2);
 	tdm_gpu_config g;

@@ -65,7 +65,8 @@ static int wait_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-Test(resumable, notify_resumes_the_task_after_the_await_with_what_was_written_before, .timeout = 30)
+Test(resumable, notify_resumes_the_task_after_the_await_with_what_was_written_before,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = make(2, TDM_SHUTDOWN_DRAIN, NULL);
 	tdm_notify n;
@@ -86,7 +87,7 @@ Test(resumable, notify_resumes_the_task_after_the_await_with_what_was_written_be
 	cr_assert_eq(tdm_executor_destroy(ex), 0);
 }
 
-Test(resumable, an_await_on_a_fired_notify_continues_at_once, .timeout = 30)
+Test(resumable, an_await_on_a_fired_notify_continues_at_once, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = make(1, TDM_SHUTDOWN_DRAIN, NULL);
 	tdm_notify n;
@@ -102,7 +103,7 @@ Test(resumable, an_await_on_a_fired_notify_continues_at_once, .timeout = 30)
 	cr_assert_eq(tdm_executor_destroy(ex), 0);
 }
 
-Test(resumable, a_second_awaiter_of_one_notify_gets_ebusy, .timeout = 30)
+Test(resumable, a_second_awaiter_of_one_notify_gets_ebusy, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = make(2, TDM_SHUTDOWN_DRAIN, NULL);
 	tdm_notify n;
@@ -168,7 +169,8 @@ static int ntwin_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-Test(resumable, two_tasks_awaiting_one_notify_at_once_one_gets_ebusy_at_once, .timeout = 120)
+Test(resumable, two_tasks_awaiting_one_notify_at_once_one_gets_ebusy_at_once,
+     .timeout = TDM_TEST_TIMEOUT(120))
 {
 	tdm_executor *ex = make(3, TDM_SHUTDOWN_DRAIN, NULL);
 	static struct ntwin_round r;
@@ -195,7 +197,7 @@ Test(resumable, two_tasks_awaiting_one_notify_at_once_one_gets_ebusy_at_once, .t
 }
 
 /* A notification a task awaits is not started over: that would lose the task for good. */
-Test(resumable, resetting_an_awaited_notify_is_ebusy, .timeout = 30)
+Test(resumable, resetting_an_awaited_notify_is_ebusy, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = make(2, TDM_SHUTDOWN_DRAIN, NULL);
 	tdm_notify n;
@@ -251,7 +253,7 @@ static int parent_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-Test(resumable, await_group_resumes_after_every_task_of_the_group, .timeout = 30)
+Test(resumable, await_group_resumes_after_every_task_of_the_group, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = make(2, TDM_SHUTDOWN_DRAIN, NULL);
 	atomic_store(&children_done, 0);
@@ -279,7 +281,8 @@ static void *fire_all(void *arg)
 	return NULL;
 }
 
-Test(resumable, many_notifications_fired_while_tasks_suspend_resume_each_once, .timeout = 60)
+Test(resumable, many_notifications_fired_while_tasks_suspend_resume_each_once,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	tdm_executor *ex = make(4, TDM_SHUTDOWN_DRAIN, NULL);
 	static int order[MANY];
@@ -338,7 +341,8 @@ static void *destroy_thread(void *arg)
 
 /* A task awaiting a notification nothing fires: a destroy in TDM_SHUTDOWN_CANCEL cancels it
  * (reported to on_cancel, the rest of it not run) and returns. It waited for ever before. */
-Test(resumable, cancel_shutdown_cancels_a_task_awaiting_a_notification, .timeout = 30)
+Test(resumable, cancel_shutdown_cancels_a_task_awaiting_a_notification,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	atomic_store(&cancelled_resumables, 0);
 	tdm_executor *ex = make(2, TDM_SHUTDOWN_CANCEL, count_cancel);
@@ -376,7 +380,8 @@ static int late_wait_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-Test(resumable, an_await_after_a_cancel_shutdown_began_is_ecanceled, .timeout = 30)
+Test(resumable, an_await_after_a_cancel_shutdown_began_is_ecanceled,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = make(2, TDM_SHUTDOWN_CANCEL, count_cancel);
 	tdm_notify n;
@@ -446,7 +451,8 @@ static int await_only(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-Test(resumable, a_notification_freed_by_on_cancel_is_not_written_by_the_destroy, .timeout = 120)
+Test(resumable, a_notification_freed_by_on_cancel_is_not_written_by_the_destroy,
+     .timeout = TDM_TEST_TIMEOUT(120))
 {
 	tdm_config c;
 	tdm_config_init(&c);
@@ -516,7 +522,7 @@ static void *fire_each(void *arg)
 	return NULL;
 }
 
-Test(resumable, fires_racing_a_cancel_shutdown_lose_no_task, .timeout = 120)
+Test(resumable, fires_racing_a_cancel_shutdown_lose_no_task, .timeout = TDM_TEST_TIMEOUT(120))
 {
 	static tdm_notify n[RACE_TASKS];
 	static struct race_waiter w[RACE_TASKS];
@@ -572,7 +578,8 @@ static int flag_task(tdm_task *t, void *arg)
 	return 0;
 }
 
-Test(resumable, spawn_into_a_foreign_or_uninitialised_group_returns_einval, .timeout = 30)
+Test(resumable, spawn_into_a_foreign_or_uninitialised_group_returns_einval,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = make(1, TDM_SHUTDOWN_DRAIN, NULL);
 	tdm_executor *other = make(1, TDM_SHUTDOWN_DRAIN, NULL);
@@ -620,7 +627,8 @@ static int bad_await_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-Test(resumable, awaits_of_null_or_uninitialised_objects_return_einval_as_the_result, .timeout = 30)
+Test(resumable, awaits_of_null_or_uninitialised_objects_return_einval_as_the_result,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = make(1, TDM_SHUTDOWN_DRAIN, NULL);
 	struct bad_awaits b;
@@ -676,7 +684,7 @@ static int group_awaiter_task(tdm_task *t, void *arg)
 
 /* A group that one task awaits is refused to a second, and, once its await is over, to the same
  * task until the group is initialised again. */
-Test(resumable, awaiting_a_group_already_awaited_returns_ebusy, .timeout = 30)
+Test(resumable, awaiting_a_group_already_awaited_returns_ebusy, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = make(2, TDM_SHUTDOWN_DRAIN, NULL);
 	tdm_notify gate;
@@ -749,7 +757,8 @@ static int twin_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-Test(resumable, two_tasks_awaiting_one_group_at_once_one_gets_ebusy, .timeout = 120)
+Test(resumable, two_tasks_awaiting_one_group_at_once_one_gets_ebusy,
+     .timeout = TDM_TEST_TIMEOUT(120))
 {
 	tdm_executor *ex = make(3, TDM_SHUTDOWN_DRAIN, NULL);
 	static struct twin_round r;
@@ -786,7 +795,7 @@ Test(resumable, two_tasks_awaiting_one_group_at_once_one_gets_ebusy, .timeout = 
 /* A group that is over when it is awaited (here: it never had a task) resumes at once, and is
  * then refused to a second await as a group awaited to its end is; that second await used to
  * suspend for good. */
-Test(resumable, awaiting_a_group_over_at_once_twice_returns_ebusy, .timeout = 30)
+Test(resumable, awaiting_a_group_over_at_once_twice_returns_ebusy, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = make(2, TDM_SHUTDOWN_DRAIN, NULL);
 	tdm_group g, h;
@@ -851,7 +860,8 @@ static int foreign_task(tdm_task *t, void *arg)
  * such a group used to return 0 when the group was over, and never to return when it was busy;
  * the await of such a notification was accepted.
  */
-Test(resumable, awaiting_a_group_or_notify_of_another_executor_returns_einval, .timeout = 30)
+Test(resumable, awaiting_a_group_or_notify_of_another_executor_returns_einval,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = make(1, TDM_SHUTDOWN_DRAIN, NULL);
 	tdm_executor *other = make(1, TDM_SHUTDOWN_DRAIN, NULL);
@@ -936,7 +946,8 @@ static void after_the_running_task(tdm_executor *ex, atomic_int *running)
  * The await of a group reports what the group's tasks returned (the first nonzero value), both
  * when it suspends and when the group is over already; a task's return value went nowhere.
  */
-Test(resumable, await_group_reports_the_first_nonzero_value_its_tasks_returned, .timeout = 30)
+Test(resumable, await_group_reports_the_first_nonzero_value_its_tasks_returned,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = make(1, TDM_SHUTDOWN_DRAIN, NULL);
 	tdm_notify gate;

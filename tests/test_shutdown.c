@@ -195,7 +195,7 @@ static void self_destroy_task(void *arg)
 	atomic_store(&self_destroy.rc, tdm_executor_destroy(self_destroy.ex));
 }
 
-Test(shutdown, destroy_from_a_task_of_the_executor_returns_edeadlk, .timeout = 30)
+Test(shutdown, destroy_from_a_task_of_the_executor_returns_edeadlk, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	self_destroy.ex = tdm_test_create(2);
 	atomic_store(&self_destroy.rc, 12345);
@@ -219,7 +219,7 @@ static void submit_items(tdm_executor *ex, size_t lo, size_t hi)
 	}
 }
 
-Test(shutdown, drain_runs_every_queued_task, .timeout = 60)
+Test(shutdown, drain_runs_every_queued_task, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	size_t n = tdm_test_size(100000, 10000);
 	sd_items(n);
@@ -233,7 +233,7 @@ Test(shutdown, drain_runs_every_queued_task, .timeout = 60)
 	assert_each_item_once(0, n);
 }
 
-Test(shutdown, drain_never_calls_on_cancel, .timeout = 60)
+Test(shutdown, drain_never_calls_on_cancel, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	size_t n = tdm_test_size(20000, 2000);
 	sd_items(n);
@@ -273,7 +273,7 @@ static void submit_parents(tdm_executor *ex, size_t parents)
 	}
 }
 
-Test(shutdown, drain_runs_tasks_that_queued_tasks_spawn, .timeout = 60)
+Test(shutdown, drain_runs_tasks_that_queued_tasks_spawn, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	size_t parents = tdm_test_size(10000, 1000);
 	sd_items(parents * (CHILDREN + 1));
@@ -286,7 +286,8 @@ Test(shutdown, drain_runs_tasks_that_queued_tasks_spawn, .timeout = 60)
 	assert_each_item_once(0, sd.nitems);
 }
 
-Test(shutdown, outside_submission_after_destroy_began_returns_eshutdown, .timeout = 30)
+Test(shutdown, outside_submission_after_destroy_began_returns_eshutdown,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = create_executor(1, TDM_SHUTDOWN_DRAIN);
 	destroy_with_blocker(ex, NULL, NULL); /* asserts the -ESHUTDOWN */
@@ -328,7 +329,7 @@ static void *in_flight_destroy(void *arg)
 	return (void *)(intptr_t)tdm_executor_destroy(arg);
 }
 
-Test(shutdown, destroy_waits_for_an_outside_submission_in_flight, .timeout = 30)
+Test(shutdown, destroy_waits_for_an_outside_submission_in_flight, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = create_executor(1, TDM_SHUTDOWN_DRAIN);
 	static struct in_flight f;
@@ -398,7 +399,8 @@ static void *race_submitter(void *arg)
 	return NULL;
 }
 
-Test(shutdown, outside_submissions_racing_the_destroy_touch_no_freed_memory, .timeout = 60)
+Test(shutdown, outside_submissions_racing_the_destroy_touch_no_freed_memory,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	size_t rounds = tdm_test_size(60, 12);
 	for (size_t round = 0; round < rounds; round++) {
@@ -459,7 +461,8 @@ static void group_children_during_shutdown(void)
 	atomic_store(&during_wait_rc, tdm_group_wait(&g));
 }
 
-Test(shutdown, drain_runs_tasks_spawned_by_a_task_during_the_shutdown, .timeout = 30)
+Test(shutdown, drain_runs_tasks_spawned_by_a_task_during_the_shutdown,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	sd_items(K);
 	during_ex = create_executor(1, TDM_SHUTDOWN_DRAIN);
@@ -469,7 +472,8 @@ Test(shutdown, drain_runs_tasks_spawned_by_a_task_during_the_shutdown, .timeout 
 	assert_each_item_once(0, K);
 }
 
-Test(shutdown, drain_group_wait_in_a_task_during_the_shutdown_returns_zero, .timeout = 30)
+Test(shutdown, drain_group_wait_in_a_task_during_the_shutdown_returns_zero,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	sd_items(K);
 	atomic_store(&during_wait_rc, 12345);
@@ -491,7 +495,8 @@ static void queue_items(tdm_executor *ex)
 	submit_items(ex, 0, QUEUED);
 }
 
-Test(shutdown, cancel_reports_each_queued_task_to_on_cancel_instead_of_running_it, .timeout = 30)
+Test(shutdown, cancel_reports_each_queued_task_to_on_cancel_instead_of_running_it,
+     .timeout = TDM_TEST_TIMEOUT(30))
 {
 	sd_items(QUEUED);
 	tdm_executor *ex = create_executor(1, TDM_SHUTDOWN_CANCEL);
@@ -505,7 +510,7 @@ Test(shutdown, cancel_reports_each_queued_task_to_on_cancel_instead_of_running_i
 	cr_assert_eq(atomic_load(&sd.probes_cancelled), atomic_load(&blk.accepted));
 }
 
-Test(shutdown, on_cancel_gets_the_configured_user_pointer, .timeout = 30)
+Test(shutdown, on_cancel_gets_the_configured_user_pointer, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	sd_items(QUEUED);
 	tdm_executor *ex = create_executor(1, TDM_SHUTDOWN_CANCEL);
@@ -514,7 +519,7 @@ Test(shutdown, on_cancel_gets_the_configured_user_pointer, .timeout = 30)
 	cr_assert_eq(atomic_load(&sd.wrong_user), 0, "on_cancel got another user pointer");
 }
 
-Test(shutdown, cancel_reports_tasks_spawned_during_the_shutdown, .timeout = 30)
+Test(shutdown, cancel_reports_tasks_spawned_during_the_shutdown, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	sd_items(K);
 	during_ex = create_executor(1, TDM_SHUTDOWN_CANCEL);
@@ -526,7 +531,7 @@ Test(shutdown, cancel_reports_tasks_spawned_during_the_shutdown, .timeout = 30)
 	assert_each_item_once(0, K);
 }
 
-Test(shutdown, cancel_makes_group_wait_return_ecanceled, .timeout = 30)
+Test(shutdown, cancel_makes_group_wait_return_ecanceled, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	sd_items(K);
 	atomic_store(&during_wait_rc, 12345);
@@ -544,7 +549,7 @@ Test(shutdown, cancel_makes_group_wait_return_ecanceled, .timeout = 30)
  * as long as every task is one or the other exactly once, and a parent that ran had all its
  * children accepted (and each of those run or cancelled).
  */
-Test(shutdown, cancel_runs_or_cancels_every_task_exactly_once, .timeout = 60)
+Test(shutdown, cancel_runs_or_cancels_every_task_exactly_once, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	size_t parents = tdm_test_size(10000, 1000);
 	sd_items(parents * (CHILDREN + 1));
@@ -604,7 +609,8 @@ static void racing_parent(void *arg)
 	atomic_store(&racing.finished, 1);
 }
 
-Test(shutdown, cancel_group_wait_says_ecanceled_iff_a_child_was_cancelled, .timeout = 60)
+Test(shutdown, cancel_group_wait_says_ecanceled_iff_a_child_was_cancelled,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	racing.children = tdm_test_size(20000, 2000);
 	sd_items(racing.children);

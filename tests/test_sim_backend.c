@@ -106,7 +106,7 @@ static bool before_spin_end(uint64_t since)
 
 /* ---- devices ---- */
 
-Test(sim_backend, open_makes_the_configured_number_of_devices, .timeout = 20)
+Test(sim_backend, open_makes_the_configured_number_of_devices, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(3);
 	cr_assert_eq(ops->device_count(b), 3);
@@ -120,7 +120,7 @@ Test(sim_backend, open_makes_the_configured_number_of_devices, .timeout = 20)
 	cr_assert_str_eq(ops->name, "sim");
 }
 
-Test(sim_backend, device_info_describes_an_h200_like_device, .timeout = 20)
+Test(sim_backend, device_info_describes_an_h200_like_device, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(2);
 	struct tdm__device_info info;
@@ -134,7 +134,7 @@ Test(sim_backend, device_info_describes_an_h200_like_device, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, bad_arguments_return_einval, .timeout = 20)
+Test(sim_backend, bad_arguments_return_einval, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s = new_stream(b, 0), *e = new_event(b, 0), *p = NULL;
@@ -189,7 +189,7 @@ Test(sim_backend, bad_arguments_return_einval, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, memory_comes_back_aligned_and_usable, .timeout = 20)
+Test(sim_backend, memory_comes_back_aligned_and_usable, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(2);
 	void *h = NULL, *d = NULL;
@@ -209,7 +209,7 @@ Test(sim_backend, memory_comes_back_aligned_and_usable, .timeout = 20)
 
 /* ---- order ---- */
 
-Test(sim_backend, work_runs_in_stream_order, .timeout = 20)
+Test(sim_backend, work_runs_in_stream_order, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	enum { ROUNDS = 16, N = 4096 };
 	struct tdm__backend *b = open_sim(1);
@@ -253,7 +253,7 @@ Test(sim_backend, work_runs_in_stream_order, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, a_spin_kernel_delays_the_work_after_it, .timeout = 20)
+Test(sim_backend, a_spin_kernel_delays_the_work_after_it, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s = new_stream(b, 0);
@@ -289,7 +289,8 @@ static int wait_either(const uint64_t *w0, const uint64_t *w1)
 	}
 }
 
-Test(sim_backend, busy_kernels_on_two_streams_of_a_device_run_one_after_another, .timeout = 20)
+Test(sim_backend, busy_kernels_on_two_streams_of_a_device_run_one_after_another,
+     .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s[2] = {new_stream(b, 0), new_stream(b, 0)};
@@ -320,7 +321,7 @@ Test(sim_backend, busy_kernels_on_two_streams_of_a_device_run_one_after_another,
 
 /* ---- events ---- */
 
-Test(sim_backend, an_event_is_pending_until_the_work_before_it_ran, .timeout = 20)
+Test(sim_backend, an_event_is_pending_until_the_work_before_it_ran, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s = new_stream(b, 0), *e = new_event(b, 0);
@@ -337,7 +338,7 @@ Test(sim_backend, an_event_is_pending_until_the_work_before_it_ran, .timeout = 2
 	ops->close(b);
 }
 
-Test(sim_backend, an_event_never_recorded_is_done, .timeout = 20)
+Test(sim_backend, an_event_never_recorded_is_done, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *e = new_event(b, 0);
@@ -346,7 +347,7 @@ Test(sim_backend, an_event_never_recorded_is_done, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, recording_again_resets_an_event, .timeout = 20)
+Test(sim_backend, recording_again_resets_an_event, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s = new_stream(b, 0), *e = new_event(b, 0);
@@ -364,7 +365,8 @@ Test(sim_backend, recording_again_resets_an_event, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, an_event_reports_the_last_of_records_on_two_streams, .timeout = 20)
+Test(sim_backend, an_event_reports_the_last_of_records_on_two_streams,
+     .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s1 = new_stream(b, 0), *s2 = new_stream(b, 0), *e = new_event(b, 0);
@@ -386,7 +388,8 @@ Test(sim_backend, an_event_reports_the_last_of_records_on_two_streams, .timeout 
 
 /* ---- faults ---- */
 
-Test(sim_backend, a_one_shot_fault_fails_the_next_completion_word_only, .timeout = 20)
+Test(sim_backend, a_one_shot_fault_fails_the_next_completion_word_only,
+     .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s = new_stream(b, 0);
@@ -414,7 +417,7 @@ Test(sim_backend, a_one_shot_fault_fails_the_next_completion_word_only, .timeout
 	ops->close(b);
 }
 
-Test(sim_backend, a_one_shot_fault_fails_the_next_event_only, .timeout = 20)
+Test(sim_backend, a_one_shot_fault_fails_the_next_event_only, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s = new_stream(b, 0), *e1 = new_event(b, 0), *e2 = new_event(b, 0);
@@ -453,7 +456,7 @@ static void *read_statuses(void *arg)
 }
 
 /* The poller asks for word statuses while the stream runs and faults are injected. */
-Test(sim_backend, word_status_races_cleanly_with_the_stream, .timeout = 20)
+Test(sim_backend, word_status_races_cleanly_with_the_stream, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	unsigned n = (unsigned)tdm_test_size(4000, 400);
 	struct tdm__backend *b = open_sim(1);
@@ -486,7 +489,7 @@ static void enqueue_behind_fault(int rc)
 	cr_assert(rc == 0 || rc == -EIO, "enqueue behind a fault: %d", rc);
 }
 
-Test(sim_backend, a_sticky_fault_kills_the_device_for_good, .timeout = 20)
+Test(sim_backend, a_sticky_fault_kills_the_device_for_good, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(2);
 	void *s0 = new_stream(b, 0), *s1 = new_stream(b, 0), *other = new_stream(b, 1);
@@ -540,7 +543,7 @@ Test(sim_backend, a_sticky_fault_kills_the_device_for_good, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, a_trapping_kernel_kills_the_device, .timeout = 20)
+Test(sim_backend, a_trapping_kernel_kills_the_device, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s = new_stream(b, 0), *e = new_event(b, 0);
@@ -588,7 +591,7 @@ static void *enqueue_many(void *arg)
 	return NULL;
 }
 
-Test(sim_backend, many_threads_enqueue_on_shared_streams_at_once, .timeout = 20)
+Test(sim_backend, many_threads_enqueue_on_shared_streams_at_once, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	unsigned n = (unsigned)tdm_test_size(2000, 200);
 	struct tdm__backend *b = open_sim(1);
@@ -646,7 +649,7 @@ static size_t free_memory(struct tdm__backend *b, int dev)
 	return free_bytes;
 }
 
-Test(sim_backend, mem_info_describes_an_80_gib_device, .timeout = 20)
+Test(sim_backend, mem_info_describes_an_80_gib_device, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	size_t free_bytes = 0, total = 0;
@@ -656,7 +659,7 @@ Test(sim_backend, mem_info_describes_an_80_gib_device, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, device_memory_of_every_kind_counts_until_freed, .timeout = 20)
+Test(sim_backend, device_memory_of_every_kind_counts_until_freed, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(2);
 	void *s = new_stream(b, 0), *d = NULL, *a = NULL, *m = NULL;
@@ -675,7 +678,7 @@ Test(sim_backend, device_memory_of_every_kind_counts_until_freed, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, device_memory_is_256_byte_aligned_and_usable, .timeout = 20)
+Test(sim_backend, device_memory_is_256_byte_aligned_and_usable, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s = new_stream(b, 0), *p[3] = {NULL, NULL, NULL};
@@ -694,7 +697,7 @@ Test(sim_backend, device_memory_is_256_byte_aligned_and_usable, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, managed_alloc_refuses_more_than_the_free_memory, .timeout = 20)
+Test(sim_backend, managed_alloc_refuses_more_than_the_free_memory, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *d = NULL, *m = NULL;
@@ -714,7 +717,7 @@ Test(sim_backend, managed_alloc_refuses_more_than_the_free_memory, .timeout = 20
 	ops->close(b);
 }
 
-Test(sim_backend, device_alloc_refuses_more_than_the_free_memory, .timeout = 20)
+Test(sim_backend, device_alloc_refuses_more_than_the_free_memory, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s = new_stream(b, 0), *p = NULL;
@@ -726,7 +729,7 @@ Test(sim_backend, device_alloc_refuses_more_than_the_free_memory, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, free_async_waits_for_the_work_before_it, .timeout = 20)
+Test(sim_backend, free_async_waits_for_the_work_before_it, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	enum { N = 4096 };
 	struct tdm__backend *b = open_sim(1);
@@ -759,7 +762,7 @@ Test(sim_backend, free_async_waits_for_the_work_before_it, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, a_free_queued_behind_a_fatal_fault_still_frees, .timeout = 20)
+Test(sim_backend, a_free_queued_behind_a_fatal_fault_still_frees, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s = new_stream(b, 0), *d = NULL;
@@ -789,7 +792,7 @@ static void probe(void *arg)
 	atomic_fetch_add_explicit(&p->calls, 1, memory_order_release);
 }
 
-Test(sim_backend, a_host_function_runs_in_stream_order, .timeout = 20)
+Test(sim_backend, a_host_function_runs_in_stream_order, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s = new_stream(b, 0);
@@ -815,7 +818,8 @@ Test(sim_backend, a_host_function_runs_in_stream_order, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, a_host_function_behind_a_fatal_fault_is_not_called, .timeout = 20)
+Test(sim_backend, a_host_function_behind_a_fatal_fault_is_not_called,
+     .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s = new_stream(b, 0);
@@ -829,7 +833,7 @@ Test(sim_backend, a_host_function_behind_a_fatal_fault_is_not_called, .timeout =
 	ops->close(b);
 }
 
-Test(sim_backend, host_alloc_memory_is_pinned, .timeout = 20)
+Test(sim_backend, host_alloc_memory_is_pinned, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	char *h = NULL;
@@ -841,7 +845,7 @@ Test(sim_backend, host_alloc_memory_is_pinned, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, malloc_memory_is_not_pinned, .timeout = 20)
+Test(sim_backend, malloc_memory_is_not_pinned, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	char *p = malloc(100), *d = NULL;
@@ -857,7 +861,7 @@ Test(sim_backend, malloc_memory_is_not_pinned, .timeout = 20)
 
 /* host_free frees only what host_alloc gave, as cudaFreeHost: a registered buffer stays its
  * owner's, and registered (freeing it anyway would free the owner's memory under it). */
-Test(sim_backend, host_free_refuses_a_registered_buffer, .timeout = 20)
+Test(sim_backend, host_free_refuses_a_registered_buffer, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	char *p = malloc(300);
@@ -870,7 +874,7 @@ Test(sim_backend, host_free_refuses_a_registered_buffer, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, a_registered_range_is_pinned_until_unregistered, .timeout = 20)
+Test(sim_backend, a_registered_range_is_pinned_until_unregistered, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	char *p = malloc(300);
@@ -887,7 +891,7 @@ Test(sim_backend, a_registered_range_is_pinned_until_unregistered, .timeout = 20
 	ops->close(b);
 }
 
-Test(sim_backend, registering_an_overlapping_range_fails, .timeout = 20)
+Test(sim_backend, registering_an_overlapping_range_fails, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	char *p = malloc(300), *h = NULL;
@@ -912,7 +916,7 @@ Test(sim_backend, registering_an_overlapping_range_fails, .timeout = 20)
 }
 
 /* Many blocks at once: the ranges stay sorted and each lookup finds its own. */
-Test(sim_backend, is_pinned_finds_each_of_many_ranges, .timeout = 20)
+Test(sim_backend, is_pinned_finds_each_of_many_ranges, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	enum { N = 200 };
 	struct tdm__backend *b = open_sim(1);
@@ -930,7 +934,7 @@ Test(sim_backend, is_pinned_finds_each_of_many_ranges, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, prefetch_and_advise_accept_managed_memory, .timeout = 20)
+Test(sim_backend, prefetch_and_advise_accept_managed_memory, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(2);
 	void *s = new_stream(b, 0), *m = NULL;
@@ -950,7 +954,7 @@ Test(sim_backend, prefetch_and_advise_accept_managed_memory, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, a_peer_copy_moves_data_between_two_devices, .timeout = 20)
+Test(sim_backend, a_peer_copy_moves_data_between_two_devices, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	enum { N = 4096 };
 	struct tdm__backend *b = open_sim(2);
@@ -985,7 +989,7 @@ static void never_called(void *arg)
 	(void)arg;
 }
 
-Test(sim_backend, memory_ops_return_einval_for_bad_arguments, .timeout = 20)
+Test(sim_backend, memory_ops_return_einval_for_bad_arguments, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(2);
 	void *s = new_stream(b, 0), *p = NULL;
@@ -1033,7 +1037,7 @@ Test(sim_backend, memory_ops_return_einval_for_bad_arguments, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, memory_ops_on_a_dead_device_fail_with_eio, .timeout = 20)
+Test(sim_backend, memory_ops_on_a_dead_device_fail_with_eio, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(2);
 	void *s = new_stream(b, 0), *other = new_stream(b, 1), *p = NULL, *d1 = NULL;
@@ -1060,7 +1064,7 @@ Test(sim_backend, memory_ops_on_a_dead_device_fail_with_eio, .timeout = 20)
 
 /* ---- lifetimes ---- */
 
-Test(sim_backend, destroying_a_stream_waits_for_its_work, .timeout = 20)
+Test(sim_backend, destroying_a_stream_waits_for_its_work, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s = new_stream(b, 0);
@@ -1078,7 +1082,8 @@ Test(sim_backend, destroying_a_stream_waits_for_its_work, .timeout = 20)
 	ops->close(b);
 }
 
-Test(sim_backend, an_event_may_be_destroyed_while_its_record_is_queued, .timeout = 20)
+Test(sim_backend, an_event_may_be_destroyed_while_its_record_is_queued,
+     .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s = new_stream(b, 0), *e = new_event(b, 0);
@@ -1090,7 +1095,7 @@ Test(sim_backend, an_event_may_be_destroyed_while_its_record_is_queued, .timeout
 	ops->close(b);
 }
 
-Test(sim_backend, close_frees_streams_and_events_left_behind, .timeout = 20)
+Test(sim_backend, close_frees_streams_and_events_left_behind, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(2);
 	for (int dev = 0; dev < 2; dev++) {
@@ -1107,7 +1112,7 @@ Test(sim_backend, close_frees_streams_and_events_left_behind, .timeout = 20)
 	ops->close(b); /* leaks, if any, fail the test under ASan (the suite's fini) */
 }
 
-Test(sim_backend, stream_threads_are_named, .timeout = 20)
+Test(sim_backend, stream_threads_are_named, .timeout = TDM_TEST_TIMEOUT(20))
 {
 	struct tdm__backend *b = open_sim(1);
 	void *s = new_stream(b, 0);

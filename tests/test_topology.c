@@ -874,7 +874,7 @@ static int prepare_with(tdm_backend backend, int connections, unsigned workers)
 	return tdm_gpu_prepare(&cfg, workers);
 }
 
-Test(topology, tdm_gpu_create_never_sets_connections, .timeout = 60)
+Test(topology, tdm_gpu_create_never_sets_connections, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	static const char var[] = "CUDA_DEVICE_MAX_CONNECTIONS";
 	unsetenv(var);
@@ -890,7 +890,8 @@ Test(topology, tdm_gpu_create_never_sets_connections, .timeout = 60)
 	tdm_test_destroy(ex);
 }
 
-Test(topology, tdm_gpu_prepare_sets_connections_only_where_they_are_wanted, .timeout = 60)
+Test(topology, tdm_gpu_prepare_sets_connections_only_where_they_are_wanted,
+     .timeout = TDM_TEST_TIMEOUT(60))
 {
 	static const char var[] = "CUDA_DEVICE_MAX_CONNECTIONS";
 	unsetenv(var);
@@ -935,7 +936,7 @@ Test(topology, tdm_gpu_prepare_sets_connections_only_where_they_are_wanted, .tim
 
 /* Where CUDA started before tdm_gpu_prepare (here a first tdm_gpu of 2 workers), the variable
  * stays unset, the call says -EALREADY and the reason says why. GPU only. */
-Test(topology, connections_wanted_after_cuda_started_are_reported, .timeout = 60)
+Test(topology, connections_wanted_after_cuda_started_are_reported, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	static const char var[] = "CUDA_DEVICE_MAX_CONNECTIONS";
 	unsetenv(var);
