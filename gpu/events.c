@@ -88,6 +88,8 @@ int tdm_event_get(tdm_gpu *gpu, int device, tdm_event **out)
 	 * when its last record, for a stream await, captured a failed operation. */
 	if (rc == 0 && gpu->ops->event_reset != NULL)
 		gpu->ops->event_reset(gpu->b, (*out)->be);
+	if (rc == 0)
+		(*out)->last = NULL;
 	return rc;
 }
 
@@ -107,5 +109,23 @@ int tdm_event_record(tdm_event *e, tdm_stream *s)
 	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
 		return -EIO;
 	struct tdm_gpu *gpu = s->dev->gpu;
-	return tdm__enqueued(s, gpu->ops->event_record(gpu->b, e->be, s->bs));
+	int rc = tdm__enqueued(s, gpu->ops->event_record(gpu->b, e->be, s->bs));
+	if (rc == 0)
+		e->last = s->st;
+	return rc;
+}
+
+int tdm_stream_wait_event(tdm_stream *s, tdm_event *e)
+{
+	if (e == NULL || s == NULL || !tdm__lease_held(s) || e->dev->gpu != s->dev->gpu ||
+	    tdm__event_put_back(e))
+		return -EINVAL;
+	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
+		return -EIO;
+	if (e->last == s->st)
+		return 0; /* recorded on this stream: what follows runs after it anyway */
+	struct tdm_gpu *gpu = s->dev->gpu;
+	if (gpu->ops->stream_wait_event == NULL)
+		return -ENOTSUP;
+	return tdm__enqueued(s, gpu->ops->stream_wait_event(gpu->b, s->bs, e->be));
 }

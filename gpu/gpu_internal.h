@@ -106,6 +106,9 @@ struct tdm_event {
 	void *be; /* the backend's event */
 	struct tdm_event *next_free;
 	uint64_t seq; /* while a stream await holds it: the await's place on the stream */
+	/* The stream of its latest tdm_event_record, by its owner: an edge from it to the same
+	 * stream is in stream order already (tdm_stream_wait_event). NULL: none since taken. */
+	struct tdm__stream *last;
 	/* In the device's free list: a second tdm_event_put, and a record or await after a put,
 	 * are refused. Written under ev_lock; read relaxed outside it, as a check of misuse. */
 	_Atomic bool pooled;

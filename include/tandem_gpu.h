@@ -346,6 +346,17 @@ int tdm_event_put(tdm_event *e);
  * is not caught).  -EIO: the device failed, or the driver refused.  -ENOMEM: no memory to queue it
  * (sim). */
 int tdm_event_record(tdm_event *e, tdm_stream *s);
+/*
+ * A dependency on the device, with no host thread waiting: work enqueued on s after this call
+ * runs after the work e captured at its latest tdm_event_record, on any device of the layer
+ * (cudaStreamWaitEvent). An event never recorded, or last recorded on s's own stream, has
+ * nothing to add: 0, nothing enqueued. If the captured work failed, the work after the edge fails
+ * too: the await that covers it resumes with -EIO. docs/design/graphs.md.
+ * -EINVAL: s or e is NULL, s is released, e is in the pool, or e is of another GPU layer.
+ * -EIO: s's device failed, or the driver refused.  -ENOMEM: no memory to queue it (sim).
+ * -ENOTSUP: a backend without edges.
+ */
+int tdm_stream_wait_event(tdm_stream *s, tdm_event *e);
 
 /* ---- awaits ---- */
 

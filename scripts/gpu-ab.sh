@@ -55,6 +55,7 @@ tests() {
 		memcheck memory $A/tests/test_memory 'memory/*cuda*'
 		memcheck pipeline $A/tests/test_pipeline 'pipeline_cuda/*'
 		memcheck pinned $A/tests/test_pinned 'pinned_cuda/*'
+		memcheck edges $A/tests/test_edges 'edges_cuda/*'
 	else
 		echo "no compute-sanitizer" | tee -a "$OUT/summary.txt"
 	fi

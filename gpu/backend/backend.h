@@ -57,6 +57,10 @@ struct tdm__backend_ops {
 	/* Optional: forget the error of the event's last record, for a new owner (the sim keeps
 	 * one per event; a CUDA event has none). NULL: nothing to forget. */
 	void (*event_reset)(struct tdm__backend *b, void *ev);
+	/* Work enqueued on stream after this waits on the device for the event's latest record
+	 * (of any device of the backend); no host wait. A record that failed (sim: an injected
+	 * fault) fails what waits on it: -EIO at the stream's next completion point. */
+	int (*stream_wait_event)(struct tdm__backend *b, void *stream, void *ev);
 
 	/* Enqueues, after all earlier work on the stream, a store of `value` to `word`, which
 	 * lives in memory from host_alloc. Only where can_write_value64. */

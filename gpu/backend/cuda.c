@@ -389,6 +389,23 @@ static int tdm__cuda_event_record(struct tdm__backend *b, void *event, void *str
 	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
 }
 
+/* cudaStreamWaitEvent takes an event of any device; the stream's device is made current as for
+ * every call that enqueues on it. */
+static int tdm__cuda_stream_wait_event(struct tdm__backend *b, void *stream, void *event)
+{
+	const struct tdm__cuda_event *ev = event;
+	const struct tdm__cuda_stream *st = stream;
+	cudaError_t e;
+
+	(void)b;
+	if (ev == NULL || st == NULL)
+		return -EINVAL;
+	e = tdm__cuda_use(st->dev);
+	if (e == cudaSuccess)
+		e = cudaStreamWaitEvent(st->s, ev->e, 0);
+	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
+}
+
 /* Polled like stream_query, without a device switch. */
 static int tdm__cuda_event_query(struct tdm__backend *b, void *event)
 {
@@ -605,6 +622,7 @@ const struct tdm__backend_ops tdm__backend_cuda = {
     .event_create = tdm__cuda_event_create,
     .event_destroy = tdm__cuda_event_destroy,
     .event_record = tdm__cuda_event_record,
+    .stream_wait_event = tdm__cuda_stream_wait_event,
     .event_query = tdm__cuda_event_query,
     .write_value = tdm__cuda_write_value,
     /* NULL, so the poller makes no call per completion: cuda reports a failed operation at its

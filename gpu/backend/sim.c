@@ -275,6 +275,28 @@ static int sim_event_query(struct tdm__backend *b, void *ev)
 	return (done & 1) != 0 ? -EIO : 0;
 }
 
+/* An edge: what the stream runs after it waits for the event's latest record to have run. A
+ * never recorded event has nothing to wait for (as with CUDA). The event is kept alive by a
+ * reference until the wait has run. */
+static int sim_stream_wait_event(struct tdm__backend *b, void *stream, void *ev)
+{
+	struct sim_event *e = ev;
+	struct sim_stream *s = stream;
+	if (b == NULL || e == NULL || s == NULL)
+		return -EINVAL;
+	/* Relaxed: as in sim_event_query, a record made by this thread, or handed to it, is seen.
+	 */
+	uint64_t rec = atomic_load_explicit(&e->recorded, memory_order_relaxed);
+	if (rec == 0)
+		return 0;
+	/* Relaxed: the caller holds the owner's reference, so the count cannot reach 0 here. */
+	atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+	int rc = tdm__sim_submit(s, (struct sim_op){.kind = SIM_WAIT, .u.mark = {e, rec}});
+	if (rc != 0)
+		event_unref(e);
+	return rc;
+}
+
 /* The error of the last record goes; its generation stays, so that a record still pending is
  * still waited for. Relaxed: the new owner got the event through the pool's lock. */
 static void sim_event_reset(struct tdm__backend *b, void *ev)
@@ -442,6 +464,7 @@ const struct tdm__backend_ops tdm__backend_sim = {
     .event_create = sim_event_create,
     .event_destroy = sim_event_destroy,
     .event_record = sim_event_record,
+    .stream_wait_event = sim_stream_wait_event,
     .event_query = sim_event_query,
     .event_reset = sim_event_reset,
     .write_value = sim_write_value,

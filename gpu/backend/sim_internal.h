@@ -56,6 +56,7 @@ enum sim_op_kind {
 	SIM_FREE,
 	SIM_HOST_FN,
 	SIM_PREFETCH,
+	SIM_WAIT, /* an edge: until an event's record (u.mark) has run on its stream */
 };
 
 struct sim_event;

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,25 @@ static void mark_event(struct sim_event *e, uint64_t gen, bool failed)
 	}
 }
 
+/* The wait of an edge: until record `gen` of e has run. False when it failed, or when e's device
+ * died first (a dead device's records never run: nothing else would end the wait). */
+static bool wait_event(struct sim_event *e, uint64_t gen)
+{
+	for (unsigned spins = 0;; spins++) {
+		/* Acquire: pairs with the release CAS in mark_event; the waited work's effects
+		 * happen before what this stream runs next. */
+		uint64_t done = atomic_load_explicit(&e->done, memory_order_acquire);
+		if ((done >> 1) >= gen)
+			return (done & 1) == 0;
+		if (dev_dead(e->dev))
+			return false;
+		if (spins < 1000)
+			sched_yield();
+		else
+			tdm__sleep_ns(20000);
+	}
+}
+
 /*
  * The device ranges of a copy or a kernel are checked when it runs, under the table's read lock,
  * held until the access is over: a block freed since the enqueue (device_free does not wait for
@@ -117,7 +137,7 @@ static void execute_op(struct sim_stream *s, struct sim_op *o)
 		/* A dead context runs nothing; a queued record still lets go of its event, and a
 		 * queued free still frees (a dead CUDA context's memory goes with the context).
 		 * Host functions are skipped, as cudaLaunchHostFunc's are after a context error. */
-		if (o->kind == SIM_MARK)
+		if (o->kind == SIM_MARK || o->kind == SIM_WAIT)
 			event_unref(o->u.mark.ev);
 		else if (o->kind == SIM_FREE)
 			(void)tdm__sim_mem_free(&s->b->mem, o->u.block, SIM_MEM_DEVICE, -1, true);
@@ -171,6 +191,11 @@ static void execute_op(struct sim_stream *s, struct sim_op *o)
 		break;
 	case SIM_PREFETCH:
 		break; /* host memory is where it would be prefetched to */
+	case SIM_WAIT:
+		if (!wait_event(o->u.mark.ev, o->u.mark.gen))
+			s->pending_err = true;
+		event_unref(o->u.mark.ev);
+		break;
 	}
 }
 
