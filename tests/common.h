@@ -153,6 +153,37 @@ static inline void tdm_test_destroy(tdm_executor *ex)
 	cr_assert_eq(rc, 0, "tdm_executor_destroy: %d (%s)", rc, tdm_strerror(rc));
 }
 
+/* Spawns fn(arg) as a resumable task on ex and waits for it from this (outside) thread. */
+static inline void tdm_test_run_one(tdm_executor *ex, tdm_resume_fn fn, void *arg)
+{
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	cr_assert_eq(tdm_spawn(ex, fn, arg, &g), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+}
+
+struct tdm_test_await {
+	tdm_stream *s;
+	int rc, result;
+};
+
+static inline int tdm_test_await_task(tdm_task *t, void *arg)
+{
+	struct tdm_test_await *a = arg;
+	TDM_BEGIN(t);
+	TDM_AWAIT(t, a->rc = tdm_await_stream(t, a->s));
+	a->result = tdm_task_result(t);
+	TDM_END(t);
+}
+
+/* What an await on s, by a task of ex, resumed with (or its error at once). */
+static inline int tdm_test_await_stream(tdm_executor *ex, tdm_stream *s)
+{
+	struct tdm_test_await a = {.s = s, .rc = 1, .result = 1};
+	tdm_test_run_one(ex, tdm_test_await_task, &a);
+	return a.rc == TDM_SUSPENDED ? a.result : a.rc;
+}
+
 /* Every worker's counters added up. */
 static inline tdm_worker_stats tdm_test_stats_total(const tdm_executor *ex)
 {

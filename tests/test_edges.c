@@ -203,20 +203,6 @@ Test(edges, a_failure_before_the_record_fails_the_work_after_the_edge,
 	close_usable(&e); /* the device was never failed */
 }
 
-struct await_lease {
-	tdm_stream *s;
-	int rc, result;
-};
-
-static int await_lease_task(tdm_task *t, void *arg)
-{
-	struct await_lease *w = arg;
-	TDM_BEGIN(t);
-	TDM_AWAIT(t, w->rc = tdm_await_stream(t, w->s));
-	w->result = tdm_task_result(t);
-	TDM_END(t);
-}
-
 /* An edge from an event whose device dies before the record runs ends its wait and fails, rather
  * than waiting for ever; the other device goes on. */
 Test(edges, an_edge_from_a_dead_device_fails_instead_of_waiting, .timeout = TDM_TEST_TIMEOUT(60))
@@ -233,14 +219,10 @@ Test(edges, an_edge_from_a_dead_device_fails_instead_of_waiting, .timeout = TDM_
 	cr_assert_eq(tdm_stream_wait_event(b, c.e), 0);
 	cr_assert_eq(tdm_memcpy_async(b, c.out, c.y, LEN * sizeof(int), TDM_COPY_D2H), 0);
 	kill_device(&e, 0); /* while a's kernel still runs: the record never will */
-	struct await_lease w = {.s = b, .rc = 1, .result = 1};
-	cr_assert_eq(run_one(&e, await_lease_task, &w), 0);
-	cr_assert_eq(w.rc == TDM_SUSPENDED ? w.result : w.rc, -EIO);
+	cr_assert_eq(tdm_test_await_stream(e.ex, b), -EIO);
 	/* Device 1 was not failed: work after its next completion point goes on. */
-	w = (struct await_lease){.s = b, .rc = 1, .result = 1};
 	cr_assert_eq(tdm_memcpy_async(b, c.out, c.y, LEN * sizeof(int), TDM_COPY_D2H), 0);
-	cr_assert_eq(run_one(&e, await_lease_task, &w), 0);
-	cr_assert_eq(w.rc == TDM_SUSPENDED ? w.result : w.rc, 0);
+	cr_assert_eq(tdm_test_await_stream(e.ex, b), 0);
 	tdm_stream_release(a);
 	tdm_stream_release(b);
 	cr_assert_eq(tdm_event_put(c.e), 0);
@@ -266,9 +248,7 @@ Test(edges, an_edge_with_nothing_to_wait_for_enqueues_nothing, .timeout = TDM_TE
 	cr_assert_eq(tdm_launch_spin(a, SPIN_NS), 0);
 	cr_assert_eq(tdm_event_record(ev, a), 0);
 	cr_assert_eq(tdm_stream_wait_event(a, ev), 0, "recorded on the same stream");
-	struct await_lease w = {.s = a, .rc = 1, .result = 1};
-	cr_assert_eq(run_one(&e, await_lease_task, &w), 0);
-	cr_assert_eq(w.rc == TDM_SUSPENDED ? w.result : w.rc, 0);
+	cr_assert_eq(tdm_test_await_stream(e.ex, a), 0);
 	tdm_stream_release(a);
 	cr_assert_eq(tdm_event_put(ev), 0);
 	close_usable(&e);

@@ -210,20 +210,6 @@ Test(gpu_errors, queries_and_leases_refuse_null_and_out_of_range_arguments,
 	close_usable(&e);
 }
 
-struct await_state {
-	tdm_stream *s;
-	int rc, result;
-};
-
-static int await_stream_task(tdm_task *t, void *arg)
-{
-	struct await_state *a = arg;
-	TDM_BEGIN(t);
-	TDM_AWAIT(t, a->rc = tdm_await_stream(t, a->s));
-	a->result = tdm_task_result(t);
-	TDM_END(t);
-}
-
 Test(gpu_errors, kernels_events_and_faults_refuse_bad_arguments, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
@@ -257,9 +243,7 @@ Test(gpu_errors, kernels_events_and_faults_refuse_bad_arguments, .timeout = TDM_
 		x[i] = (float)i; /* sim device memory is host memory */
 	cr_assert_eq(tdm_launch_scale(s, y, x, 2.0f, 16), 0);
 	cr_assert_eq(tdm_event_record(ev, s), 0);
-	struct await_state a = {.s = s, .rc = 1, .result = 1};
-	cr_assert_eq(run_one(&e, await_stream_task, &a), 0);
-	cr_assert_eq(a.result, 0);
+	cr_assert_eq(tdm_test_await_stream(e.ex, s), 0);
 	for (int i = 0; i < 16; i++)
 		cr_assert_eq(y[i], 2.0f * (float)i, "y[%d]", i);
 	cr_assert_eq(tdm_event_put(ev), 0);
@@ -610,10 +594,10 @@ Test(gpu_errors, a_failed_device_refuses_new_work_while_another_goes_on,
 	cr_assert_eq(tdm_device_free(e.gpu, 0, y), 0);
 	cr_assert_eq(tdm_device_free(e.gpu, 0, x), 0);
 	/* Device 1 goes on. */
-	struct await_state a = {.rc = 1, .result = 1};
+	struct tdm_test_await a = {.rc = 1, .result = 1};
 	cr_assert_eq(tdm_stream_lease(e.gpu, 1, 0, &a.s), 0);
 	cr_assert_eq(tdm_launch_spin(a.s, 1000), 0);
-	cr_assert_eq(run_one(&e, await_stream_task, &a), 0);
+	tdm_test_run_one(e.ex, tdm_test_await_task, &a);
 	cr_assert_eq(a.rc, TDM_SUSPENDED);
 	cr_assert_eq(a.result, 0);
 	cr_assert_eq(tdm_stream_release(a.s), 0);

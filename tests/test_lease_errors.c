@@ -271,44 +271,13 @@ Test(lease_errors, tasks_sharing_a_stream_each_release_only_their_own_lease,
 
 /* ---- work on a released lease ---- */
 
-/* Spawns fn(arg) as a resumable task and waits for it from this (outside) thread. */
-static void run_one(tdm_executor *ex, tdm_resume_fn fn, void *arg)
-{
-	tdm_group g;
-	cr_assert_eq(tdm_group_init(&g, ex), 0);
-	cr_assert_eq(tdm_spawn(ex, fn, arg, &g), 0);
-	cr_assert_eq(tdm_group_wait(&g), 0);
-}
-
-struct await_state {
-	tdm_stream *s;
-	int rc, result;
-};
-
-static int await_stream_task(tdm_task *t, void *arg)
-{
-	struct await_state *a = arg;
-	TDM_BEGIN(t);
-	TDM_AWAIT(t, a->rc = tdm_await_stream(t, a->s));
-	a->result = tdm_task_result(t);
-	TDM_END(t);
-}
-
-/* The result an await on s resumed with, or its error at once. */
-static int await_stream(tdm_executor *ex, tdm_stream *s)
-{
-	struct await_state a = {.s = s, .rc = 1, .result = 1};
-	run_one(ex, await_stream_task, &a);
-	return a.rc == TDM_SUSPENDED ? a.result : a.rc;
-}
-
 /* Device buffer dev (LEN floats) copied to host, through a lease of its own. */
 static void read_back(struct env *e, float *host, const float *dev)
 {
 	tdm_stream *s;
 	cr_assert_eq(tdm_stream_lease(e->gpu, 0, TDM_STREAM_SHARED, &s), 0);
 	cr_assert_eq(tdm_memcpy_async(s, host, dev, LEN * sizeof(float), TDM_COPY_D2H), 0);
-	cr_assert_eq(await_stream(e->ex, s), 0);
+	cr_assert_eq(tdm_test_await_stream(e->ex, s), 0);
 	cr_assert_eq(tdm_stream_release(s), 0);
 }
 
@@ -329,7 +298,7 @@ Test(lease_errors, work_on_a_released_lease_is_einval_and_enqueues_nothing,
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &s), 0);
 	cr_assert_eq(tdm_memcpy_async(s, x, host, LEN * sizeof(float), TDM_COPY_H2D), 0);
 	cr_assert_eq(tdm_memcpy_async(s, y, host + LEN, LEN * sizeof(float), TDM_COPY_H2D), 0);
-	cr_assert_eq(await_stream(e.ex, s), 0);
+	cr_assert_eq(tdm_test_await_stream(e.ex, s), 0);
 	/* Another holder of the same stream: the stream itself stays leased. */
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &other), 0);
 	cr_assert_eq(tdm_stream_release(s), 0);
@@ -348,7 +317,7 @@ Test(lease_errors, work_on_a_released_lease_is_einval_and_enqueues_nothing,
 	cr_assert_eq(tdm_event_get(e.gpu, 0, &ev), 0);
 	cr_assert_eq(tdm_event_record(ev, s), -EINVAL, "a record");
 	cr_assert_eq(tdm_event_put(ev), 0);
-	cr_assert_eq(await_stream(e.ex, s), -EINVAL, "an await");
+	cr_assert_eq(tdm_test_await_stream(e.ex, s), -EINVAL, "an await");
 	cr_assert_eq(tdm_stream_device(s), -EINVAL);
 	cr_assert_eq(tdm_stream_release(other), 0);
 

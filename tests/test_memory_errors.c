@@ -50,42 +50,11 @@ static void env_close(struct env *e)
 	tdm_test_destroy(e->ex);
 }
 
-/* Spawns fn(arg) as a resumable task and waits for it from this (outside) thread. */
-static void run_one(tdm_executor *ex, tdm_resume_fn fn, void *arg)
-{
-	tdm_group g;
-	cr_assert_eq(tdm_group_init(&g, ex), 0);
-	cr_assert_eq(tdm_spawn(ex, fn, arg, &g), 0);
-	cr_assert_eq(tdm_group_wait(&g), 0);
-}
-
 /* What a task saw (SEE, common.h). */
 struct seen {
 	int rc;
 	int line;
 };
-
-struct await_state {
-	tdm_stream *s;
-	int rc, result;
-};
-
-static int await_stream_task(tdm_task *t, void *arg)
-{
-	struct await_state *a = arg;
-	TDM_BEGIN(t);
-	TDM_AWAIT(t, a->rc = tdm_await_stream(t, a->s));
-	a->result = tdm_task_result(t);
-	TDM_END(t);
-}
-
-/* The result an await on s resumed with (or its error at once). */
-static int await_stream(tdm_executor *ex, tdm_stream *s)
-{
-	struct await_state a = {.s = s, .rc = 1, .result = 1};
-	run_one(ex, await_stream_task, &a);
-	return a.rc == TDM_SUSPENDED ? a.result : a.rc;
-}
 
 struct roundtrip {
 	tdm_gpu *gpu;
@@ -122,7 +91,7 @@ static void assert_device_usable(tdm_executor *ex, tdm_gpu *gpu, int device)
 		c.host[i] = i * 3 + device;
 		c.host[LEN + i] = -1;
 	}
-	run_one(ex, roundtrip_task, &c);
+	tdm_test_run_one(ex, roundtrip_task, &c);
 	ASSERT_SEEN(&c.sn);
 	cr_assert_eq(c.result, 0);
 	for (int i = 0; i < LEN; i++)
@@ -186,7 +155,7 @@ Test(memory_errors, device_free_naming_another_device_is_einval, .timeout = TDM_
 	struct roundtrip c = {.gpu = e.gpu, .device = 0, .dev = dev, .result = 1};
 	cr_assert_eq(tdm_host_alloc(e.gpu, 2 * LEN * sizeof(int), (void **)&c.host), 0);
 	memset(c.host, 0, 2 * LEN * sizeof(int));
-	run_one(e.ex, roundtrip_task, &c);
+	tdm_test_run_one(e.ex, roundtrip_task, &c);
 	ASSERT_SEEN(&c.sn);
 	cr_assert_eq(c.result, 0);
 	cr_assert_eq(tdm_host_free(e.gpu, c.host), 0);
@@ -209,9 +178,10 @@ Test(memory_errors, device_free_async_twice_is_einval, .timeout = TDM_TEST_TIMEO
 	cr_assert_eq(tdm_device_free(e.gpu, 0, dev), -EINVAL, "its free is queued already");
 	cr_assert_eq(tdm_memcpy_async(s, host, dev, 4096, TDM_COPY_D2H), -EINVAL,
 	             "work enqueued after the free names it");
-	cr_assert_eq(await_stream(e.ex, s), 0, "the work before the free, and the free, ran");
+	cr_assert_eq(tdm_test_await_stream(e.ex, s), 0,
+	             "the work before the free, and the free, ran");
 	cr_assert_eq(tdm_device_free_async(s, dev), -EINVAL, "freed already");
-	cr_assert_eq(await_stream(e.ex, s), 0);
+	cr_assert_eq(tdm_test_await_stream(e.ex, s), 0);
 	cr_assert_eq(tdm_stream_release(s), 0);
 	cr_assert_eq(tdm_host_free(e.gpu, host), 0);
 	close_usable(&e);
@@ -282,7 +252,7 @@ Test(memory_errors, a_copy_past_the_end_of_its_allocations_is_einval,
 	             "a D2D copy from memory of no device");
 	/* The device is fine: copies within bounds run. */
 	cr_assert_eq(tdm_memcpy_async(s, b, a, 4096, TDM_COPY_D2D), 0);
-	cr_assert_eq(await_stream(e.ex, s), 0);
+	cr_assert_eq(tdm_test_await_stream(e.ex, s), 0);
 	cr_assert_eq(tdm_stream_release(s), 0);
 	cr_assert_eq(tdm_device_free(e.gpu, 0, a), 0);
 	cr_assert_eq(tdm_device_free(e.gpu, 0, b), 0);
@@ -315,7 +285,7 @@ Test(memory_errors, a_kernel_past_its_allocation_fails_the_device, .timeout = TD
 	cr_assert_eq(tdm_device_alloc(e.gpu, 0, 16 * sizeof(float), (void **)&x), 0);
 	cr_assert_eq(tdm_launch_scale(s, y, x, 2.0f, BIG / sizeof(float)), 0,
 	             "a kernel's bounds are not checked at launch");
-	cr_assert_eq(await_stream(e.ex, s), -EIO);
+	cr_assert_eq(tdm_test_await_stream(e.ex, s), -EIO);
 	cr_assert_eq(tdm_device_free(e.gpu, 0, y), 0, "a failed device's memory is freed");
 	cr_assert_eq(tdm_device_free(e.gpu, 0, x), 0);
 	assert_only_device_0_failed(&e, s);
