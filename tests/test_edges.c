@@ -13,8 +13,9 @@
 struct edge_state {
 	tdm_gpu *gpu;
 	int da, db;
-	bool edge;    /* make the edge (false: show what happens without it) */
-	bool fault_a; /* sim: the copy on a fails (an injected fault) */
+	bool edge;        /* make the edge (false: show what happens without it) */
+	bool fault_a;     /* sim: the copy on a fails (an injected fault) */
+	uint32_t spin_ns; /* a's kernel */
 	tdm_stream *a, *b;
 	tdm_event *e;
 	int *x, *y; /* x on da, y on db */
@@ -33,7 +34,7 @@ static int edge_task(tdm_task *t, void *arg)
 	SEE(&c->sn, tdm_stream_lease(c->gpu, c->db, TDM_STREAM_EXCLUSIVE, &c->b));
 	if (c->sn.rc != 0)
 		return 0;
-	SEE(&c->sn, tdm_launch_spin(c->a, SPIN_NS));
+	SEE(&c->sn, tdm_launch_spin(c->a, c->spin_ns));
 	if (c->fault_a)
 		SEE(&c->sn, tdm_sim_inject(c->a, TDM_SIM_FAULT_OP));
 	SEE(&c->sn, tdm_memcpy_async(c->a, c->p, c->x, LEN * sizeof(int), TDM_COPY_D2H));
@@ -78,7 +79,8 @@ static int fill_task(tdm_task *t, void *arg)
 /* x (on da) holds 1..LEN, p and out hold -1, y (on db) 0; the event is on da. */
 static void edge_setup(struct env *e, struct edge_state *c, int da, int db)
 {
-	*c = (struct edge_state){.gpu = e->gpu, .da = da, .db = db, .result_a = 1, .result_b = 1};
+	*c = (struct edge_state){
+	    .gpu = e->gpu, .da = da, .db = db, .spin_ns = SPIN_NS, .result_a = 1, .result_b = 1};
 	cr_assert_eq(tdm_device_alloc(e->gpu, da, LEN * sizeof(int), (void **)&c->x), 0);
 	cr_assert_eq(tdm_device_alloc(e->gpu, db, LEN * sizeof(int), (void **)&c->y), 0);
 	cr_assert_eq(tdm_pinned_alloc(e->gpu, LEN * sizeof(int), (void **)&c->p), 0);
@@ -169,7 +171,8 @@ EDGE_TESTS(edges_cuda, TDM_BACKEND_CUDA)
 
 TDM_TEST_SUITE(edges);
 
-/* The check above can fail: without the edge, b reads before a's copy has written. */
+/* The check above can fail: without the edge, b reads before a's copy has written. a's kernel
+ * runs a second here, so that only a stream thread starved that long could make b read late. */
 Test(edges, without_the_edge_the_second_stream_does_not_wait, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
@@ -177,6 +180,7 @@ Test(edges, without_the_edge_the_second_stream_does_not_wait, .timeout = TDM_TES
 	struct edge_state c;
 	edge_setup(&e, &c, 0, 0);
 	c.edge = false;
+	c.spin_ns = 1000000000u;
 	cr_assert_eq(run_one(&e, edge_task, &c), 0);
 	ASSERT_SEEN(&c.sn);
 	cr_assert_eq(c.result_b, 0);
