@@ -61,3 +61,12 @@ int tdm__cpulist_format(const cpu_set_t *set, char *out, size_t len)
 	}
 	return 0;
 }
+
+unsigned tdm__cpus_allowed(cpu_set_t *set)
+{
+	CPU_ZERO(set);
+	if (sched_getaffinity(0, sizeof(*set), set) != 0)
+		return 1;
+	int n = CPU_COUNT(set);
+	return n > 0 ? (unsigned)n : 1;
+}

@@ -12,6 +12,10 @@
 /* list into set. -EINVAL when malformed, empty, or naming a CPU past CPU_SETSIZE. */
 int tdm__cpulist_parse(const char *list, cpu_set_t *set);
 
+/* The CPUs this process may run on into set, and how many (1 when the kernel does not say):
+ * the executor's default worker count, and tdm_gpu_prepare's. */
+unsigned tdm__cpus_allowed(cpu_set_t *set);
+
 /* set as a cpulist into out ("" for an empty set). -ENOSPC (and "") when it does not fit. */
 int tdm__cpulist_format(const cpu_set_t *set, char *out, size_t len);
 

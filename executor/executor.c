@@ -26,15 +26,6 @@ void tdm_config_init(tdm_config *cfg)
 	cfg->shutdown = TDM_SHUTDOWN_DRAIN;
 }
 
-static unsigned allowed_cpus(cpu_set_t *set)
-{
-	CPU_ZERO(set);
-	if (sched_getaffinity(0, sizeof(*set), set) != 0)
-		return 1;
-	int n = CPU_COUNT(set);
-	return n > 0 ? (unsigned)n : 1;
-}
-
 /* The i-th CPU (round robin) of the affinity mask. */
 static int nth_cpu(const cpu_set_t *set, unsigned i, unsigned ncpus)
 {
@@ -93,7 +84,7 @@ int tdm_executor_create(tdm_executor **out, const tdm_config *cfg_in)
 	    (cfg.shutdown != TDM_SHUTDOWN_DRAIN && cfg.shutdown != TDM_SHUTDOWN_CANCEL))
 		return -EINVAL;
 	cpu_set_t cpus;
-	unsigned ncpus = allowed_cpus(&cpus);
+	unsigned ncpus = tdm__cpus_allowed(&cpus);
 	if (cfg.cpus != NULL) {
 		cpu_set_t want, both;
 		if (tdm__cpulist_parse(cfg.cpus, &want) != 0)

@@ -158,14 +158,16 @@ static unsigned connections_set; /* connections_lock: the value written; 0: none
 static bool connections_auto;    /* connections_lock: written by TDM_CONNECTIONS_AUTO */
 static bool connections_late;    /* connections_lock: a prepare found CUDA started */
 
-static unsigned cpus_of_process(void)
+/* The fields tdm_gpu_create and tdm_gpu_prepare refuse (tandem_gpu.h lists them). */
+static bool config_valid(const tdm_gpu_config *cfg)
 {
-	cpu_set_t set;
-	CPU_ZERO(&set);
-	if (sched_getaffinity(0, sizeof(set), &set) != 0)
-		return 1;
-	int n = CPU_COUNT(&set);
-	return n > 0 ? (unsigned)n : 1;
+	return (unsigned)cfg->completion <= TDM_COMPLETION_ADAPTIVE &&
+	       (unsigned)cfg->placement <= TDM_PLACE_NEAREST &&
+	       (unsigned)cfg->pageable <= TDM_PAGEABLE_REFUSE && cfg->streams_per_device <= 1024 &&
+	       cfg->launch_limit <= 1024 && cfg->pinned_chunk_bytes <= ((size_t)64 << 30) &&
+	       cfg->connections >= TDM_CONNECTIONS_KEEP &&
+	       cfg->connections <= TDM__TOPO_MAX_QUEUES &&
+	       (cfg->pinned_cap_bytes == 0 || cfg->pinned_cap_bytes >= ((size_t)64 << 10));
 }
 
 int tdm_gpu_prepare(const tdm_gpu_config *cfg_in, unsigned workers)
@@ -175,15 +177,16 @@ int tdm_gpu_prepare(const tdm_gpu_config *cfg_in, unsigned workers)
 		cfg = *cfg_in;
 	else
 		tdm_gpu_config_init(&cfg);
-	if (cfg.connections < TDM_CONNECTIONS_KEEP || cfg.connections > TDM__TOPO_MAX_QUEUES ||
-	    cfg.streams_per_device > 1024)
+	if (!config_valid(&cfg))
 		return -EINVAL;
 	const struct tdm__backend_ops *ops;
 	int rc = pick_backend(&cfg, &ops);
 	if (rc != 0)
 		return rc;
-	if (workers == 0)
-		workers = cpus_of_process();
+	if (workers == 0) {
+		cpu_set_t cpus;
+		workers = tdm__cpus_allowed(&cpus);
+	}
 	unsigned want = tdm__connections_wanted(cfg.connections, cfg.streams_per_device, workers,
 	                                        getenv("CUDA_VISIBLE_DEVICES"));
 	if (want == 0 || ops == NULL || ops->set_connections == NULL)
@@ -218,12 +221,7 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 		cfg = *cfg_in;
 	else
 		tdm_gpu_config_init(&cfg);
-	if ((unsigned)cfg.completion > TDM_COMPLETION_ADAPTIVE ||
-	    (unsigned)cfg.placement > TDM_PLACE_NEAREST ||
-	    (unsigned)cfg.pageable > TDM_PAGEABLE_REFUSE || cfg.streams_per_device > 1024 ||
-	    cfg.launch_limit > 1024 || cfg.pinned_chunk_bytes > ((size_t)64 << 30) ||
-	    cfg.connections < TDM_CONNECTIONS_KEEP || cfg.connections > TDM__TOPO_MAX_QUEUES ||
-	    (cfg.pinned_cap_bytes != 0 && cfg.pinned_cap_bytes < ((size_t)64 << 10)))
+	if (!config_valid(&cfg))
 		return -EINVAL;
 	if (cfg.completion == TDM_COMPLETION_AUTO) {
 		/* Unset: modes[3], automatic (adaptive where words can be written). */

@@ -119,10 +119,11 @@ void tdm_gpu_config_init(tdm_gpu_config *cfg);
  * CUDA_VISIBLE_DEVICES names a MIG instance, TDM_CONNECTIONS_KEEP, the sim or no backend, a
  * build without CUDA).
  * Unlike other calls, a value set is positive.
- * -EINVAL: connections below -1 or above 32, streams_per_device above 1024, backend not one of its
- * values, or TANDEM_GPU not cuda, sim or none.  -ENOMEM: setenv(3) had no memory.  -EEXIST: the
- * variable is set already (kept; it is the base of the stream set).  -EALREADY: CUDA started in
- * this process already; nothing set, and tdm_device_info.why_streams says so.
+ * -EINVAL: a field of cfg that tdm_gpu_create refuses (its list below, but for the environment
+ * switches other than TANDEM_GPU), or TANDEM_GPU not cuda, sim or none.  -ENOMEM: setenv(3) had no
+ * memory.  -EEXIST: the variable is set already (kept; it is the base of the stream set).
+ * -EALREADY: CUDA started in this process already; nothing set, and tdm_device_info.why_streams
+ * says so.
  */
 int tdm_gpu_prepare(const tdm_gpu_config *cfg, unsigned workers);
 

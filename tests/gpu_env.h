@@ -136,6 +136,52 @@ static inline void await_stream_sees_work_done(struct env *e)
 	tdm_host_free(e->gpu, c.host);
 }
 
+struct roundtrip {
+	tdm_gpu *gpu;
+	int device;
+	tdm_stream *s;
+	int *host, *dev;
+	int result;
+	struct seen sn;
+};
+
+/* Host to device and back on a shared lease of c->device, one await for both. */
+static inline int roundtrip_task(tdm_task *t, void *arg)
+{
+	struct roundtrip *c = arg;
+	TDM_BEGIN(t);
+	SEE(&c->sn, tdm_stream_lease(c->gpu, c->device, 0, &c->s));
+	if (c->sn.rc != 0)
+		return 0;
+	SEE(&c->sn, tdm_memcpy_async(c->s, c->dev, c->host, LEN * sizeof(int), TDM_COPY_H2D));
+	SEE(&c->sn, tdm_memcpy_async(c->s, c->host + LEN, c->dev, LEN * sizeof(int), TDM_COPY_D2H));
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	c->result = tdm_task_result(t);
+	SEE(&c->sn, tdm_stream_release(c->s));
+	TDM_END(t);
+}
+
+/* Memory of `device` still goes through a stream and back, and the executor still runs tasks. */
+static inline void assert_device_usable(tdm_executor *ex, tdm_gpu *gpu, int device)
+{
+	struct roundtrip c = {.gpu = gpu, .device = device, .result = 1};
+	cr_assert_eq(tdm_host_alloc(gpu, 2 * LEN * sizeof(int), (void **)&c.host), 0);
+	cr_assert_eq(tdm_device_alloc(gpu, device, LEN * sizeof(int), (void **)&c.dev), 0);
+	for (int i = 0; i < LEN; i++) {
+		c.host[i] = i * 3 + device;
+		c.host[LEN + i] = -1;
+	}
+	tdm_test_run_one(ex, roundtrip_task, &c);
+	ASSERT_SEEN(&c.sn);
+	cr_assert_eq(c.result, 0);
+	for (int i = 0; i < LEN; i++)
+		cr_assert_eq(c.host[LEN + i], i * 3 + device, "int %d came back from device %d", i,
+		             device);
+	cr_assert_eq(tdm_device_free(gpu, device, c.dev), 0);
+	cr_assert_eq(tdm_host_free(gpu, c.host), 0);
+	tdm_test_assert_usable(ex);
+}
+
 /* After a test's bad calls: the layer still moves data through a stream, and the executor
  * still runs tasks; then both are closed. */
 static inline void close_usable(struct env *e)

@@ -5,6 +5,7 @@
  * tdm_gpu_destroy are refused with -ESHUTDOWN, and the destroy frees nothing they still touch.
  */
 #include "common.h"
+#include "gpu_env.h"
 
 #include <stdatomic.h>
 #include <string.h>
@@ -13,8 +14,6 @@
 #include "tandem_gpu.h"
 
 TDM_TEST_SUITE(lease_errors);
-
-#define LEN 256 /* floats per buffer */
 
 /* One sim device; streams_per_device 0 leaves the set's size to the topology. */
 static tdm_gpu *open_gpu(tdm_executor *ex, unsigned streams)
@@ -139,27 +138,11 @@ Test(lease_errors, leases_and_awaits_racing_the_destroy_touch_no_freed_memory,
 
 /* ---- releases ---- */
 
-/* What a task saw (SEE, common.h). */
-struct seen {
-	int rc;
-	int line;
-};
-
-struct env {
-	tdm_executor *ex;
-	tdm_gpu *gpu;
-};
-
-static void env_open(struct env *e, unsigned workers, unsigned streams)
+/* An executor of `workers` and one sim device with a set of `streams` streams. */
+static void open_streams(struct env *e, unsigned workers, unsigned streams)
 {
 	e->ex = tdm_test_create(workers);
 	e->gpu = open_gpu(e->ex, streams);
-}
-
-static void env_close(struct env *e)
-{
-	cr_assert_eq(tdm_gpu_destroy(e->gpu), 0);
-	tdm_test_destroy(e->ex);
 }
 
 /*
@@ -171,7 +154,7 @@ Test(lease_errors, a_second_release_of_a_shared_lease_is_einval_and_keeps_the_ot
      .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
-	env_open(&e, 1, 1);
+	open_streams(&e, 1, 1);
 	tdm_stream *a, *b, *x;
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &a), 0);
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &b), 0);
@@ -192,7 +175,7 @@ Test(lease_errors, a_second_release_of_an_exclusive_lease_is_einval,
      .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
-	env_open(&e, 1, 1);
+	open_streams(&e, 1, 1);
 	tdm_stream *x, *y, *s;
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &x), 0);
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &s), -EBUSY);
@@ -246,7 +229,7 @@ Test(lease_errors, tasks_sharing_a_stream_each_release_only_their_own_lease,
      .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
-	env_open(&e, 2, 1);
+	open_streams(&e, 2, 1);
 	enum { N = 64 };
 	static struct sharer sh[N];
 	atomic_int again = 0;
@@ -285,7 +268,7 @@ Test(lease_errors, work_on_a_released_lease_is_einval_and_enqueues_nothing,
      .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
-	env_open(&e, 1, 1);
+	open_streams(&e, 1, 1);
 	float *host, *x, *y;
 	cr_assert_eq(tdm_host_alloc(e.gpu, 2 * LEN * sizeof(float), (void **)&host), 0);
 	cr_assert_eq(tdm_device_alloc(e.gpu, 0, LEN * sizeof(float), (void **)&x), 0);

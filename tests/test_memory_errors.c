@@ -8,6 +8,7 @@
  * works: memory goes through a stream and back, other devices and a new GPU layer work.
  */
 #include "common.h"
+#include "gpu_env.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -18,13 +19,6 @@
 #include "tandem_gpu.h"
 
 TDM_TEST_SUITE(memory_errors);
-
-#define LEN 1024 /* ints per round trip */
-
-struct env {
-	tdm_executor *ex;
-	tdm_gpu *gpu;
-};
 
 static tdm_gpu *open_gpu(tdm_executor *ex)
 {
@@ -38,71 +32,7 @@ static tdm_gpu *open_gpu(tdm_executor *ex)
 	return gpu;
 }
 
-static void env_open(struct env *e)
-{
-	e->ex = tdm_test_create(2);
-	e->gpu = open_gpu(e->ex);
-}
-
-static void env_close(struct env *e)
-{
-	cr_assert_eq(tdm_gpu_destroy(e->gpu), 0);
-	tdm_test_destroy(e->ex);
-}
-
-/* What a task saw (SEE, common.h). */
-struct seen {
-	int rc;
-	int line;
-};
-
-struct roundtrip {
-	tdm_gpu *gpu;
-	int device;
-	tdm_stream *s;
-	int *host, *dev;
-	int result;
-	struct seen sn;
-};
-
-/* Host to device and back on a stream of c->device, awaited. */
-static int roundtrip_task(tdm_task *t, void *arg)
-{
-	struct roundtrip *c = arg;
-	TDM_BEGIN(t);
-	SEE(&c->sn, tdm_stream_lease(c->gpu, c->device, 0, &c->s));
-	if (c->sn.rc != 0)
-		return 0;
-	SEE(&c->sn, tdm_memcpy_async(c->s, c->dev, c->host, LEN * sizeof(int), TDM_COPY_H2D));
-	SEE(&c->sn, tdm_memcpy_async(c->s, c->host + LEN, c->dev, LEN * sizeof(int), TDM_COPY_D2H));
-	TDM_AWAIT(t, tdm_await_stream(t, c->s));
-	c->result = tdm_task_result(t);
-	SEE(&c->sn, tdm_stream_release(c->s));
-	TDM_END(t);
-}
-
-/* Memory of `device` still goes through a stream and back, and the executor still runs tasks. */
-static void assert_device_usable(tdm_executor *ex, tdm_gpu *gpu, int device)
-{
-	struct roundtrip c = {.gpu = gpu, .device = device, .result = 1};
-	cr_assert_eq(tdm_host_alloc(gpu, 2 * LEN * sizeof(int), (void **)&c.host), 0);
-	cr_assert_eq(tdm_device_alloc(gpu, device, LEN * sizeof(int), (void **)&c.dev), 0);
-	for (int i = 0; i < LEN; i++) {
-		c.host[i] = i * 3 + device;
-		c.host[LEN + i] = -1;
-	}
-	tdm_test_run_one(ex, roundtrip_task, &c);
-	ASSERT_SEEN(&c.sn);
-	cr_assert_eq(c.result, 0);
-	for (int i = 0; i < LEN; i++)
-		cr_assert_eq(c.host[LEN + i], i * 3 + device, "int %d came back from device %d", i,
-		             device);
-	cr_assert_eq(tdm_device_free(gpu, device, c.dev), 0);
-	cr_assert_eq(tdm_host_free(gpu, c.host), 0);
-	tdm_test_assert_usable(ex);
-}
-
-static void close_usable(struct env *e)
+static void close_both_usable(struct env *e)
 {
 	assert_device_usable(e->ex, e->gpu, 0);
 	assert_device_usable(e->ex, e->gpu, 1);
@@ -115,7 +45,7 @@ Test(memory_errors, device_free_of_a_pointer_never_allocated_is_einval,
      .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
-	env_open(&e);
+	env_open_sim2(&e, 2);
 	char *heap = malloc(4096);
 	cr_assert_not_null(heap);
 	void *pinned, *dev;
@@ -130,26 +60,26 @@ Test(memory_errors, device_free_of_a_pointer_never_allocated_is_einval,
 	free(heap);
 	cr_assert_eq(tdm_host_free(e.gpu, pinned), 0);
 	cr_assert_eq(tdm_device_free(e.gpu, 0, dev), 0);
-	close_usable(&e);
+	close_both_usable(&e);
 }
 
 Test(memory_errors, device_free_twice_is_einval, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
-	env_open(&e);
+	env_open_sim2(&e, 2);
 	void *dev;
 	cr_assert_eq(tdm_device_alloc(e.gpu, 0, 4096, &dev), 0);
 	cr_assert_eq(tdm_device_free(e.gpu, 0, dev), 0);
 	cr_assert_eq(tdm_device_free(e.gpu, 0, dev), -EINVAL);
-	close_usable(&e);
+	close_both_usable(&e);
 }
 
 Test(memory_errors, device_free_naming_another_device_is_einval, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
-	env_open(&e);
+	env_open_sim2(&e, 2);
 	void *dev;
-	cr_assert_eq(tdm_device_alloc(e.gpu, 0, 4096, &dev), 0);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, LEN * sizeof(int), &dev), 0);
 	cr_assert_eq(tdm_device_free(e.gpu, 1, dev), -EINVAL, "device 0's memory freed as 1's");
 	/* Still device 0's, and live: a copy may name it, and its own device frees it. */
 	struct roundtrip c = {.gpu = e.gpu, .device = 0, .dev = dev, .result = 1};
@@ -160,13 +90,13 @@ Test(memory_errors, device_free_naming_another_device_is_einval, .timeout = TDM_
 	cr_assert_eq(c.result, 0);
 	cr_assert_eq(tdm_host_free(e.gpu, c.host), 0);
 	cr_assert_eq(tdm_device_free(e.gpu, 0, dev), 0);
-	close_usable(&e);
+	close_both_usable(&e);
 }
 
 Test(memory_errors, device_free_async_twice_is_einval, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
-	env_open(&e);
+	env_open_sim2(&e, 2);
 	tdm_stream *s;
 	void *dev, *host;
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &s), 0);
@@ -184,13 +114,13 @@ Test(memory_errors, device_free_async_twice_is_einval, .timeout = TDM_TEST_TIMEO
 	cr_assert_eq(tdm_test_await_stream(e.ex, s), 0);
 	cr_assert_eq(tdm_stream_release(s), 0);
 	cr_assert_eq(tdm_host_free(e.gpu, host), 0);
-	close_usable(&e);
+	close_both_usable(&e);
 }
 
 Test(memory_errors, managed_free_of_memory_not_allocated_is_einval, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
-	env_open(&e);
+	env_open_sim2(&e, 2);
 	char *heap = malloc(4096);
 	cr_assert_not_null(heap);
 	void *managed;
@@ -200,14 +130,14 @@ Test(memory_errors, managed_free_of_memory_not_allocated_is_einval, .timeout = T
 	cr_assert_eq(tdm_managed_alloc(e.gpu, 1, 4096, &managed), 0);
 	cr_assert_eq(tdm_managed_free(e.gpu, managed), 0);
 	cr_assert_eq(tdm_managed_free(e.gpu, managed), -EINVAL, "freed already");
-	close_usable(&e);
+	close_both_usable(&e);
 }
 
 Test(memory_errors, host_free_of_memory_host_alloc_did_not_give_is_einval,
      .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
-	env_open(&e);
+	env_open_sim2(&e, 2);
 	char *heap = malloc(8192);
 	cr_assert_not_null(heap);
 	void *pinned, *block;
@@ -223,7 +153,7 @@ Test(memory_errors, host_free_of_memory_host_alloc_did_not_give_is_einval,
 	cr_assert_eq(tdm_host_alloc(e.gpu, 4096, &pinned), 0);
 	cr_assert_eq(tdm_host_free(e.gpu, pinned), 0);
 	cr_assert_eq(tdm_host_free(e.gpu, pinned), -EINVAL, "freed already");
-	close_usable(&e);
+	close_both_usable(&e);
 }
 
 /* ---- copies ---- */
@@ -234,7 +164,7 @@ Test(memory_errors, a_copy_past_the_end_of_its_allocations_is_einval,
      .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
-	env_open(&e);
+	env_open_sim2(&e, 2);
 	tdm_stream *s;
 	void *a, *b, *host;
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &s), 0);
@@ -257,7 +187,7 @@ Test(memory_errors, a_copy_past_the_end_of_its_allocations_is_einval,
 	cr_assert_eq(tdm_device_free(e.gpu, 0, a), 0);
 	cr_assert_eq(tdm_device_free(e.gpu, 0, b), 0);
 	cr_assert_eq(tdm_host_free(e.gpu, host), 0);
-	close_usable(&e);
+	close_both_usable(&e);
 }
 
 /* ---- device work out of bounds: the device fails ---- */
@@ -277,7 +207,7 @@ static void assert_only_device_0_failed(struct env *e, tdm_stream *s)
 Test(memory_errors, a_kernel_past_its_allocation_fails_the_device, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	struct env e;
-	env_open(&e);
+	env_open_sim2(&e, 2);
 	tdm_stream *s;
 	float *y, *x;
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &s), 0);
@@ -344,8 +274,8 @@ Test(memory_errors, a_copy_from_memory_freed_before_it_ran_fails_the_device,
 	ops->close(b);
 	/* And so does a GPU layer made afterwards. */
 	struct env e;
-	env_open(&e);
-	close_usable(&e);
+	env_open_sim2(&e, 2);
+	close_both_usable(&e);
 }
 
 #ifndef TANDEM_TEST_NO_CUDA

@@ -902,6 +902,10 @@ Test(topology, tdm_gpu_prepare_sets_connections_only_where_they_are_wanted,
 	cr_assert_null(getenv(var), "set by the sim, KEEP or 8 workers: %s", getenv(var));
 	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, -2, 12), -EINVAL);
 	cr_assert_eq(prepare_with(TDM_BACKEND_CUDA, 33, 12), -EINVAL);
+	tdm_gpu_config bad;
+	tdm_gpu_config_init(&bad);
+	bad.launch_limit = 2000; /* what tdm_gpu_create refuses, prepare refuses too */
+	cr_assert_eq(tdm_gpu_prepare(&bad, 12), -EINVAL);
 	cr_assert_null(getenv(var));
 #ifdef TANDEM_TEST_NO_CUDA
 	/* No cuda backend built in: nothing to give queues to. */
