@@ -1135,3 +1135,559 @@ Test(sim_backend, stream_threads_are_named, .timeout = TDM_TEST_TIMEOUT(20))
 	ops->stream_destroy(b, s);
 	ops->close(b);
 }
+
+/* ---- graphs ---- */
+
+static void *end_capture(struct tdm__backend *b, void *s)
+{
+	void *g = NULL;
+	int rc = ops->capture_end(b, s, &g);
+	cr_assert_eq(rc, 0, "capture_end: %d", rc);
+	cr_assert_not_null(g);
+	return g;
+}
+
+static void *instantiate(struct tdm__backend *b, void *g)
+{
+	void *x = NULL;
+	int rc = ops->graph_instantiate(b, g, &x);
+	cr_assert_eq(rc, 0, "graph_instantiate: %d", rc);
+	cr_assert_not_null(x);
+	return x;
+}
+
+/* Host memory the simulated device reaches (pinned), n floats, x[i] = i + 1 when `count`. */
+static float *floats(struct tdm__backend *b, size_t n, bool count)
+{
+	float *p = host_zeroed(b, n * sizeof(float));
+	for (size_t i = 0; count && i < n; i++)
+		p[i] = (float)(i + 1);
+	return p;
+}
+
+/* Ends a capture that must have been cancelled. */
+static void end_cancelled(struct tdm__backend *b, void *s)
+{
+	void *g = (void *)1;
+	cr_assert_eq(ops->capture_end(b, s, &g), -ECANCELED);
+	cr_assert_null(g, "a cancelled capture gave a graph");
+}
+
+Test(sim_backend, a_capture_records_work_instead_of_running_it, .timeout = TDM_TEST_TIMEOUT(20))
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0);
+	uint64_t *w = host_zeroed(b, 2 * 64), *src = host_zeroed(b, 64), *dst = host_zeroed(b, 64);
+	uint64_t *captured = &w[0], *marker = &w[8];
+	src[0] = 7;
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	cr_assert_eq(ops->capture_begin(b, s), -EBUSY, "capturing twice");
+	cr_assert_eq(ops->memcpy_async(b, s, dst, src, 8, TDM_COPY_D2D), 0);
+	cr_assert_eq(ops->write_value(b, s, captured, 1), 0);
+	void *g = end_capture(b, s);
+	/* The stream captures no more: this runs, and what was captured did not. */
+	cr_assert_eq(ops->write_value(b, s, marker, 1), 0);
+	wait_word(marker, 1);
+	cr_assert_eq(wait_stream(b, s), 0);
+	cr_assert_eq(load_word(captured), 0, "a captured completion word was written");
+	cr_assert_eq(dst[0], 0, "a captured copy ran");
+	void *x = instantiate(b, g);
+	cr_assert_eq(ops->graph_launch(b, x, s), 0);
+	cr_assert_eq(ops->write_value(b, s, marker, 2), 0);
+	wait_word(marker, 2);
+	cr_assert_eq(load_word(captured), 1, "the replay did not write the captured word");
+	cr_assert_eq(dst[0], 7, "the replay did not copy");
+	ops->graph_exec_free(b, x);
+	ops->graph_free(b, g);
+	ops->host_free(b, w);
+	ops->host_free(b, src);
+	ops->host_free(b, dst);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+Test(sim_backend, replays_run_the_nodes_in_capture_order, .timeout = TDM_TEST_TIMEOUT(20))
+{
+	enum { N = 64 };
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0);
+	uint64_t *w = host_zeroed(b, 64);
+	float *h = floats(b, N, true), *d0 = NULL, *d1 = NULL;
+	cr_assert_eq(ops->device_alloc(b, 0, N * sizeof(float), (void **)&d0), 0);
+	cr_assert_eq(ops->device_alloc(b, 0, N * sizeof(float), (void **)&d1), 0);
+	cr_assert_eq(ops->memcpy_async(b, s, d0, h, N * sizeof(float), TDM_COPY_H2D), 0);
+	cr_assert_eq(wait_stream(b, s), 0);
+	/* d1 = 2 d0, then d0 = 3 d1: 6 d0 in this order only; then back to h. */
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	cr_assert_eq(ops->launch_scale(b, s, d1, d0, 2.0f, N), 0);
+	cr_assert_eq(ops->launch_scale(b, s, d0, d1, 3.0f, N), 0);
+	cr_assert_eq(ops->memcpy_async(b, s, h, d0, N * sizeof(float), TDM_COPY_D2H), 0);
+	void *g = end_capture(b, s);
+	void *x = instantiate(b, g);
+	ops->graph_free(b, g); /* the exec is a copy */
+	cr_assert_eq(ops->graph_launch(b, x, s), 0);
+	cr_assert_eq(ops->graph_launch(b, x, s), 0);
+	cr_assert_eq(ops->write_value(b, s, w, 1), 0);
+	wait_word(w, 1);
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(h[i], 36.0f * (float)(i + 1), "at %d: %f, not two replays in order", i,
+		             (double)h[i]);
+	ops->graph_exec_free(b, x);
+	ops->device_free(b, 0, d0);
+	ops->device_free(b, 0, d1);
+	ops->host_free(b, h);
+	ops->host_free(b, w);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+/* A graph of one scale kernel, y = a x, after a spin of `ns`. */
+static void *capture_scale(struct tdm__backend *b, void *s, uint32_t ns, float *y, const float *x,
+                           float a, size_t n)
+{
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	cr_assert_eq(ops->launch_spin(b, s, ns), 0);
+	cr_assert_eq(ops->launch_scale(b, s, y, x, a, n), 0);
+	return end_capture(b, s);
+}
+
+Test(sim_backend, an_update_in_place_changes_later_replays_only, .timeout = TDM_TEST_TIMEOUT(20))
+{
+	enum { N = 16 };
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0);
+	uint64_t *w = host_zeroed(b, 64);
+	float *x = floats(b, N, true), *y = floats(b, N, false);
+	float *out1 = floats(b, N, false), *out2 = floats(b, N, false);
+	void *g2 = capture_scale(b, s, SPIN_NS, y, x, 2.0f, N);
+	void *g5 = capture_scale(b, s, SPIN_NS, y, x, 5.0f, N);
+	void *exec = instantiate(b, g2);
+	cr_assert_eq(ops->graph_launch(b, exec, s), 0);
+	cr_assert_eq(ops->memcpy_async(b, s, out1, y, N * sizeof(float), TDM_COPY_D2H), 0);
+	/* Most likely while the first replay spins: it keeps the parameters of its launch. */
+	cr_assert_eq(ops->graph_update(b, exec, g5), 0);
+	cr_assert_eq(ops->graph_launch(b, exec, s), 0);
+	cr_assert_eq(ops->memcpy_async(b, s, out2, y, N * sizeof(float), TDM_COPY_D2H), 0);
+	cr_assert_eq(ops->write_value(b, s, w, 1), 0);
+	wait_word(w, 1);
+	for (int i = 0; i < N; i++) {
+		cr_assert_eq(out1[i], 2.0f * x[i],
+		             "the update reached a replay launched before it");
+		cr_assert_eq(out2[i], 5.0f * x[i], "the update did not reach a later replay");
+	}
+	ops->graph_exec_free(b, exec);
+	ops->graph_free(b, g2);
+	ops->graph_free(b, g5);
+	ops->host_free(b, x);
+	ops->host_free(b, y);
+	ops->host_free(b, out1);
+	ops->host_free(b, out2);
+	ops->host_free(b, w);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+/* A fork joined back: s records e, s1 waits for it, a spin (on s1, or on s when `spin_on_root`),
+ * a scale y = a x on s1, which s waits for. The nodes' kinds are in one order either way. */
+static void *capture_fork(struct tdm__backend *b, void *s, void *s1, void *e, bool spin_on_root,
+                          float *y, const float *x, float a, size_t n)
+{
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	cr_assert_eq(ops->event_record(b, e, s), 0);
+	cr_assert_eq(ops->stream_wait_event(b, s1, e), 0);
+	cr_assert_eq(ops->launch_spin(b, spin_on_root ? s : s1, 0), 0);
+	cr_assert_eq(ops->launch_scale(b, s1, y, x, a, n), 0);
+	cr_assert_eq(ops->event_record(b, e, s1), 0);
+	cr_assert_eq(ops->stream_wait_event(b, s, e), 0);
+	return end_capture(b, s);
+}
+
+Test(sim_backend, an_update_to_another_topology_is_estale, .timeout = TDM_TEST_TIMEOUT(20))
+{
+	enum { N = 16 };
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0), *s1 = new_stream(b, 0), *e = new_event(b, 0);
+	uint64_t *w = host_zeroed(b, 64);
+	float *x = floats(b, N, true), *y = floats(b, N, false);
+	void *g = capture_scale(b, s, 0, y, x, 2.0f, N);
+	void *exec = instantiate(b, g);
+
+	/* One more node. */
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	cr_assert_eq(ops->launch_spin(b, s, 0), 0);
+	cr_assert_eq(ops->launch_scale(b, s, y, x, 7.0f, N), 0);
+	cr_assert_eq(ops->launch_spin(b, s, 0), 0);
+	void *longer = end_capture(b, s);
+	/* As many nodes, of another kind. */
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	cr_assert_eq(ops->launch_spin(b, s, 0), 0);
+	cr_assert_eq(ops->memcpy_async(b, s, y, x, N * sizeof(float), TDM_COPY_D2D), 0);
+	void *other_kind = end_capture(b, s);
+	/* Forks: the same kinds of node in one order, one of them on another stream. */
+	void *fork3 = capture_fork(b, s, s1, e, false, y, x, 3.0f, N);
+	void *fork4 = capture_fork(b, s, s1, e, false, y, x, 4.0f, N);
+	void *moved = capture_fork(b, s, s1, e, true, y, x, 9.0f, N);
+	void *fexec = instantiate(b, fork3);
+
+	cr_assert_eq(ops->graph_update(b, exec, longer), -ESTALE);
+	cr_assert_eq(ops->graph_update(b, exec, other_kind), -ESTALE);
+	cr_assert_eq(ops->graph_update(b, exec, fork3), -ESTALE);
+	cr_assert_eq(ops->graph_update(b, fexec, moved), -ESTALE, "a node moved to another stream");
+	cr_assert_eq(ops->graph_update(b, fexec, fork4), 0, "the same fork, another factor");
+	cr_assert_eq(ops->graph_launch(b, exec, s), 0);
+	cr_assert_eq(ops->write_value(b, s, w, 1), 0);
+	wait_word(w, 1);
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(y[i], 2.0f * x[i], "a refused update changed the graph");
+	cr_assert_eq(ops->graph_launch(b, fexec, s), 0);
+	cr_assert_eq(ops->write_value(b, s, w, 2), 0);
+	wait_word(w, 2);
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(y[i], 4.0f * x[i], "a refused update changed the graph");
+	ops->graph_exec_free(b, exec);
+	ops->graph_exec_free(b, fexec);
+	ops->graph_free(b, fork3);
+	ops->graph_free(b, fork4);
+	ops->graph_free(b, moved);
+	ops->graph_free(b, g);
+	ops->graph_free(b, longer);
+	ops->graph_free(b, other_kind);
+	ops->host_free(b, x);
+	ops->host_free(b, y);
+	ops->host_free(b, w);
+	ops->event_destroy(b, e);
+	ops->stream_destroy(b, s);
+	ops->stream_destroy(b, s1);
+	ops->close(b);
+}
+
+Test(sim_backend, a_fork_joined_back_is_captured_from_both_streams, .timeout = TDM_TEST_TIMEOUT(20))
+{
+	enum { N = 16 };
+	struct tdm__backend *b = open_sim(1);
+	void *s0 = new_stream(b, 0), *s1 = new_stream(b, 0);
+	void *e0 = new_event(b, 0), *e1 = new_event(b, 0);
+	uint64_t *w = host_zeroed(b, 64);
+	float *a = floats(b, N, true), *b2 = floats(b, N, false), *c6 = floats(b, N, false);
+	float *out = floats(b, N, false);
+	cr_assert_eq(ops->capture_begin(b, s0), 0);
+	cr_assert_eq(ops->launch_scale(b, s0, b2, a, 2.0f, N), 0);
+	cr_assert_eq(ops->event_record(b, e0, s0), 0);
+	cr_assert_eq(ops->stream_wait_event(b, s1, e0), 0); /* s1 joins */
+	cr_assert_eq(ops->capture_begin(b, s1), -EBUSY, "a joined stream began a capture");
+	void *g = (void *)1;
+	cr_assert_eq(ops->capture_end(b, s1, &g), -EINVAL, "a joined stream ended the capture");
+	cr_assert_null(g);
+	cr_assert_eq(ops->launch_spin(b, s1, 1000000), 0);
+	cr_assert_eq(ops->launch_scale(b, s1, c6, b2, 3.0f, N), 0);
+	cr_assert_eq(ops->event_record(b, e1, s1), 0);
+	cr_assert_eq(ops->stream_wait_event(b, s0, e1), 0); /* and is joined back */
+	cr_assert_eq(ops->launch_scale(b, s0, out, c6, 1.0f, N), 0);
+	g = end_capture(b, s0);
+	/* Neither stream captures now, and nothing ran. */
+	cr_assert_eq(ops->write_value(b, s1, w, 1), 0);
+	wait_word(w, 1);
+	cr_assert_eq(wait_stream(b, s0), 0);
+	cr_assert_eq(wait_stream(b, s1), 0);
+	cr_assert_eq(b2[0] + c6[0] + out[0], 0.0f, "captured work ran");
+	void *x = instantiate(b, g);
+	cr_assert_eq(ops->graph_launch(b, x, s0), 0);
+	cr_assert_eq(ops->write_value(b, s0, w, 2), 0);
+	wait_word(w, 2);
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(out[i], 6.0f * a[i], "at %d: the forked work ran out of order", i);
+	ops->graph_exec_free(b, x);
+	ops->graph_free(b, g);
+	ops->host_free(b, a);
+	ops->host_free(b, b2);
+	ops->host_free(b, c6);
+	ops->host_free(b, out);
+	ops->host_free(b, w);
+	ops->event_destroy(b, e0);
+	ops->event_destroy(b, e1);
+	ops->stream_destroy(b, s0);
+	ops->stream_destroy(b, s1);
+	ops->close(b);
+}
+
+Test(sim_backend, a_fork_not_joined_back_cancels_the_capture, .timeout = TDM_TEST_TIMEOUT(20))
+{
+	enum { N = 16 };
+	struct tdm__backend *b = open_sim(1);
+	void *s0 = new_stream(b, 0), *s1 = new_stream(b, 0);
+	void *e0 = new_event(b, 0), *e1 = new_event(b, 0);
+	uint64_t *w = host_zeroed(b, 64);
+	float *x = floats(b, N, true), *y = floats(b, N, false);
+	for (int late = 0; late < 2; late++) {
+		cr_assert_eq(ops->capture_begin(b, s0), 0);
+		cr_assert_eq(ops->event_record(b, e0, s0), 0);
+		cr_assert_eq(ops->stream_wait_event(b, s1, e0), 0);
+		cr_assert_eq(ops->launch_scale(b, s1, y, x, 3.0f, N), 0);
+		if (late) {
+			/* Joined back, but s1 works on after the point s0 waited for. */
+			cr_assert_eq(ops->event_record(b, e1, s1), 0);
+			cr_assert_eq(ops->stream_wait_event(b, s0, e1), 0);
+			cr_assert_eq(ops->launch_spin(b, s1, 0), 0);
+		}
+		end_cancelled(b, s0);
+		/* Neither stream captures any more. */
+		cr_assert_eq(ops->write_value(b, s1, w, (uint64_t)late + 1), 0);
+		wait_word(w, (uint64_t)late + 1);
+		cr_assert_eq(wait_stream(b, s0), 0);
+		cr_assert_eq(y[0], 0.0f, "a cancelled capture's work ran");
+	}
+	cr_assert_eq(ops->capture_begin(b, s1), 0, "the joined stream stayed in the capture");
+	void *g = end_capture(b, s1); /* an empty graph */
+	ops->graph_free(b, g);
+	ops->host_free(b, x);
+	ops->host_free(b, y);
+	ops->host_free(b, w);
+	ops->event_destroy(b, e0);
+	ops->event_destroy(b, e1);
+	ops->stream_destroy(b, s0);
+	ops->stream_destroy(b, s1);
+	ops->close(b);
+}
+
+struct end_attempt {
+	struct tdm__backend *b;
+	void *s, *g;
+	int rc;
+};
+
+static void *end_elsewhere(void *arg)
+{
+	struct end_attempt *t = arg;
+	t->g = (void *)1;
+	t->rc = ops->capture_end(t->b, t->s, &t->g);
+	return NULL;
+}
+
+Test(sim_backend, a_capture_ends_only_on_the_thread_that_began_it, .timeout = TDM_TEST_TIMEOUT(20))
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0);
+	uint64_t *w = host_zeroed(b, 2 * 64);
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	struct end_attempt t = {.b = b, .s = s};
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, end_elsewhere, &t), 0);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(t.rc, -EINVAL, "another thread ended the capture: %d", t.rc);
+	cr_assert_null(t.g);
+	/* The capture goes on. */
+	cr_assert_eq(ops->write_value(b, s, &w[0], 1), 0);
+	void *g = end_capture(b, s);
+	cr_assert_eq(ops->write_value(b, s, &w[8], 1), 0);
+	wait_word(&w[8], 1);
+	cr_assert_eq(load_word(&w[0]), 0, "work after the refused end ran");
+	void *x = instantiate(b, g);
+	cr_assert_eq(ops->graph_launch(b, x, s), 0);
+	wait_word(&w[0], 1);
+	ops->graph_exec_free(b, x);
+	ops->graph_free(b, g);
+	ops->host_free(b, w);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+Test(sim_backend, a_call_a_capture_refuses_cancels_it, .timeout = TDM_TEST_TIMEOUT(20))
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0), *e = new_event(b, 0), *p = NULL, *blk = NULL;
+	uint64_t *w = host_zeroed(b, 64);
+	cr_assert_eq(ops->device_alloc(b, 0, 256, &blk), 0);
+
+	/* A stream query: the capture refuses it, and every enqueue after it. */
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	cr_assert_eq(ops->launch_spin(b, s, 0), 0);
+	cr_assert_eq(ops->stream_query(b, s), -EBUSY);
+	cr_assert_eq(ops->write_value(b, s, w, 1), -EBUSY);
+	end_cancelled(b, s);
+	cr_assert_eq(ops->stream_query(b, s), 0, "the stream still captures");
+
+	/* A query of an event recorded in the capture; after the end the event is as it was. */
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	cr_assert_eq(ops->event_record(b, e, s), 0);
+	cr_assert_eq(ops->event_query(b, e), -EBUSY);
+	end_cancelled(b, s);
+	cr_assert_eq(ops->event_query(b, e), 0);
+
+	/* Stream-ordered allocation and free, prefetch: refused, nothing done. */
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	cr_assert_eq(ops->malloc_async(b, s, 64, &p), -EBUSY);
+	end_cancelled(b, s);
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	cr_assert_eq(ops->free_async(b, s, blk), -EBUSY);
+	end_cancelled(b, s);
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	cr_assert_eq(ops->prefetch(b, s, blk, 256, 0), -EBUSY);
+	end_cancelled(b, s);
+
+	/* A wait on an event recorded outside the capture (isolation). */
+	cr_assert_eq(ops->event_record(b, e, s), 0);
+	cr_assert_eq(wait_event(b, e), 0);
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	cr_assert_eq(ops->stream_wait_event(b, s, e), -EBUSY);
+	end_cancelled(b, s);
+
+	/* A graph launch into a capture. */
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	void *g = end_capture(b, s);
+	void *x = instantiate(b, g);
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	cr_assert_eq(ops->graph_launch(b, x, s), -EBUSY);
+	end_cancelled(b, s);
+
+	cr_assert_eq(ops->device_free(b, 0, blk), 0, "a refused free_async freed the block");
+	cr_assert_eq(ops->write_value(b, s, w, 2), 0);
+	wait_word(w, 2);
+	ops->graph_exec_free(b, x);
+	ops->graph_free(b, g);
+	ops->host_free(b, w);
+	ops->event_destroy(b, e);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+Test(sim_backend, a_trap_in_a_replay_fails_the_device, .timeout = TDM_TEST_TIMEOUT(20))
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0);
+	uint64_t *w = host_zeroed(b, 64);
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	cr_assert_eq(ops->launch_fault(b, s), 0);
+	void *g = end_capture(b, s);
+	cr_assert_eq(ops->stream_query(b, s), 0, "a captured trap ran");
+	void *x = instantiate(b, g);
+	cr_assert_eq(ops->graph_launch(b, x, s), 0);
+	enqueue_behind_fault(ops->write_value(b, s, w, 1));
+	cr_assert_eq(wait_stream(b, s), -EIO);
+	cr_assert_eq(ops->capture_begin(b, s), -EIO);
+	cr_assert_eq(ops->graph_launch(b, x, s), -EIO);
+	void *x2 = (void *)1;
+	cr_assert_eq(ops->graph_instantiate(b, g, &x2), -EIO);
+	cr_assert_null(x2);
+	cr_assert_eq(ops->graph_update(b, x, g), -EIO);
+	ops->stream_destroy(b, s);
+	cr_assert_eq(load_word(w), 0, "work after the trap ran");
+	ops->graph_exec_free(b, x);
+	ops->graph_free(b, g);
+	ops->host_free(b, w);
+	ops->close(b);
+}
+
+Test(sim_backend, an_armed_fault_skips_the_capture_and_takes_a_replay,
+     .timeout = TDM_TEST_TIMEOUT(20))
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s = new_stream(b, 0);
+	uint64_t *w = host_zeroed(b, 64), *src = host_zeroed(b, 64), *dst = host_zeroed(b, 64);
+	src[0] = 11;
+	src[1] = 22;
+	cr_assert_eq(ops->sim_inject(b, s, TDM_SIM_FAULT_OP), 0);
+	cr_assert_eq(ops->capture_begin(b, s), 0);
+	cr_assert_eq(ops->memcpy_async(b, s, &dst[0], &src[0], 8, TDM_COPY_D2D), 0);
+	cr_assert_eq(ops->memcpy_async(b, s, &dst[1], &src[1], 8, TDM_COPY_D2D), 0);
+	void *g = end_capture(b, s);
+	void *x = instantiate(b, g);
+	cr_assert_eq(ops->graph_launch(b, x, s), 0);
+	cr_assert_eq(ops->write_value(b, s, w, 1), 0);
+	cr_assert_eq(ops->graph_launch(b, x, s), 0);
+	cr_assert_eq(ops->write_value(b, s, w, 2), 0);
+	wait_word(w, 2);
+	cr_assert_eq(ops->word_status(b, s, 1), -EIO, "the fault missed the first replay");
+	cr_assert_eq(ops->word_status(b, s, 2), 0, "the fault reached the second replay");
+	cr_assert_eq(dst[0], 11, "the second replay did not copy");
+	cr_assert_eq(dst[1], 22);
+	ops->graph_exec_free(b, x);
+	ops->graph_free(b, g);
+	ops->host_free(b, w);
+	ops->host_free(b, src);
+	ops->host_free(b, dst);
+	ops->stream_destroy(b, s);
+	ops->close(b);
+}
+
+struct overlap_probe {
+	atomic_int inside, overlaps, calls;
+};
+
+static void overlap_check(void *arg)
+{
+	struct overlap_probe *p = arg;
+	if (atomic_fetch_add(&p->inside, 1) != 0)
+		atomic_fetch_add(&p->overlaps, 1);
+	tdm_test_sleep_us(2000);
+	atomic_fetch_sub(&p->inside, 1);
+	atomic_fetch_add(&p->calls, 1);
+}
+
+Test(sim_backend, replays_of_one_graph_never_overlap, .timeout = TDM_TEST_TIMEOUT(20))
+{
+	enum { NS = 3, ROUNDS = 3 };
+	struct tdm__backend *b = open_sim(1);
+	void *s[NS];
+	for (int i = 0; i < NS; i++)
+		s[i] = new_stream(b, 0);
+	struct overlap_probe p = {0};
+	cr_assert_eq(ops->capture_begin(b, s[0]), 0);
+	cr_assert_eq(ops->host_fn(b, s[0], overlap_check, &p), 0);
+	void *g = end_capture(b, s[0]);
+	void *x = instantiate(b, g);
+	for (int r = 0; r < ROUNDS; r++)
+		for (int i = 0; i < NS; i++)
+			cr_assert_eq(ops->graph_launch(b, x, s[i]), 0);
+	for (int i = 0; i < NS; i++)
+		cr_assert_eq(wait_stream(b, s[i]), 0);
+	cr_assert_eq(atomic_load(&p.calls), NS * ROUNDS);
+	cr_assert_eq(atomic_load(&p.overlaps), 0, "replays on two streams ran at once");
+	ops->graph_exec_free(b, x);
+	ops->graph_free(b, g);
+	for (int i = 0; i < NS; i++)
+		ops->stream_destroy(b, s[i]);
+	ops->close(b);
+}
+
+Test(sim_backend, a_graph_freed_with_replays_in_flight_lets_them_finish,
+     .timeout = TDM_TEST_TIMEOUT(20))
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s0 = new_stream(b, 0), *s1 = new_stream(b, 0);
+	uint64_t *src = host_zeroed(b, 64), *dst = host_zeroed(b, 64);
+	src[0] = 5;
+	cr_assert_eq(ops->capture_begin(b, s0), 0);
+	cr_assert_eq(ops->launch_spin(b, s0, SPIN_NS / 4), 0);
+	cr_assert_eq(ops->memcpy_async(b, s0, dst, src, 8, TDM_COPY_D2D), 0);
+	void *g = end_capture(b, s0);
+	void *x = instantiate(b, g);
+	cr_assert_eq(ops->graph_launch(b, x, s0), 0);
+	cr_assert_eq(ops->graph_launch(b, x, s1), 0);
+	cr_assert_eq(ops->graph_launch(b, x, s0), 0);
+	ops->graph_exec_free(b, x); /* does not wait */
+	ops->graph_free(b, g);
+	cr_assert_eq(wait_stream(b, s0), 0);
+	cr_assert_eq(wait_stream(b, s1), 0);
+	cr_assert_eq(dst[0], 5);
+	ops->host_free(b, src);
+	ops->host_free(b, dst);
+	ops->stream_destroy(b, s0);
+	ops->stream_destroy(b, s1);
+	ops->close(b);
+}
+
+Test(sim_backend, a_capture_left_open_is_freed_with_its_streams, .timeout = TDM_TEST_TIMEOUT(20))
+{
+	struct tdm__backend *b = open_sim(1);
+	void *s0 = new_stream(b, 0), *s1 = new_stream(b, 0), *e = new_event(b, 0);
+	cr_assert_eq(ops->capture_begin(b, s0), 0);
+	cr_assert_eq(ops->event_record(b, e, s0), 0);
+	cr_assert_eq(ops->stream_wait_event(b, s1, e), 0);
+	cr_assert_eq(ops->launch_spin(b, s1, 0), 0);
+	ops->stream_destroy(b, s0); /* the root: the capture ends, and s1 is free again */
+	cr_assert_eq(ops->stream_query(b, s1), 0);
+	cr_assert_eq(ops->capture_begin(b, s1), 0);
+	ops->event_destroy(b, e);
+	ops->stream_destroy(b, s1);
+	ops->close(b);
+}

@@ -139,6 +139,47 @@ struct tdm__backend_ops {
 	 * already; -EALREADY: started already, so it would be read too late; -ENOMEM. May be NULL
 	 * (nothing to set). */
 	int (*set_connections)(unsigned n);
+
+	/* ---- graphs (docs/design/graphs.md); all NULL in a backend without them ---- */
+	/* Starts capturing `stream`, thread-local (cudaStreamCaptureModeThreadLocal): the work
+	 * enqueued on it from now on, and on a stream that joins by stream_wait_event on an event
+	 * recorded in the capture, is recorded into a graph, not run. -EBUSY: capturing already
+	 * (or joined to a capture). -EIO: the device failed. */
+	int (*capture_begin)(struct tdm__backend *b, void *stream);
+	/* Ends the capture begun on `stream`, on the thread that began it: *graph is its source
+	 * graph (freed with graph_free). -ECANCELED: the capture was invalidated (a stream joined
+	 * to it was not joined back, or a call illegal in a capture reached the backend), *graph
+	 * NULL. -EIO: the device failed. Whatever else it returns, neither the stream nor a stream
+	 * that joined is capturing afterwards. -EINVAL, *graph NULL and the capture going on:
+	 * `stream` is not capturing, is a stream joined to a capture begun on another, or this
+	 * thread did not begin the capture (cudaErrorStreamCaptureWrongThread). A call illegal in a
+	 * capture (sim: stream_query of a capturing stream, event_query of an event recorded in a
+	 * capture, malloc_async, free_async, prefetch, graph_launch on a capturing stream,
+	 * stream_wait_event on an event recorded outside the capture or in another one) says -EBUSY
+	 * and invalidates the capture, and so does every later enqueue on its streams until the
+	 * end. A capture takes no armed sim fault. */
+	int (*capture_end)(struct tdm__backend *b, void *stream, void **graph);
+	/* An executable graph from a source graph (which stays the caller's). -EIO, -ENOMEM. */
+	int (*graph_instantiate)(struct tdm__backend *b, void *graph, void **exec);
+	/* Updates exec in place to graph's work (cudaGraphExecUpdate): 0, or -ESTALE when the
+	 * topology differs (exec unchanged: instantiate anew). -EIO. */
+	int (*graph_update)(struct tdm__backend *b, void *exec, void *graph);
+	/* Enqueues a replay of exec on stream, ordered after exec's previous replay. -EIO,
+	 * -ENOMEM. */
+	int (*graph_launch)(struct tdm__backend *b, void *exec, void *stream);
+	/* Frees a source graph. */
+	void (*graph_free)(struct tdm__backend *b, void *graph);
+	/* Frees an executable graph; replays in flight run to their end first (asynchronously:
+	 * never blocks). */
+	void (*graph_exec_free)(struct tdm__backend *b, void *exec);
+
+	/* ---- memsets ---- */
+	/* Sets `bytes` bytes from dst, device memory, to (unsigned char)value, ordered on stream
+	 * (cudaMemsetAsync); a capture records it as a node. -EINVAL: [dst, dst + bytes) is not
+	 * within one live allocation a device reaches (nothing enqueued). Zero bytes: 0, nothing
+	 * enqueued. -EIO: the device failed. May be NULL (tdm_memset_async says -ENOTSUP). */
+	int (*memset_async)(struct tdm__backend *b, void *stream, void *dst, int value,
+	                    size_t bytes);
 };
 
 extern const struct tdm__backend_ops tdm__backend_sim;

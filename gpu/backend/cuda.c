@@ -488,6 +488,23 @@ static int tdm__cuda_memcpy_async(struct tdm__backend *b, void *stream, void *ds
 	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
 }
 
+/* cudaMemsetAsync, made with the stream's device current (one retry if the cached device was
+ * stale, as for a launch). An address the driver does not know is -EINVAL. */
+static int tdm__cuda_memset_async(struct tdm__backend *b, void *stream, void *dst, int value,
+                                  size_t bytes)
+{
+	const struct tdm__cuda_stream *st = stream;
+	cudaError_t e;
+
+	(void)b;
+	if (st == NULL || dst == NULL)
+		return -EINVAL;
+	if (bytes == 0)
+		return 0;
+	TDM__CUDA_ON_STREAM(e, st, cudaMemsetAsync(dst, value, bytes, st->s));
+	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
+}
+
 enum tdm__cuda_kernel { TDM__K_EMPTY, TDM__K_SPIN, TDM__K_BUSY, TDM__K_SCALE, TDM__K_FAULT };
 
 struct tdm__cuda_launch {
@@ -654,6 +671,15 @@ const struct tdm__backend_ops tdm__backend_cuda = {
     .pool_release = tdm__cuda_pool_release,
     .launch_busy = tdm__cuda_launch_busy,
     .set_connections = tdm__cuda_set_connections,
+    /* cuda_graph.c */
+    .capture_begin = tdm__cuda_capture_begin,
+    .capture_end = tdm__cuda_capture_end,
+    .graph_instantiate = tdm__cuda_graph_instantiate,
+    .graph_update = tdm__cuda_graph_update,
+    .graph_launch = tdm__cuda_graph_launch,
+    .graph_free = tdm__cuda_graph_free,
+    .graph_exec_free = tdm__cuda_graph_exec_free,
+    .memset_async = tdm__cuda_memset_async,
 };
 
 #endif /* TANDEM_HAVE_CUDA */

@@ -1,6 +1,6 @@
 /*
- * The cuda backend's private header (cuda.c, cuda_memory.c): its state, CUDA's errors as errnos,
- * and the calling thread's current device. Only with TANDEM_HAVE_CUDA.
+ * The cuda backend's private header (cuda.c, cuda_memory.c, cuda_graph.c): its state, CUDA's
+ * errors as errnos, and the calling thread's current device. Only with TANDEM_HAVE_CUDA.
  */
 #ifndef TDM_GPU_BACKEND_CUDA_INTERNAL_H
 #define TDM_GPU_BACKEND_CUDA_INTERNAL_H
@@ -260,5 +260,15 @@ int tdm__cuda_mem_info(struct tdm__backend *b, int dev, size_t *free_bytes, size
 int tdm__cuda_host_fn(struct tdm__backend *b, void *stream, void (*fn)(void *), void *arg);
 int tdm__cuda_memcpy_peer_async(struct tdm__backend *b, void *stream, void *dst, int dst_dev,
                                 const void *src, int src_dev, size_t bytes);
+
+/* ---- cuda_graph.c: stream capture and CUDA graphs (backend.h, "graphs") ---- */
+
+int tdm__cuda_capture_begin(struct tdm__backend *b, void *stream);
+int tdm__cuda_capture_end(struct tdm__backend *b, void *stream, void **graph);
+int tdm__cuda_graph_instantiate(struct tdm__backend *b, void *graph, void **exec);
+int tdm__cuda_graph_update(struct tdm__backend *b, void *exec, void *graph);
+int tdm__cuda_graph_launch(struct tdm__backend *b, void *exec, void *stream);
+void tdm__cuda_graph_free(struct tdm__backend *b, void *graph);
+void tdm__cuda_graph_exec_free(struct tdm__backend *b, void *exec);
 
 #endif /* TDM_GPU_BACKEND_CUDA_INTERNAL_H */

@@ -10,8 +10,8 @@
  * record still queued is allowed (it goes when the record has run); and once a device failed
  * every later operation on it is skipped and every enqueue fails at once with -EIO.
  *
- * Faults (tdm_sim_inject) arm a stream; the next work operation enqueued on it (a copy or a
- * kernel) takes the fault. Completion points (write_value, event records) never do: a skipped
+ * Faults (tdm_sim_inject) arm a stream; the next work operation enqueued on it (a copy, a memset
+ * or a kernel) takes the fault. Completion points (write_value, event records) never do: a skipped
  * completion word would hang its await instead of failing it. TDM_SIM_FAULT_OP: the operation
  * does nothing, and the next completion point that runs on the stream reports -EIO (word_status
  * for that value, or event_query) while the stream goes on. TDM_SIM_FAULT_STICKY: the operation
@@ -23,19 +23,28 @@
  * A free takes its block off the table, so a pointer never allocated, freed twice, or (for
  * device_free) named with another device is refused with -EINVAL, as cudaFree refuses it. A
  * free_async is an operation of the stream: the memory stays valid for the work enqueued before
- * it. Copies check their device sides when enqueued, and refuse a range that leaves its
- * allocation with -EINVAL, as cudaMemcpyAsync does; when a copy or a kernel runs, every device
- * range it reads or writes is checked again, and one that is not (or no longer) allocated fails
- * the device, as an illegal address does on a GPU: the host process never touches it.
+ * it. Copies and memsets check their device sides when enqueued, and refuse a range that leaves
+ * its allocation with -EINVAL, as cudaMemcpyAsync does; when a copy, a memset or a kernel runs,
+ * every device range it reads or writes is checked again, and one that is not (or no longer)
+ * allocated fails the device, as an illegal address does on a GPU: the host process never
+ * touches it.
  *
  * A busy kernel (launch_busy) fills the whole device, so it runs on its stream's thread under
  * the device's busy lock, held for the kernel's length: busy kernels on a device's streams run one
  * after another, as on a saturated GPU, while other work (spin kernels, copies) runs beside them.
  *
+ * Graphs (sim_graph.c): a capturing stream records its work into the capture instead of queueing
+ * it; a replay of an executable graph is one operation of the launching stream's queue, which
+ * runs the graph's nodes in capture order after the graph's previous replay.
+ *
  * Lock rules: b->lock guards the lists of live streams and events; s->lock guards a stream's
  * queue, `stop` and `armed`; s->err_lock guards its erred values; b->mem's lock guards the
  * memory table, and a stream thread holds it for reading while a copy or a kernel runs; d->busy
- * is held by a stream thread while it runs a busy kernel. No thread holds two at once.
+ * is held by a stream thread while it runs a busy kernel; b->graph_lock guards the captures and
+ * the capture fields of streams and events. No thread holds two at once, but for one order: an
+ * executable graph's lock is held by graph_launch across its enqueue, which takes s->lock (and
+ * b->graph_lock, on a capturing stream), so that replays of one graph take their places in the
+ * graph's order and in the streams' queues in one order.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -74,6 +83,9 @@ static int sim_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 	pthread_mutex_init(&b->lock, NULL);
 	list_init(&b->streams);
 	list_init(&b->events);
+	pthread_mutex_init(&b->graph_lock, NULL);
+	list_init(&b->captures);
+	b->next_capture = 1;
 	*out = b;
 	return 0;
 }
@@ -89,6 +101,8 @@ static void sim_close(struct tdm__backend *b)
 		tdm__sim_stream_destroy(b, b->streams.next);
 	while (b->events.next != &b->events)
 		sim_event_destroy(b, b->events.next);
+	tdm__sim_capture_fini(b); /* captures never ended; their streams left them above */
+	pthread_mutex_destroy(&b->graph_lock);
 	/* The stream threads that take a device's busy lock are gone. */
 	for (int i = 0; i < b->ndev; i++)
 		pthread_mutex_destroy(&b->devs[i].busy);
@@ -248,6 +262,15 @@ static int sim_event_record(struct tdm__backend *b, void *ev, void *stream)
 	struct sim_stream *s = stream;
 	if (b == NULL || e == NULL || s == NULL || e->dev != s->dev)
 		return -EINVAL;
+	if (dev_dead(s->dev))
+		return -EIO;
+	/* A capture point on a capturing stream; a real record forgets an earlier capture point.
+	 * Relaxed, `captured`: as tdm__sim_capturing's note. */
+	if (tdm__sim_capturing(s) || atomic_load_explicit(&e->captured, memory_order_relaxed)) {
+		int rc = tdm__sim_capture_record(b, e, s);
+		if (rc <= 0)
+			return rc;
+	}
 	/* Relaxed: the caller holds the owner's reference, so the count cannot reach 0 here. */
 	atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
 	int rc = tdm__sim_submit(s, (struct sim_op){.kind = SIM_MARK, .u.mark.ev = e});
@@ -263,6 +286,12 @@ static int sim_event_query(struct tdm__backend *b, void *ev)
 		return -EINVAL;
 	if (dev_dead(e->dev))
 		return dead_status(e->dev);
+	/* Relaxed: as tdm__sim_capturing's note. */
+	if (atomic_load_explicit(&e->captured, memory_order_relaxed)) {
+		int rc = tdm__sim_capture_event_query(b, e);
+		if (rc <= 0)
+			return rc;
+	}
 	/* Relaxed: see tdm__sim_submit(); a record made by this thread, or handed to it, is seen.
 	 */
 	uint64_t rec = atomic_load_explicit(&e->recorded, memory_order_relaxed);
@@ -284,6 +313,13 @@ static int sim_stream_wait_event(struct tdm__backend *b, void *stream, void *ev)
 	struct sim_stream *s = stream;
 	if (b == NULL || e == NULL || s == NULL)
 		return -EINVAL;
+	/* A wait inside a capture, or a join of one (relaxed, `captured`: as tdm__sim_capturing's
+	 * note). */
+	if (tdm__sim_capturing(s) || atomic_load_explicit(&e->captured, memory_order_relaxed)) {
+		int rc = tdm__sim_capture_wait(b, s, e);
+		if (rc <= 0)
+			return rc;
+	}
 	/* Relaxed: as in sim_event_query, a record made by this thread, or handed to it, is seen.
 	 */
 	uint64_t rec = atomic_load_explicit(&e->recorded, memory_order_relaxed);
@@ -346,6 +382,27 @@ static int sim_memcpy_async(struct tdm__backend *b, void *stream, void *dst, con
 	return submit_copy(b, stream, dst, kind != TDM_COPY_D2H, src, kind != TDM_COPY_H2D, bytes);
 }
 
+/* Device memory set in stream order, its range checked at the call as a copy's device side is
+ * (-EINVAL, nothing queued) and again when it runs. Zero bytes enqueue nothing, as with CUDA. */
+static int sim_memset_async(struct tdm__backend *b, void *stream, void *dst, int value,
+                            size_t bytes)
+{
+	struct sim_stream *s = stream;
+	if (b == NULL || s == NULL || dst == NULL)
+		return -EINVAL;
+	if (dev_dead(s->dev))
+		return -EIO;
+	if (bytes == 0)
+		return 0;
+	tdm__sim_mem_read_begin(&b->mem);
+	bool ok = tdm__sim_mem_reaches(&b->mem, dst, bytes, false);
+	tdm__sim_mem_read_end(&b->mem);
+	if (!ok)
+		return -EINVAL;
+	return tdm__sim_submit(
+	    s, (struct sim_op){.kind = SIM_MEMSET, .u.memset = {dst, value, bytes}});
+}
+
 static int sim_launch_spin(struct tdm__backend *b, void *stream, uint32_t ns)
 {
 	if (b == NULL || stream == NULL)
@@ -384,6 +441,11 @@ static int sim_malloc_async(struct tdm__backend *b, void *stream, size_t bytes, 
 		return -EINVAL;
 	if (dev_dead(s->dev))
 		return -EIO;
+	if (tdm__sim_capturing(s)) {
+		int rc = tdm__sim_capture_refuse(s); /* no allocation in a capture (sim) */
+		if (rc != 0)
+			return rc;
+	}
 	return tdm__sim_mem_alloc(&b->mem, SIM_MEM_DEVICE, (int)(s->dev - b->devs), bytes, out);
 }
 
@@ -401,6 +463,11 @@ static int sim_free_async(struct tdm__backend *b, void *stream, void *p)
 		return 0;
 	if (dev_dead(s->dev))
 		return -EIO;
+	if (tdm__sim_capturing(s)) {
+		int rc = tdm__sim_capture_refuse(s); /* before the block is marked freeing */
+		if (rc != 0)
+			return rc;
+	}
 	int rc = tdm__sim_mem_set_freeing(&b->mem, p, true);
 	if (rc != 0)
 		return rc;
@@ -416,6 +483,11 @@ static int sim_prefetch(struct tdm__backend *b, void *stream, const void *p, siz
 		return -EINVAL;
 	if (bytes == 0)
 		return 0;
+	if (tdm__sim_capturing(stream)) {
+		int rc = tdm__sim_capture_refuse(stream);
+		if (rc != 0)
+			return rc;
+	}
 	return tdm__sim_submit(stream, (struct sim_op){.kind = SIM_PREFETCH});
 }
 
@@ -492,4 +564,12 @@ const struct tdm__backend_ops tdm__backend_sim = {
     .host_fn = sim_host_fn,
     .memcpy_peer_async = sim_memcpy_peer_async,
     .launch_busy = sim_launch_busy,
+    .capture_begin = tdm__sim_capture_begin,
+    .capture_end = tdm__sim_capture_end,
+    .graph_instantiate = tdm__sim_graph_instantiate,
+    .graph_update = tdm__sim_graph_update,
+    .graph_launch = tdm__sim_graph_launch,
+    .graph_free = tdm__sim_graph_free,
+    .graph_exec_free = tdm__sim_graph_exec_free,
+    .memset_async = sim_memset_async,
 };

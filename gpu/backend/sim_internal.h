@@ -1,7 +1,8 @@
 /*
  * The sim backend's own header: its devices, streams, operations and events, shared by sim.c
- * (devices, memory, events, the calls that enqueue work, the ops table) and sim_stream.c (each
- * stream's thread and queue). The lock rules are at the top of sim.c.
+ * (devices, memory, events, the calls that enqueue work, the ops table), sim_stream.c (each
+ * stream's thread and queue) and sim_graph.c (captures, graphs and their replays). The lock rules
+ * are at the top of sim.c.
  */
 #ifndef TDM_GPU_SIM_INTERNAL_H
 #define TDM_GPU_SIM_INTERNAL_H
@@ -40,6 +41,10 @@ struct tdm__backend {
 	struct sim_link streams, events; /* lock */
 	unsigned next_id;                /* lock: numbers stream threads */
 	struct sim_mem mem;              /* device blocks and pinned ranges: sim_memory.h */
+	/* Guards every capture, and the capture fields of every stream and event (sim_graph.c). */
+	pthread_mutex_t graph_lock;
+	struct sim_link captures; /* graph_lock: captures begun and not ended */
+	uint64_t next_capture;    /* graph_lock: the id of the next capture, from 1 */
 };
 
 enum sim_op_kind {
@@ -49,6 +54,7 @@ enum sim_op_kind {
 	SIM_SCALE,
 	SIM_TRAP,
 	SIM_COPY,
+	SIM_MEMSET, /* u.memset: device memory set byte by byte, checked as a copy's device side */
 	/* completion points */
 	SIM_WRITE,
 	SIM_MARK,
@@ -57,9 +63,15 @@ enum sim_op_kind {
 	SIM_HOST_FN,
 	SIM_PREFETCH,
 	SIM_WAIT, /* an edge: until an event's record (u.mark) has run on its stream */
+	/* a replay of an executable graph (u.replay, sim_graph.c): it runs the graph's nodes in
+	 * order, each as the operation it was captured as; it takes an armed fault for its first
+	 * work node */
+	SIM_GRAPH,
 };
 
 struct sim_event;
+struct sim_replay;
+struct sim_capture;
 
 struct sim_op {
 	struct sim_op *next;
@@ -80,6 +92,11 @@ struct sim_op {
 			bool dst_dev, src_dev; /* which sides are device memory, to be checked */
 		} copy;
 		struct {
+			void *dst;
+			int value;
+			size_t bytes;
+		} memset;
+		struct {
 			uint64_t *word;
 			uint64_t value;
 		} write;
@@ -92,6 +109,7 @@ struct sim_op {
 			void (*fn)(void *);
 			void *arg;
 		} host_fn;
+		struct sim_replay *replay; /* SIM_GRAPH: a reference, dropped once it ran */
 	} u;
 };
 
@@ -112,6 +130,14 @@ struct sim_stream {
 	uint64_t *erred; /* err_lock: word values whose write followed failed work */
 	unsigned cap_erred;
 	atomic_uint nerred; /* written under err_lock; read outside it as a fast path */
+
+	/* The capture the stream takes part in (begun on it, or joined), and its index among the
+	 * capture's streams: b->graph_lock. */
+	struct sim_capture *capture;
+	unsigned capture_index;
+	/* Whether `capture` is set: written under b->graph_lock, read outside it by every enqueue
+	 * as a fast path (sim_graph.c, tdm__sim_capturing). */
+	atomic_bool capturing;
 };
 
 struct sim_event {
@@ -120,6 +146,13 @@ struct sim_event {
 	_Atomic uint64_t recorded; /* generation of the latest record; 0: never recorded */
 	_Atomic uint64_t done;     /* (generation << 1) | failed, of the newest record that ran */
 	atomic_uint refs;          /* the owner's, and one per record still queued */
+	/* Its latest record, when that was made in a capture: the capture's id (0: none) and the
+	 * capture's node of the record. b->graph_lock. */
+	uint64_t capture_id;
+	size_t capture_node;
+	/* Whether capture_id is set: written under b->graph_lock, read outside it as a fast path.
+	 */
+	atomic_bool captured;
 };
 
 /* ---- helpers ---- */
@@ -188,5 +221,58 @@ void tdm__sim_stream_destroy(struct tdm__backend *b, void *stream);
 int tdm__sim_stream_query(struct tdm__backend *b, void *stream);
 void *tdm__sim_stream_native(struct tdm__backend *b, void *stream);
 int tdm__sim_word_status(struct tdm__backend *b, void *stream, uint64_t value);
+/* Runs one operation on s's thread, as the stream's queue would (a replay's nodes too). */
+void tdm__sim_execute(struct sim_stream *s, struct sim_op *o);
+
+/* ---- sim_graph.c: the hooks the rest of the backend calls ---- */
+
+/*
+ * Whether s may be in a capture: the fast path of every hook below, which answers for sure only
+ * under b->graph_lock. Relaxed: the flag is written under graph_lock by capture_begin, a join
+ * (stream_wait_event) or a capture's end; a thread that made that call, or was handed the stream
+ * after it (through the caller's own synchronisation), reads the new value by coherence; another
+ * thread enqueuing at the same moment races with the caller's own call, and either answer is one
+ * of the two orders the race allows.
+ */
+static inline bool tdm__sim_capturing(struct sim_stream *s)
+{
+	return atomic_load_explicit(&s->capturing, memory_order_relaxed);
+}
+
+/* Records `op` (a work operation or a completion word; not SIM_MARK or SIM_WAIT) into the
+ * capture of s instead of queueing it: 0; 1 when s is not capturing after all (queue it);
+ * -EBUSY, invalidating the capture, for an operation a capture refuses (free, prefetch, a graph
+ * launch) or on a capture invalidated already; -ENOMEM, invalidating it too. */
+int tdm__sim_capture_op(struct sim_stream *s, const struct sim_op *op);
+/* An event record on s: into s's capture as a capture point (0), or 1: s is not capturing, and
+ * a capture point e held is forgotten (a real record follows). -ENOMEM. */
+int tdm__sim_capture_record(struct tdm__backend *b, struct sim_event *e, struct sim_stream *s);
+/* stream_wait_event when s is capturing or e holds a capture point: 0 (s joined e's capture,
+ * or waits inside its own), 1: nothing of a capture (queue the wait as usual), -EBUSY (an edge
+ * across a capture's boundary, or between two captures: both are invalidated), -ENOMEM. */
+int tdm__sim_capture_wait(struct tdm__backend *b, struct sim_stream *s, struct sim_event *e);
+/* event_query of an event that holds a capture point: -EBUSY, invalidating the capture while
+ * it lasts; 1 once the capture ended (the point is forgotten: the event's records answer). */
+int tdm__sim_capture_event_query(struct tdm__backend *b, struct sim_event *e);
+/* A call a capture refuses on s (stream_query, malloc_async, free_async, prefetch): -EBUSY,
+ * invalidating s's capture, or 0 when s is not capturing. */
+int tdm__sim_capture_refuse(struct sim_stream *s);
+/* stream_destroy: s leaves its capture, which is invalidated. */
+void tdm__sim_capture_leave(struct sim_stream *s);
+/* close: frees the captures never ended (their streams are gone). */
+void tdm__sim_capture_fini(struct tdm__backend *b);
+/* On s's thread: runs a SIM_GRAPH operation, on a dead device too (it then runs nothing), and
+ * drops its reference. */
+void tdm__sim_replay_run(struct sim_stream *s, struct sim_op *o);
+/* Whether a SIM_GRAPH operation has a work node, which an armed fault goes to. */
+bool tdm__sim_replay_works(const struct sim_op *o);
+
+int tdm__sim_capture_begin(struct tdm__backend *b, void *stream);
+int tdm__sim_capture_end(struct tdm__backend *b, void *stream, void **graph);
+int tdm__sim_graph_instantiate(struct tdm__backend *b, void *graph, void **exec);
+int tdm__sim_graph_update(struct tdm__backend *b, void *exec, void *graph);
+int tdm__sim_graph_launch(struct tdm__backend *b, void *exec, void *stream);
+void tdm__sim_graph_free(struct tdm__backend *b, void *graph);
+void tdm__sim_graph_exec_free(struct tdm__backend *b, void *exec);
 
 #endif /* TDM_GPU_SIM_INTERNAL_H */

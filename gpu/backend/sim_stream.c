@@ -112,6 +112,19 @@ static void run_copy(struct sim_stream *s, const struct sim_op *o)
 		dev_fail(s->dev);
 }
 
+/* dst's bytes set to value; checked when it runs as a copy's device side is (run_copy). */
+static void run_memset(struct sim_stream *s, const struct sim_op *o)
+{
+	struct sim_mem *m = &s->b->mem;
+	tdm__sim_mem_read_begin(m);
+	bool ok = tdm__sim_mem_reaches(m, o->u.memset.dst, o->u.memset.bytes, true);
+	if (ok)
+		memset(o->u.memset.dst, o->u.memset.value, o->u.memset.bytes);
+	tdm__sim_mem_read_end(m);
+	if (!ok)
+		dev_fail(s->dev);
+}
+
 /* y[i] = a * x[i]; no check at launch (a kernel's arguments are only pointers): see run_copy. */
 static void run_scale(struct sim_stream *s, const struct sim_op *o)
 {
@@ -165,6 +178,9 @@ static void execute_op(struct sim_stream *s, struct sim_op *o)
 	case SIM_COPY:
 		run_copy(s, o);
 		break;
+	case SIM_MEMSET:
+		run_memset(s, o);
+		break;
 	case SIM_WRITE:
 		if (s->pending_err) {
 			s->pending_err = false;
@@ -196,12 +212,20 @@ static void execute_op(struct sim_stream *s, struct sim_op *o)
 			s->pending_err = true;
 		event_unref(o->u.mark.ev);
 		break;
+	case SIM_GRAPH:
+		break; /* tdm__sim_execute hands it to sim_graph.c */
 	}
 }
 
-static void execute(struct sim_stream *s, struct sim_op *o)
+void tdm__sim_execute(struct sim_stream *s, struct sim_op *o)
 {
-	bool writes = o->kind == SIM_COPY || o->kind == SIM_SCALE || o->kind == SIM_HOST_FN;
+	if (o->kind == SIM_GRAPH) {
+		/* Its nodes come back here one by one, each counted as a writer on its own. */
+		tdm__sim_replay_run(s, o);
+		return;
+	}
+	bool writes = o->kind == SIM_COPY || o->kind == SIM_MEMSET || o->kind == SIM_SCALE ||
+	              o->kind == SIM_HOST_FN;
 	/* Seq_cst, before the look at the device: pairs with dead_status (dev_dead's note). */
 	if (writes)
 		atomic_fetch_add_explicit(&s->dev->writers, 1, memory_order_seq_cst);
@@ -226,7 +250,7 @@ static void *stream_main(void *arg)
 		while (batch != NULL) {
 			struct sim_op *o = batch;
 			batch = o->next;
-			execute(s, o);
+			tdm__sim_execute(s, o);
 			free(o);
 			/* Release: pairs with the acquire load in tdm__sim_stream_query; a stream
 			 * reported idle has its work's effects visible to the caller. */
@@ -246,12 +270,21 @@ int tdm__sim_submit(struct sim_stream *s, struct sim_op op)
 {
 	if (dev_dead(s->dev))
 		return -EIO;
+	/* A capturing stream records the operation instead (records and waits have hooks of their
+	 * own, in sim.c, before they come here). */
+	if (op.kind != SIM_MARK && op.kind != SIM_WAIT && tdm__sim_capturing(s)) {
+		int rc = tdm__sim_capture_op(s, &op);
+		if (rc <= 0)
+			return rc;
+	}
 	struct sim_op *o = malloc(sizeof(*o));
 	if (o == NULL)
 		return -ENOMEM;
 	*o = op;
+	/* Work takes an armed fault; so does a replay with a work node, for the first of them. */
+	bool work = o->kind < SIM_WRITE || (o->kind == SIM_GRAPH && tdm__sim_replay_works(o));
 	pthread_mutex_lock(&s->lock);
-	if (o->kind < SIM_WRITE && s->armed != 0) {
+	if (work && s->armed != 0) {
 		o->fault = s->armed;
 		s->armed = 0;
 	}
@@ -320,6 +353,8 @@ void tdm__sim_stream_destroy(struct tdm__backend *b, void *stream)
 	struct sim_stream *s = stream;
 	if (b == NULL || s == NULL)
 		return;
+	if (tdm__sim_capturing(s))
+		tdm__sim_capture_leave(s);
 	pthread_mutex_lock(&b->lock);
 	list_del(&s->link);
 	pthread_mutex_unlock(&b->lock);
@@ -342,6 +377,13 @@ int tdm__sim_stream_query(struct tdm__backend *b, void *stream)
 		return -EINVAL;
 	if (dev_dead(s->dev))
 		return dead_status(s->dev);
+	/* A query on a capturing stream is illegal (cudaErrorStreamCaptureUnsupported): it
+	 * invalidates the capture. */
+	if (tdm__sim_capturing(s)) {
+		int rc = tdm__sim_capture_refuse(s);
+		if (rc != 0)
+			return rc;
+	}
 	/* Acquire: pairs with the release decrement in stream_main after each operation. */
 	return atomic_load_explicit(&s->outstanding, memory_order_acquire) == 0 ? 0 : -EAGAIN;
 }
