@@ -78,6 +78,8 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *lease)
 	struct tdm__task *t = tdm__task_cast(pub);
 	if (t == NULL || lease == NULL || !tdm__lease_held(lease))
 		return fail_now(t, -EINVAL);
+	if (lease->cap != NULL)
+		return fail_now(t, tdm__capture_refuse(lease)); /* recorded work never completes */
 	struct tdm__stream *s = lease->st;
 	struct tdm__gdev *d = s->dev;
 	struct tdm_gpu *gpu = d->gpu;
@@ -148,6 +150,9 @@ int tdm_await_event(tdm_task *pub, tdm_event *e)
 	struct tdm_gpu *gpu = e->dev->gpu;
 	if (tdm__task_executor(t) != gpu->ex)
 		return fail_now(t, -EINVAL);
+	struct tdm__capture *c = tdm__capture_of_event(e);
+	if (c != NULL)
+		return fail_now(t, tdm__capture_refuse(c->root)); /* a record in a capture */
 	/* Counted first: the count keeps the poller, and so the backend, alive for the query
 	 * even when tdm_gpu_destroy runs meanwhile. */
 	int rc = register_await(gpu);

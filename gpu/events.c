@@ -88,8 +88,10 @@ int tdm_event_get(tdm_gpu *gpu, int device, tdm_event **out)
 	 * when its last record, for a stream await, captured a failed operation. */
 	if (rc == 0 && gpu->ops->event_reset != NULL)
 		gpu->ops->event_reset(gpu->b, (*out)->be);
-	if (rc == 0)
+	if (rc == 0) {
 		(*out)->last = NULL;
+		(*out)->cap_root = NULL;
+	}
 	return rc;
 }
 
@@ -110,8 +112,10 @@ int tdm_event_record(tdm_event *e, tdm_stream *s)
 		return -EIO;
 	struct tdm_gpu *gpu = s->dev->gpu;
 	int rc = tdm__enqueued(s, gpu->ops->event_record(gpu->b, e->be, s->bs));
-	if (rc == 0)
+	if (rc == 0) {
 		e->last = s->st;
+		tdm__capture_note_record(e, s);
+	}
 	return rc;
 }
 
@@ -127,5 +131,17 @@ int tdm_stream_wait_event(tdm_stream *s, tdm_event *e)
 	struct tdm_gpu *gpu = s->dev->gpu;
 	if (gpu->ops->stream_wait_event == NULL)
 		return -ENOTSUP;
-	return tdm__enqueued(s, gpu->ops->stream_wait_event(gpu->b, s->bs, e->be));
+	/* Graph captures (graph.c): an edge from a record in a capture forks s into it; an edge
+	 * into a capture from work outside it would tie the graph to that one run: refused. */
+	struct tdm__capture *c = tdm__capture_of_event(e);
+	if (c == NULL && s->cap != NULL && e->last != NULL)
+		return tdm__capture_refuse(s);
+	if (c != NULL && s->cap != NULL && s->cap != c)
+		return tdm__capture_refuse(s);
+	if (c != NULL && s->cap == NULL && !s->exclusive)
+		return -EINVAL; /* a shared stream would sweep other tasks' work into the graph */
+	int rc = tdm__enqueued(s, gpu->ops->stream_wait_event(gpu->b, s->bs, e->be));
+	if (rc == 0 && c != NULL)
+		rc = tdm__capture_join(s, c);
+	return rc;
 }

@@ -57,6 +57,21 @@ struct tdm__stream {
 
 #define TDM__EXCLUSIVE (1 << 30)
 
+/* A capture in progress (graph.c), kept in the lease handle it began on (root), which lives
+ * as long as the layer: a misuse from another thread (an await of an event recorded in it)
+ * reads memory that stays, never a freed capture. Begun by `thread`; streams that joined it
+ * through an event edge (thread only); abandoned by a call that a capture refuses (atomic,
+ * relaxed: that call may come from another thread; only its end reads it, on its thread, after
+ * the calls that the task made itself). */
+struct tdm__capture {
+	struct tdm_stream *root;
+	pthread_t thread;
+	_Atomic bool abandoned;
+	struct tdm_stream **joined;
+	unsigned njoined, capjoined;
+	struct tdm__capture *next; /* the layer's open captures, under graph_lock */
+};
+
 /*
  * A lease: what tdm_stream_lease hands out, one per lease, so that a release names its holder
  * and not only the stream (streams.c). dev and bs are st's, copied at the lease, so that work
@@ -74,7 +89,32 @@ struct tdm_stream {
 	_Atomic bool held;
 	bool exclusive;
 	struct tdm_stream *next_free; /* on a free list (streams.c) */
+	/* Graph capture (graph.c): the capture this stream records into (its own, `capture`, or
+	 * one it joined), NULL outside one; cap_gen counts the captures begun on it, so that an
+	 * event recorded in an earlier one is known stale. Written by the capturing thread; atomic
+	 * (seq_cst, plain loads on x86) because another thread's misuse may read them, through an
+	 * event recorded in the capture. */
+	struct tdm__capture *_Atomic cap;
+	_Atomic uint64_t cap_gen;
+	struct tdm__capture capture;
 };
+
+/* graph.c: a call that a capture refuses was made on s (s->cap set): the capture is abandoned;
+ * -EBUSY. */
+int tdm__capture_refuse(struct tdm_stream *s);
+/* graph.c: the capture an event recorded on s belongs to (tdm_event_record), and whether e's
+ * record is part of a capture still open (tdm_stream_wait_event, tdm_await_event). */
+void tdm__capture_note_record(struct tdm_event *e, struct tdm_stream *s);
+struct tdm__capture *tdm__capture_of_event(const struct tdm_event *e);
+/* graph.c: s waits on e, recorded in capture c: s joins c. -EINVAL (s shared, or in another
+ * capture), -ENOMEM. */
+int tdm__capture_join(struct tdm_stream *s, struct tdm__capture *c);
+/* graph.c: at tdm_stream_release of a capturing root: ends and discards its capture. -EBUSY:
+ * s only joined a capture, or this thread cannot end it. */
+int tdm__capture_release(struct tdm_stream *s);
+/* graph.c: the graphs, their cache and the captures left open, with the layer's life. */
+int tdm__graphs_init(struct tdm_gpu *gpu);
+void tdm__graphs_fini(struct tdm_gpu *gpu);
 
 /* Whether s is a lease still held (tdm_stream's note). */
 static inline bool tdm__lease_held(const struct tdm_stream *s)
@@ -109,6 +149,9 @@ struct tdm_event {
 	/* The stream of its latest tdm_event_record, by its owner: an edge from it to the same
 	 * stream is in stream order already (tdm_stream_wait_event). NULL: none since taken. */
 	struct tdm__stream *last;
+	/* Recorded in a capture (graph.c): its root and that root's cap_gen then; NULL: not. */
+	struct tdm_stream *cap_root;
+	uint64_t cap_gen;
 	/* In the device's free list: a second tdm_event_put, and a record or await after a put,
 	 * are refused. Written under ev_lock; read relaxed outside it, as a check of misuse. */
 	_Atomic bool pooled;
@@ -189,6 +232,10 @@ struct tdm_gpu {
 	pthread_mutex_t lease_lock;
 	struct tdm__lease_list lease_free;     /* lease_lock */
 	struct tdm__lease_chunk *lease_chunks; /* lease_lock */
+
+	/* Graphs (graph.c): every handle, those free (oldest first), the open captures, and
+	 * tdm_graph_run's cache. */
+	struct tdm__graphs *graphs;
 
 	/* Poller only. */
 	_Alignas(TDM__CACHELINE) pthread_t poller;

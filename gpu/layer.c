@@ -167,6 +167,8 @@ static bool config_valid(const tdm_gpu_config *cfg)
 	       cfg->launch_limit <= 1024 && cfg->pinned_chunk_bytes <= ((size_t)64 << 30) &&
 	       cfg->connections >= TDM_CONNECTIONS_KEEP &&
 	       cfg->connections <= TDM__TOPO_MAX_QUEUES &&
+	       cfg->graph_capture_after >= TDM_GRAPH_CAPTURE_FIRST &&
+	       cfg->graph_cache <= (1u << 20) &&
 	       (cfg->pinned_cap_bytes == 0 || cfg->pinned_cap_bytes >= ((size_t)64 << 10));
 }
 
@@ -290,6 +292,8 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 		goto fail;
 	if ((rc = tdm__leases_init(gpu)) != 0)
 		goto fail;
+	if ((rc = tdm__graphs_init(gpu)) != 0)
+		goto fail;
 	if (ops != NULL && (rc = tdm__pinned_init(gpu)) != 0)
 		goto fail;
 	if (pthread_create(&gpu->poller, NULL, tdm__poller_main, gpu) != 0) {
@@ -302,6 +306,7 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	*out = gpu;
 	return 0;
 fail:
+	tdm__graphs_fini(gpu);
 	tdm__leases_fini(gpu);
 	if (gpu->pinned != NULL)
 		tdm__pinned_fini(gpu);
@@ -349,6 +354,8 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 	tdm__gate_drain(&gpu->leases);
 	while (atomic_load_explicit(&gpu->active, memory_order_acquire) != 0)
 		sched_yield();
+	/* Graphs before the streams: an open capture ends on its stream. */
+	tdm__graphs_fini(gpu);
 	tdm__leases_fini(gpu); /* every handle is back: its lease's count was dropped after */
 	free(gpu->heap);
 	free(gpu->wake);

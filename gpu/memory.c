@@ -200,6 +200,9 @@ int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, 
 	const struct tdm__backend_ops *ops = gpu->ops;
 	if (gpu->cfg.pageable == TDM_PAGEABLE_REFUSE)
 		return -EFAULT;
+	if (s->cap != NULL)
+		return tdm__capture_refuse(
+		    s); /* a replay would copy what the host held at capture */
 	if (ops->host_fn == NULL)
 		return -ENOTSUP;
 	struct staging *st;
@@ -336,6 +339,8 @@ int tdm_device_alloc_async(tdm_stream *s, size_t bytes, void **out)
 		return -EINVAL;
 	struct tdm_gpu *gpu = s->dev->gpu;
 	NEED(gpu, malloc_async);
+	if (s->cap != NULL)
+		return tdm__capture_refuse(s);
 	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
 		return -EIO;
 	return gpu->ops->malloc_async(gpu->b, s->bs, bytes, out);
@@ -349,6 +354,8 @@ int tdm_device_free_async(tdm_stream *s, void *p)
 		return 0;
 	struct tdm_gpu *gpu = s->dev->gpu;
 	NEED(gpu, free_async);
+	if (s->cap != NULL)
+		return tdm__capture_refuse(s);
 	return gpu->ops->free_async(gpu->b, s->bs, p);
 }
 
@@ -392,6 +399,8 @@ int tdm_mem_prefetch(tdm_stream *s, const void *p, size_t bytes, int device)
 	if (device >= gpu->ndev)
 		return -EINVAL;
 	NEED(gpu, prefetch);
+	if (s->cap != NULL)
+		return tdm__capture_refuse(s);
 	return gpu->ops->prefetch(gpu->b, s->bs, p, bytes, device < 0 ? -1 : device);
 }
 

@@ -421,6 +421,13 @@ int tdm_stream_release(tdm_stream *s)
 {
 	if (s == NULL)
 		return -EINVAL;
+	/* A capture (graph.c) by this holder: its root ends and discards it; a stream that only
+	 * joined one stays until its root ends it. Read before the exchange: the holder's own. */
+	if (tdm__lease_held(s) && s->cap != NULL) {
+		int rc = tdm__capture_release(s);
+		if (rc != 0)
+			return rc;
+	}
 	/* Acq_rel: the exchange lets one release of two through; its acquire pairs with the
 	 * release store in tdm_stream_lease, so that the one let through reads that lease's st and
 	 * exclusive, and its release orders the holder's use before the handle's reuse. */

@@ -1,7 +1,7 @@
 /*
- * Work helpers: copies and the built-in kernel on a leased stream, each through the launch gate
- * (TDM__LAUNCH), and what an enqueue's -EIO says about the device. The kernels for tests and
- * benchmarks are in testing/tandem_sim.c.
+ * Work helpers: copies, memsets and the built-in kernel on a leased stream, each through the
+ * launch gate (TDM__LAUNCH), and what an enqueue's -EIO says about the device. The kernels for
+ * tests and benchmarks are in testing/tandem_sim.c.
  */
 #include <errno.h>
 
@@ -25,6 +25,15 @@ int tdm_memcpy_async(tdm_stream *s, void *dst, const void *src, size_t bytes, td
 	                  (kind == TDM_COPY_D2H && !tdm__is_pinned(B(s), dst))))
 		TDM__LAUNCH(s, tdm__memcpy_staged(s, dst, src, bytes, kind));
 	TDM__LAUNCH(s, B(s)->ops->memcpy_async(B(s)->b, s->bs, dst, src, bytes, kind));
+}
+
+int tdm_memset_async(tdm_stream *s, void *dst, int value, size_t bytes)
+{
+	if (dst == NULL)
+		return -EINVAL;
+	TDM__LAUNCH(s, B(s)->ops->memset_async != NULL
+	                   ? B(s)->ops->memset_async(B(s)->b, s->bs, dst, value, bytes)
+	                   : -ENOTSUP);
 }
 
 int tdm_launch_scale(tdm_stream *s, float *y, const float *x, float a, size_t n)

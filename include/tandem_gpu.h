@@ -82,7 +82,16 @@ typedef struct tdm_gpu_config {
 	 * base of the stream set (streams_per_device); one AUTO set changes no decision.
 	 * tdm_gpu_create never sets it. Other values: -EINVAL. */
 	int connections;
+	/* tdm_graph_run's cache (tandem_graph.h): graphs kept per layer (0: 256), and runs of a key
+	 * that call its step directly before it is captured (0: 2; TDM_GRAPH_CAPTURE_FIRST (-1)
+	 * captures on the first run). */
+	unsigned graph_cache;
+	int graph_capture_after;
 } tdm_gpu_config;
+
+enum {
+	TDM_GRAPH_CAPTURE_FIRST = -1,
+};
 
 enum {
 	TDM_CONNECTIONS_AUTO = 0,
@@ -207,8 +216,10 @@ enum {
  * lease gets it again: handles are reused, oldest first, and a stale one then names that lease.
  */
 int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out);
-/* Gives a lease back, after the last await on it. -EINVAL: s is NULL or holds no lease (released
- * already: nothing changes, other holders of the stream keep theirs). */
+/* Gives a lease back, after the last await on it. A graph capture begun on s (tandem_graph.h) is
+ * ended and discarded first. -EINVAL: s is NULL or holds no lease (released already: nothing
+ * changes, other holders of the stream keep theirs).  -EBUSY: s joined another stream's capture
+ * (its root must end it first), or its capture was begun by another thread; s stays leased. */
 int tdm_stream_release(tdm_stream *s);
 /* The backend's stream: a cudaStream_t on cuda, NULL on sim (and for a NULL or released s). */
 void *tdm_stream_native(const tdm_stream *s);
@@ -243,6 +254,14 @@ typedef enum tdm_copy_kind {
  * backend without host functions).
  */
 int tdm_memcpy_async(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind);
+/*
+ * Sets `bytes` bytes of device memory from dst to (unsigned char)value, in stream order
+ * (cudaMemsetAsync); a graph capture records it. Zero bytes: 0, nothing enqueued.
+ * -EINVAL: a NULL or released stream, dst NULL, or [dst, dst + bytes) not within one live
+ * allocation, as the driver refuses it (nothing enqueued).  -EIO: the device failed, or the driver
+ * refused.  -ENOMEM: no memory to queue it (sim).  -ENOTSUP: a backend without memsets.
+ */
+int tdm_memset_async(tdm_stream *s, void *dst, int value, size_t bytes);
 /* A kernel: y[i] = a * x[i] for i < n, device pointers. Reaching past an allocation is an illegal
  * address when it runs: the device fails for good and its awaits resume with -EIO.
  * -EINVAL: s, y or x is NULL, or s is released (nothing enqueued).  -EIO: s's device failed (a
