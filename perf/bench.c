@@ -59,6 +59,8 @@ static const struct subcommand {
      "tdm_pipeline_run, copy- and compute-bound, against its bounds"},
     {"gpu-scaling", bench_gpu_scaling, "[options]   (tandem-bench SUBCOMMAND --help)",
      "compute-bound tasks spread over 1..G GPUs"},
+    {"gpu-graph", bench_gpu_graph, "[options]   (tandem-bench SUBCOMMAND --help)",
+     "GPU graphs: replay vs launches, awaited, beside hand-written CUDA graphs"},
 };
 #define NSUBCOMMANDS ((int)(sizeof(subcommands) / sizeof(subcommands[0])))
 #define bench_name(kind) (subcommands[(kind)].name)

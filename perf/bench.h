@@ -62,11 +62,12 @@ int bench_gpu_throughput(const struct bench_gpu_opts *o);
 /*
  * The subcommands that parse their own options from the whole command line (their name in it)
  * and return the process's exit status (3: the backend has no device): bench_pipeline.c,
- * bench_pinned.c, bench_gpu_scaling.c, bench_gpu_idle.c, bench_topology.c.
+ * bench_pinned.c, bench_gpu_scaling.c, bench_gpu_graph.c, bench_gpu_idle.c, bench_topology.c.
  */
 int bench_pipeline(int argc, char **argv);
 int bench_pinned(int argc, char **argv);
 int bench_gpu_scaling(int argc, char **argv);
+int bench_gpu_graph(int argc, char **argv);
 int bench_gpu_idle(int argc, char **argv);
 int bench_topology(int argc, char **argv);
 
