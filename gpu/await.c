@@ -150,14 +150,18 @@ int tdm_await_event(tdm_task *pub, tdm_event *e)
 	struct tdm_gpu *gpu = e->dev->gpu;
 	if (tdm__task_executor(t) != gpu->ex)
 		return fail_now(t, -EINVAL);
-	struct tdm__capture *c = tdm__capture_of_event(e);
-	if (c != NULL)
-		return fail_now(t, tdm__capture_refuse(c->root)); /* a record in a capture */
 	/* Counted first: the count keeps the poller, and so the backend, alive for the query
 	 * even when tdm_gpu_destroy runs meanwhile. */
 	int rc = register_await(gpu);
 	if (rc != 0)
 		return fail_now(t, rc);
+	/* Counted first, like the query below: the lease handles it reads live until destroy. */
+	struct tdm__capture *c = tdm__capture_of_event(e);
+	if (c != NULL) { /* a record in a capture never completes; its query would invalidate it */
+		/* Release: as below, pairs with the poller's seq_cst load of active. */
+		atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_release);
+		return fail_now(t, tdm__capture_refuse(c->root));
+	}
 	/* Already done: go on without a round trip through the poller. Release: the query
 	 * happens before the poller's seq_cst load of active that lets it end. */
 	int q = gpu->ops->event_query(gpu->b, e->be);

@@ -659,7 +659,10 @@ static int run_captured(struct tdm_dag *d, tdm_stream *s)
 	tdm_graph *g = d->g;
 	rc = tdm_graph_capture_end(s, &g);
 	release_more(st + 1, k - 1); /* joined streams are free again only now */
-	if (rc == -ECANCELED)
+	/* Refused, or the driver could not instantiate or update it (-EIO, -ENOMEM on a device
+	 * that still works): lower instead, as for a refused capture. */
+	if (rc == -ECANCELED ||
+	    (rc < 0 && !atomic_load_explicit(&s->dev->failed, memory_order_relaxed)))
 		return 0;
 	if (rc < 0)
 		return rc;

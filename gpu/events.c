@@ -140,8 +140,10 @@ int tdm_stream_wait_event(tdm_stream *s, tdm_event *e)
 		return tdm__capture_refuse(s);
 	if (c != NULL && s->cap == NULL && !s->exclusive)
 		return -EINVAL; /* a shared stream would sweep other tasks' work into the graph */
+	if (c != NULL && s->cap == NULL && !pthread_equal(c->thread, pthread_self()))
+		return -EINVAL; /* only the capturing thread forks streams into its capture */
 	int rc = tdm__enqueued(s, gpu->ops->stream_wait_event(gpu->b, s->bs, e->be));
-	if (rc == 0 && c != NULL)
-		rc = tdm__capture_join(s, c);
+	if (rc == 0 && c != NULL && (rc = tdm__capture_join(s, c)) != 0)
+		(void)tdm__capture_refuse(c->root); /* joined on the device, not here: discard it */
 	return rc;
 }

@@ -157,6 +157,9 @@ struct tdm_event {
 	_Atomic bool pooled;
 };
 
+/* events.c allocates each event as one cache line. */
+_Static_assert(sizeof(struct tdm_event) <= TDM__CACHELINE, "a tdm_event fits its cache line");
+
 struct tdm__gdev {
 	struct tdm_gpu *gpu;
 	int index;
@@ -285,9 +288,17 @@ void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t);
  * device is marked failed (leases and awaits on it fail at once from here on). True then. */
 bool tdm__fail_if_dead(struct tdm__stream *s, int rc);
 
-/* The result of an enqueue on lease s, after tdm__fail_if_dead had its look at it. */
+/* The result of an enqueue on lease s, after tdm__fail_if_dead had its look at it. In a graph
+ * capture an enqueue's failure abandons the capture instead: the driver invalidates a capture
+ * for a call it cannot hold (yours on tdm_stream_native too), later enqueues then fail, and a
+ * query of the capturing stream would read as a dead device. A device that did die shows at the
+ * capture's end. */
 static inline int tdm__enqueued(struct tdm_stream *s, int rc)
 {
+	if (rc != 0 && s->cap != NULL) {
+		(void)tdm__capture_refuse(s);
+		return rc;
+	}
 	tdm__fail_if_dead(s->st, rc);
 	return rc;
 }

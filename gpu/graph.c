@@ -78,12 +78,13 @@ int tdm__capture_refuse(struct tdm_stream *s)
 
 void tdm__capture_note_record(struct tdm_event *e, struct tdm_stream *s)
 {
-	if (s->cap == NULL) {
+	struct tdm__capture *c = s->cap;
+	if (c == NULL) {
 		e->cap_root = NULL;
 		return;
 	}
-	e->cap_root = s->cap->root;
-	e->cap_gen = s->cap->root->cap_gen;
+	e->cap_root = c->root;
+	e->cap_gen = c->root->cap_gen;
 }
 
 struct tdm__capture *tdm__capture_of_event(const struct tdm_event *e)
@@ -99,7 +100,7 @@ int tdm__capture_join(struct tdm_stream *s, struct tdm__capture *c)
 {
 	if (s->cap == c)
 		return 0;
-	if (s->cap != NULL || !s->exclusive)
+	if (s->cap != NULL || !s->exclusive || !pthread_equal(c->thread, pthread_self()))
 		return -EINVAL;
 	if (c->njoined == c->capjoined) {
 		unsigned n = c->capjoined ? 2 * c->capjoined : 4;
@@ -152,6 +153,8 @@ static int capture_finish(struct tdm_gpu *gpu, struct tdm__capture *c, void **sr
 int tdm__capture_release(struct tdm_stream *s)
 {
 	struct tdm__capture *c = s->cap;
+	if (c == NULL)
+		return 0;
 	if (c->root != s || !pthread_equal(c->thread, pthread_self()))
 		return -EBUSY;
 	struct tdm_gpu *gpu = s->dev->gpu;
@@ -174,13 +177,15 @@ int tdm_graph_capture_begin(tdm_stream *s)
 	struct tdm_gpu *gpu = s->dev->gpu;
 	if (gpu->ops->capture_begin == NULL)
 		return -ENOTSUP;
+	int rc = gpu->ops->capture_begin(gpu->b, s->bs);
+	if (rc != 0)
+		return tdm__enqueued(s, rc);
+	/* Only now, once the backend chose this call (of two racing on one lease, a misuse, the
+	 * other is -EBUSY there). */
 	struct tdm__capture *c = &s->capture;
 	c->root = s;
 	c->thread = pthread_self();
 	atomic_store_explicit(&c->abandoned, false, memory_order_relaxed);
-	int rc = gpu->ops->capture_begin(gpu->b, s->bs);
-	if (rc != 0)
-		return tdm__enqueued(s, rc);
 	s->cap_gen++;
 	s->cap = c;
 	pthread_mutex_lock(&gpu->graphs->graph_lock);
@@ -287,10 +292,10 @@ static int graph_replace(struct tdm_gpu *gpu, struct tdm__gdev *d, struct tdm_gr
 
 int tdm_graph_capture_end(tdm_stream *s, tdm_graph **g)
 {
-	if (s == NULL || g == NULL || !tdm__lease_held(s) || s->cap == NULL || s->cap->root != s)
+	if (s == NULL || g == NULL || !tdm__lease_held(s))
 		return -EINVAL;
-	struct tdm__capture *c = s->cap;
-	if (!pthread_equal(c->thread, pthread_self()))
+	struct tdm__capture *c = s->cap; /* once: another thread's misuse may race the end */
+	if (c == NULL || c->root != s || !pthread_equal(c->thread, pthread_self()))
 		return -EINVAL;
 	struct tdm_gpu *gpu = s->dev->gpu;
 	bool abandoned = atomic_load_explicit(&c->abandoned, memory_order_relaxed);
@@ -439,6 +444,11 @@ static struct gentry *cache_take(struct tdm__graphs *gs, const struct gkey *k,
 	*victim = NULL;
 	*full = false;
 	struct gentry *e = cache_find(gs, k);
+	if (e != NULL && e->busy) {
+		*full = true; /* a run of this key on this stream is under way (a step running
+		                 itself) */
+		return NULL;
+	}
 	if (e != NULL) {
 		lru_unlink(gs, e);
 		lru_front(gs, e);
@@ -519,9 +529,15 @@ int tdm_graph_run(tdm_stream *s, uint64_t key, tdm_graph_step step, void *arg, u
 	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
 		return -EIO;
 	struct tdm_gpu *gpu = s->dev->gpu;
-	if (gpu->ops->capture_begin == NULL)
-		return -ENOTSUP;
 	struct tdm__graphs *gs = gpu->graphs;
+	if (gpu->ops->capture_begin == NULL) {
+		int rc =
+		    step(s, arg); /* a backend without graphs: as a cache that never captures */
+		if (rc < 0)
+			return rc;
+		atomic_fetch_add_explicit(&gs->n_direct, 1, memory_order_relaxed);
+		return TDM_GRAPH_DIRECT;
+	}
 	struct gkey k = {.key = key, .st = s->st};
 	struct gentry *victim;
 	bool full;
@@ -569,12 +585,14 @@ int tdm_graph_forget(tdm_gpu *gpu, uint64_t key)
 		return -EINVAL;
 	struct tdm__graphs *gs = gpu->graphs;
 	struct gentry *drop = NULL;
+	bool found = false;
 	pthread_mutex_lock(&gs->cache_lock);
 	for (struct gentry *e = gs->mru, *next; e != NULL; e = next) {
 		next = e->next;
 		if (e->k.key != key)
 			continue;
 		cache_unlink(gs, e);
+		found = true;
 		if (e->busy) {
 			e->doomed = true;
 		} else {
@@ -583,14 +601,12 @@ int tdm_graph_forget(tdm_gpu *gpu, uint64_t key)
 		}
 	}
 	pthread_mutex_unlock(&gs->cache_lock);
-	int rc = -ENOENT;
 	while (drop != NULL) {
 		struct gentry *e = drop;
 		drop = e->next;
 		entry_free(e);
-		rc = 0;
 	}
-	return rc;
+	return found ? 0 : -ENOENT;
 }
 
 int tdm_graph_stats_get(tdm_gpu *gpu, tdm_graph_stats *out)

@@ -76,7 +76,9 @@ int tdm_graph_capture_end(tdm_stream *s, tdm_graph **g);
 /*
  * Enqueues one replay of g on s (cudaGraphLaunch): after the work enqueued on s before it, and
  * after g's previous replay on any stream (replays of one graph never overlap; use one graph
- * per stream to run a step on several streams at once). Await it as any work on s.
+ * per stream to run a step on several streams at once). One exception: after a capture end
+ * re-instantiated g (TDM_GRAPH_INSTANTIATED into an existing graph), its next replay is ordered
+ * after the earlier ones only on the same stream. Await it as any work on s.
  * -EINVAL: s or g is NULL, s is released, g is destroyed, of another device or GPU layer.
  * -EBUSY: s is capturing (the capture is abandoned).  -EIO: the device failed, or the driver
  * refused.  -ENOMEM: no memory to queue it (sim).

@@ -1395,3 +1395,150 @@ static bool a_graph_destroyed_during_its_replay_finishes_it(tdm_backend be)
 	return true;
 }
 GRAPH_TEST(a_graph_destroyed_during_its_replay_finishes_it, 60)
+
+/* ---- found in review ------------------------------------------------------------------------- */
+
+/* A step that runs its own key again on its stream (directly, while the outer run holds the
+ * key's entry): the inner run must not take the entry the outer one uses, so it runs as it is and
+ * counts nothing; the key is captured on the third outer run, not earlier. */
+struct nested {
+	int inner_rc;
+	int calls;
+};
+
+static int nested_inner(tdm_stream *s, void *arg)
+{
+	(void)s;
+	((struct nested *)arg)->calls++;
+	return 0;
+}
+
+static int nested_step(tdm_stream *s, void *arg)
+{
+	struct nested *n = arg;
+	n->inner_rc = tdm_graph_run(s, 11, nested_inner, n, 0);
+	return tdm_launch_spin(s, 0);
+}
+
+static bool graph_run_of_its_own_key_from_its_step_runs_directly(tdm_backend be)
+{
+	struct env e;
+	if (!open_be(&e, be, NULL))
+		return false;
+	tdm_stream *s = lease(&e, 0, TDM_STREAM_EXCLUSIVE);
+	struct nested n = {0};
+	cr_assert_eq(tdm_graph_run(s, 11, nested_step, &n, 0), TDM_GRAPH_DIRECT);
+	cr_assert_eq(n.inner_rc, TDM_GRAPH_DIRECT, "the inner run: %d", n.inner_rc);
+	cr_assert_eq(tdm_graph_run(s, 11, nested_step, &n, 0), TDM_GRAPH_DIRECT,
+	             "the inner runs counted toward the key's capture");
+	await_ok(&e, s);
+	cr_assert_eq(tdm_stream_release(s), 0);
+	close_usable(&e);
+	return true;
+}
+GRAPH_TEST(graph_run_of_its_own_key_from_its_step_runs_directly, 60)
+
+/* tdm_graph_forget of the key being run (from its step) drops it: 0, and the key starts over. */
+struct forgetting {
+	tdm_gpu *gpu;
+	int rc;
+};
+
+static int forgetting_step(tdm_stream *s, void *arg)
+{
+	struct forgetting *f = arg;
+	f->rc = tdm_graph_forget(f->gpu, 12);
+	return tdm_launch_spin(s, 0);
+}
+
+static bool graph_forget_of_a_key_in_use_drops_it(tdm_backend be)
+{
+	struct env e;
+	if (!open_be(&e, be, NULL))
+		return false;
+	tdm_stream *s = lease(&e, 0, TDM_STREAM_EXCLUSIVE);
+	struct forgetting f = {.gpu = e.gpu, .rc = 1};
+	cr_assert_eq(tdm_graph_run(s, 12, forgetting_step, &f, 0), TDM_GRAPH_DIRECT);
+	cr_assert_eq(f.rc, 0, "forget of the key in use: %d", f.rc);
+	cr_assert_eq(stats(&e).cached, 0);
+	cr_assert_eq(tdm_graph_forget(e.gpu, 12), -ENOENT);
+	await_ok(&e, s);
+	cr_assert_eq(tdm_stream_release(s), 0);
+	close_usable(&e);
+	return true;
+}
+GRAPH_TEST(graph_forget_of_a_key_in_use_drops_it, 60)
+
+/* Only the capturing thread forks streams into its capture: an edge from another thread, from
+ * an event recorded in the capture, is -EINVAL and its stream stays out of the capture. */
+struct fork_from {
+	tdm_stream *s;
+	tdm_event *ev;
+	int rc;
+};
+
+static void *fork_from_thread(void *arg)
+{
+	struct fork_from *f = arg;
+	f->rc = tdm_stream_wait_event(f->s, f->ev);
+	return NULL;
+}
+
+static bool only_the_capturing_thread_forks_into_its_capture(tdm_backend be)
+{
+	struct env e;
+	if (!open_be(&e, be, NULL))
+		return false;
+	tdm_stream *s = lease(&e, 0, TDM_STREAM_EXCLUSIVE);
+	tdm_stream *b = lease(&e, 0, TDM_STREAM_EXCLUSIVE);
+	tdm_event *ev;
+	cr_assert_eq(tdm_event_get(e.gpu, 0, &ev), 0);
+	cr_assert_eq(tdm_graph_capture_begin(s), 0);
+	cr_assert_eq(tdm_launch_spin(s, 0), 0);
+	cr_assert_eq(tdm_event_record(ev, s), 0);
+	struct fork_from f = {.s = b, .ev = ev, .rc = 1};
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, fork_from_thread, &f), 0);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(f.rc, -EINVAL, "a fork from another thread: %d", f.rc);
+	tdm_graph *g = NULL;
+	cr_assert_eq(tdm_graph_capture_end(s, &g), TDM_GRAPH_INSTANTIATED,
+	             "the refused fork left the capture unjoined");
+	cr_assert_eq(tdm_launch_spin(b, 0), 0);
+	await_ok(&e, b);
+	cr_assert_eq(tdm_stream_release(b), 0, "the refused stream joined nothing");
+	cr_assert_eq(tdm_graph_destroy(g), 0);
+	cr_assert_eq(tdm_event_put(ev), 0);
+	cr_assert_eq(tdm_stream_release(s), 0);
+	close_usable(&e);
+	return true;
+}
+GRAPH_TEST(only_the_capturing_thread_forks_into_its_capture, 60)
+
+#ifndef TANDEM_TEST_NO_CUDA
+/* On CUDA, a call the driver refuses in a capture (here cudaMalloc, through tdm_device_alloc)
+ * invalidates it, and the enqueues after fail: the capture is abandoned, and the device must not
+ * be taken for dead (its query of the capturing stream reads as an error). */
+Test(graph_cuda, an_invalidated_capture_leaves_the_device_alive, .timeout = TDM_TEST_TIMEOUT(60))
+{
+	struct env e;
+	if (!open_be(&e, TDM_BACKEND_CUDA, NULL))
+		cr_skip_test("no CUDA device");
+	tdm_stream *s = lease(&e, 0, TDM_STREAM_EXCLUSIVE);
+	cr_assert_eq(tdm_graph_capture_begin(s), 0);
+	void *p = NULL;
+	(void)tdm_device_alloc(e.gpu, 0, 4096, &p); /* refused by the driver in a capture */
+	for (int i = 0; i < 3; i++)
+		(void)tdm_launch_spin(s, 0);
+	tdm_graph *g = NULL;
+	int rc = tdm_graph_capture_end(s, &g);
+	cr_assert_eq(rc, -ECANCELED, "the end of an invalidated capture: %d", rc);
+	cr_assert_null(g);
+	cr_assert_eq(tdm_launch_spin(s, 0), 0, "the device was taken for dead");
+	await_ok(&e, s);
+	if (p != NULL)
+		cr_assert_eq(tdm_device_free(e.gpu, 0, p), 0);
+	cr_assert_eq(tdm_stream_release(s), 0);
+	close_usable(&e);
+}
+#endif
