@@ -172,6 +172,11 @@ int tdm_dag_create(tdm_gpu *gpu, tdm_dag **out)
 {
 	if (gpu == NULL || out == NULL)
 		return -EINVAL;
+	/* Through the leases' gate, as a lease: a DAG made while the layer is going is refused. */
+	_Atomic unsigned *gate = tdm__gate_enter(&gpu->leases, &gpu->stopping);
+	if (gate == NULL)
+		return -ESHUTDOWN;
+	tdm__gate_leave(gate);
 	struct tdm_dag *d = calloc(1, sizeof(*d));
 	if (d == NULL)
 		return -ENOMEM;

@@ -583,6 +583,10 @@ int tdm_graph_forget(tdm_gpu *gpu, uint64_t key)
 {
 	if (gpu == NULL)
 		return -EINVAL;
+	/* Through the leases' gate: destroy frees the cache after its drain. */
+	_Atomic unsigned *gate = tdm__gate_enter(&gpu->leases, &gpu->stopping);
+	if (gate == NULL)
+		return -ESHUTDOWN;
 	struct tdm__graphs *gs = gpu->graphs;
 	struct gentry *drop = NULL;
 	bool found = false;
@@ -606,6 +610,7 @@ int tdm_graph_forget(tdm_gpu *gpu, uint64_t key)
 		drop = e->next;
 		entry_free(e);
 	}
+	tdm__gate_leave(gate);
 	return found ? 0 : -ENOENT;
 }
 
@@ -613,6 +618,9 @@ int tdm_graph_stats_get(tdm_gpu *gpu, tdm_graph_stats *out)
 {
 	if (gpu == NULL || out == NULL)
 		return -EINVAL;
+	_Atomic unsigned *gate = tdm__gate_enter(&gpu->leases, &gpu->stopping);
+	if (gate == NULL)
+		return -ESHUTDOWN;
 	struct tdm__graphs *gs = gpu->graphs;
 	*out = (tdm_graph_stats){
 	    .direct = atomic_load_explicit(&gs->n_direct, memory_order_relaxed),
@@ -625,6 +633,7 @@ int tdm_graph_stats_get(tdm_gpu *gpu, tdm_graph_stats *out)
 	pthread_mutex_lock(&gs->cache_lock);
 	out->cached = gs->n;
 	pthread_mutex_unlock(&gs->cache_lock);
+	tdm__gate_leave(gate);
 	return 0;
 }
 

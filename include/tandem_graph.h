@@ -122,7 +122,7 @@ enum {
 int tdm_graph_run(tdm_stream *s, uint64_t key, tdm_graph_step step, void *arg, unsigned flags);
 
 /* Drops every cached graph of key (on every stream) from gpu's cache: 0, or -ENOENT: none was
- * cached or counted.  -EINVAL: gpu is NULL. */
+ * cached or counted.  -EINVAL: gpu is NULL.  -ESHUTDOWN: the GPU layer is being destroyed. */
 int tdm_graph_forget(tdm_gpu *gpu, uint64_t key);
 
 typedef struct tdm_graph_stats {
@@ -135,7 +135,7 @@ typedef struct tdm_graph_stats {
 	uint64_t abandoned;    /* captures abandoned or invalidated */
 	unsigned cached;       /* cache entries now: graphs, and keys counted toward capture */
 } tdm_graph_stats;
-/* -EINVAL: gpu or out is NULL. */
+/* -EINVAL: gpu or out is NULL.  -ESHUTDOWN: the GPU layer is being destroyed. */
 int tdm_graph_stats_get(tdm_gpu *gpu, tdm_graph_stats *out);
 
 /* ---- DAGs of GPU steps ---- */
@@ -173,7 +173,8 @@ typedef int (*tdm_dag_fn)(tdm_stream *s, void *arg);
 /* At most this many streams run one DAG at once, s among them. */
 #define TDM_DAG_MAX_STREAMS 16
 
-/* An empty DAG for gpu's devices. -EINVAL: gpu or out is NULL.  -ENOMEM. */
+/* An empty DAG for gpu's devices. -EINVAL: gpu or out is NULL.  -ESHUTDOWN: the GPU layer is
+ * being destroyed.  -ENOMEM. */
 int tdm_dag_create(tdm_gpu *gpu, tdm_dag **out);
 
 /*

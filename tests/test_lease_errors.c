@@ -12,6 +12,7 @@
 
 #include "tandem.h"
 #include "tandem_gpu.h"
+#include "tandem_graph.h"
 
 TDM_TEST_SUITE(lease_errors);
 
@@ -31,7 +32,8 @@ static tdm_gpu *open_gpu(tdm_executor *ex, unsigned streams)
 /* ---- leases and awaits racing the destroy ---- */
 
 /*
- * Tasks lease and release in a loop (and one awaits deadlines in a loop) while the test thread
+ * Tasks lease and release in a loop (one awaits deadlines, one makes the graph calls that take
+ * no lease: graph stats, forget, a DAG made and destroyed) while the test thread
  * destroys the GPU layer, each until its first refusal. A task holding a lease when the destroy
  * begins keeps it from finishing until every other task was refused, so each refusal is over
  * before the free; the destroy must order the refusals' accesses (its gate, `stopping`,
@@ -40,7 +42,12 @@ static tdm_gpu *open_gpu(tdm_executor *ex, unsigned streams)
  * provide. (ThreadSanitizer reported the refusals against the free until the destroy waited
  * for every call inside its gate, and every await's count, before freeing.)
  */
-enum { RACE_LEASERS = 2, RACE_AWAITERS = 1, RACE_REFUSERS = RACE_LEASERS + RACE_AWAITERS };
+enum {
+	RACE_LEASERS = 2,
+	RACE_AWAITERS = 1,
+	RACE_GRAPHERS = 1,
+	RACE_REFUSERS = RACE_LEASERS + RACE_AWAITERS + RACE_GRAPHERS
+};
 
 static struct {
 	tdm_gpu *gpu;
@@ -74,6 +81,26 @@ static void race_leaser(void *arg)
 		*rc = tdm_stream_release(s);
 		if (*rc != 0)
 			break;
+		atomic_fetch_add(&race.accepted, 1);
+		tdm_test_sleep_us(20);
+	}
+	atomic_fetch_add_explicit(&race.refused, 1, memory_order_relaxed);
+}
+
+/* The graph calls that take the layer but no lease (tandem_graph.h), until one is refused. */
+static void race_grapher(void *arg)
+{
+	int *rc = arg;
+	tdm_graph_stats st;
+	tdm_dag *d;
+	for (;;) {
+		if ((*rc = tdm_graph_stats_get(race.gpu, &st)) != 0)
+			break;
+		if ((*rc = tdm_graph_forget(race.gpu, 1)) != -ENOENT)
+			break;
+		if ((*rc = tdm_dag_create(race.gpu, &d)) != 0)
+			break;
+		tdm_dag_destroy(d);
 		atomic_fetch_add(&race.accepted, 1);
 		tdm_test_sleep_us(20);
 	}
@@ -120,8 +147,10 @@ Test(lease_errors, leases_and_awaits_racing_the_destroy_touch_no_freed_memory,
 			race.rc[i] = 12345;
 			if (i < RACE_LEASERS)
 				cr_assert_eq(tdm_group_spawn(&g, race_leaser, &race.rc[i]), 0);
-			else
+			else if (i < RACE_LEASERS + RACE_AWAITERS)
 				cr_assert_eq(tdm_spawn(ex, race_awaiter, &race.rc[i], &g), 0);
+			else
+				cr_assert_eq(tdm_group_spawn(&g, race_grapher, &race.rc[i]), 0);
 		}
 		while (atomic_load(&race.accepted) < RACE_REFUSERS)
 			sched_yield();
