@@ -343,7 +343,7 @@ int tdm_device_alloc_async(tdm_stream *s, size_t bytes, void **out)
 		return tdm__capture_refuse(s);
 	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
 		return -EIO;
-	return gpu->ops->malloc_async(gpu->b, s->bs, bytes, out);
+	return tdm__enqueued(s, gpu->ops->malloc_async(gpu->b, s->bs, bytes, out));
 }
 
 int tdm_device_free_async(tdm_stream *s, void *p)
@@ -356,7 +356,7 @@ int tdm_device_free_async(tdm_stream *s, void *p)
 	NEED(gpu, free_async);
 	if (s->cap != NULL)
 		return tdm__capture_refuse(s);
-	return gpu->ops->free_async(gpu->b, s->bs, p);
+	return tdm__enqueued(s, gpu->ops->free_async(gpu->b, s->bs, p));
 }
 
 int tdm_managed_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out)
@@ -401,7 +401,8 @@ int tdm_mem_prefetch(tdm_stream *s, const void *p, size_t bytes, int device)
 	NEED(gpu, prefetch);
 	if (s->cap != NULL)
 		return tdm__capture_refuse(s);
-	return gpu->ops->prefetch(gpu->b, s->bs, p, bytes, device < 0 ? -1 : device);
+	return tdm__enqueued(s,
+	                     gpu->ops->prefetch(gpu->b, s->bs, p, bytes, device < 0 ? -1 : device));
 }
 
 int tdm_mem_advise(tdm_gpu *gpu, const void *p, size_t bytes, tdm_mem_advice advice, int device)
@@ -429,7 +430,8 @@ int tdm_memcpy_peer_async(tdm_stream *s, void *dst, int dst_device, const void *
 	NEED(gpu, memcpy_peer_async);
 	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
 		return -EIO;
-	return gpu->ops->memcpy_peer_async(gpu->b, s->bs, dst, dst_device, src, src_device, bytes);
+	return tdm__enqueued(
+	    s, gpu->ops->memcpy_peer_async(gpu->b, s->bs, dst, dst_device, src, src_device, bytes));
 }
 
 int tdm_host_register(tdm_gpu *gpu, void *p, size_t bytes)

@@ -221,6 +221,87 @@ Test(memory_errors, a_kernel_past_its_allocation_fails_the_device, .timeout = TD
 	assert_only_device_0_failed(&e, s);
 }
 
+/* ---- stream-ordered memory calls that find their device dead ---- */
+
+/*
+ * A sticky fault kills device 0 while nothing awaits on it, so only a call's own -EIO can tell
+ * the layer. Each stream-ordered memory call that meets the dead device must mark it failed, as
+ * launches and copies do: new leases on it are then -ENODEV. which: 0 alloc_async, 1 free_async,
+ * 2 prefetch, 3 memcpy_peer_async.
+ */
+static void dead_device_seen_by(int which)
+{
+	struct env e;
+	env_open_sim2(&e, 2);
+	tdm_stream *s, *t;
+	void *p0, *p1, *m;
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &s), 0);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, 4096, &p0), 0);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 1, 4096, &p1), 0);
+	cr_assert_eq(tdm_managed_alloc(e.gpu, 0, 4096, &m), 0);
+	void *freeable = NULL;
+	cr_assert_eq(tdm_device_alloc_async(s, 4096, &freeable), 0);
+	cr_assert_eq(tdm_sim_inject(s, TDM_SIM_FAULT_STICKY), 0);
+	cr_assert_eq(tdm_launch_spin(s, 0), 0, "the fault waits for the kernel to run");
+	int rc;
+	for (int i = 0;; i++) {
+		cr_assert_lt(i, 100000, "the sticky fault never killed the device");
+		switch (which) {
+		case 0: {
+			void *q = NULL;
+			rc = tdm_device_alloc_async(s, 64, &q);
+			if (rc == 0)
+				cr_assert_eq(tdm_device_free(e.gpu, 0, q), 0);
+			break;
+		}
+		case 1:
+			rc = tdm_device_free_async(s, freeable);
+			if (rc ==
+			    0) /* freed before the device died: a new block for the next try */
+				cr_assert_eq(tdm_device_alloc(e.gpu, 0, 4096, &freeable), 0);
+			break;
+		case 2:
+			rc = tdm_mem_prefetch(s, m, 4096, 0);
+			break;
+		default:
+			rc = tdm_memcpy_peer_async(s, p1, 1, p0, 0, 4096);
+			break;
+		}
+		if (rc != 0)
+			break;
+		tdm_test_sleep_us(100);
+	}
+	cr_assert_eq(rc, -EIO, "call %d on the dead device: %d", which, rc);
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_SHARED, &t), -ENODEV,
+	             "call %d saw the device dead but did not mark it failed", which);
+	cr_assert_eq(tdm_stream_release(s), 0);
+	(void)tdm_device_free(e.gpu, 0, p0);
+	(void)tdm_managed_free(e.gpu, m);
+	cr_assert_eq(tdm_device_free(e.gpu, 1, p1), 0);
+	assert_device_usable(e.ex, e.gpu, 1);
+	env_close(&e);
+}
+
+Test(memory_errors, alloc_async_on_a_dead_device_marks_it_failed, .timeout = TDM_TEST_TIMEOUT(30))
+{
+	dead_device_seen_by(0);
+}
+
+Test(memory_errors, free_async_on_a_dead_device_marks_it_failed, .timeout = TDM_TEST_TIMEOUT(30))
+{
+	dead_device_seen_by(1);
+}
+
+Test(memory_errors, prefetch_on_a_dead_device_marks_it_failed, .timeout = TDM_TEST_TIMEOUT(30))
+{
+	dead_device_seen_by(2);
+}
+
+Test(memory_errors, peer_copy_on_a_dead_device_marks_it_failed, .timeout = TDM_TEST_TIMEOUT(30))
+{
+	dead_device_seen_by(3);
+}
+
 /* ---- a copy from memory freed after it was enqueued (the sim's own check when work runs) ---- */
 
 static const struct tdm__backend_ops *const ops = &tdm__backend_sim;
