@@ -276,6 +276,7 @@ static void dead_device_seen_by(int which)
 	             "call %d saw the device dead but did not mark it failed", which);
 	cr_assert_eq(tdm_stream_release(s), 0);
 	(void)tdm_device_free(e.gpu, 0, p0);
+	(void)tdm_device_free(e.gpu, 0, freeable); /* its async free never ran, or was refused */
 	(void)tdm_managed_free(e.gpu, m);
 	cr_assert_eq(tdm_device_free(e.gpu, 1, p1), 0);
 	assert_device_usable(e.ex, e.gpu, 1);
