@@ -11,6 +11,7 @@
 
 #include "base/clock.h"
 #include "base/cpulist.h"
+#include "base/observe.h"
 #include "internal.h"
 
 uint64_t tdm_now_ns(void)
@@ -43,6 +44,16 @@ static void *worker_start(void *arg)
 	snprintf(name, sizeof(name), "%s%u", w->ex->name_prefix, w->index);
 	name[15] = '\0'; /* the kernel's limit for thread names */
 	pthread_setname_np(pthread_self(), name);
+	if (tdm__observing()) {
+		/* The profiler's name is not cut to 15 characters. */
+		char full[48];
+		if (w->ex->id == 1)
+			snprintf(full, sizeof(full), "tandem worker %u", w->index);
+		else
+			snprintf(full, sizeof(full), "tandem worker %u (executor %u)", w->index,
+			         (unsigned)w->ex->id);
+		tdm__observe_thread(full);
+	}
 	return tdm__worker_main(w);
 }
 
@@ -76,6 +87,7 @@ int tdm_executor_create(tdm_executor **out, const tdm_config *cfg_in)
 	tdm_config cfg;
 	if (out == NULL)
 		return -EINVAL;
+	tdm__observe_init(); /* before any worker starts: they name themselves */
 	if (cfg_in != NULL)
 		cfg = *cfg_in;
 	else

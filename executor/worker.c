@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <stdlib.h>
 
+#include "base/observe.h"
 #include "internal.h"
 
 /* How often the inbox and the injection queue come first (see above): every 61st task, as Go's
@@ -175,10 +176,20 @@ void tdm__run_task(struct tdm__worker *w, struct tdm__task *t)
 		tdm__current = t;
 		w->depth++;
 		bool finished = true;
-		if (t->flags & TDM__TASK_RESUMABLE)
+		bool resumable = (t->flags & TDM__TASK_RESUMABLE) != 0;
+		/* Read once: the run's end is reported exactly when its begin was. The token
+		 * stays in this frame, so runs nested by a group wait nest their ranges. */
+		bool observed = tdm__observing();
+		uint64_t run = 0;
+		if (observed)
+			run = tdm__observe_run_begin(resumable ? (void (*)(void))t->resume
+			                                       : (void (*)(void))t->fn);
+		if (resumable)
 			finished = resume(t);
 		else
 			t->fn(t->arg);
+		if (observed)
+			tdm__observe_run_end(run);
 		w->depth--;
 		tdm__current = outer;
 		tdm__count(w, tasks_run);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/cpulist.h"
+#include "base/observe.h"
 #include "gpu_internal.h"
 #include "topology/topology.h"
 
@@ -218,6 +219,7 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 {
 	if (out == NULL || ex == NULL)
 		return -EINVAL;
+	tdm__observe_init(); /* before the poller starts: it names itself */
 	tdm_gpu_config cfg;
 	if (cfg_in != NULL)
 		cfg = *cfg_in;
@@ -421,6 +423,12 @@ void tdm__device_fail(struct tdm__gdev *d)
 	 * and pipeline.c (batch_settle, slot_prime). Only the flag is read there; the launches'
 	 * and the poller's loads are relaxed. The first to fail it gives the staging blocks back;
 	 * the exchange only decides who (stage_lock orders the lists). */
-	if (atomic_exchange_explicit(&d->failed, 1, memory_order_release) == 0)
+	if (atomic_exchange_explicit(&d->failed, 1, memory_order_release) == 0) {
 		tdm__staging_orphan(d);
+		if (tdm__observing()) {
+			char what[48];
+			snprintf(what, sizeof(what), "tandem: device %d failed", d->index);
+			tdm__observe_mark(what);
+		}
+	}
 }

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/observe.h"
 #include "gpu_internal.h"
 
 /* The stream at slot k of class c, created on first use. */
@@ -36,6 +37,7 @@ static int stream_at(struct tdm__gdev *d, int c, unsigned k, struct tdm__stream 
 	}
 	struct tdm_gpu *gpu = d->gpu;
 	int rc = 0;
+	bool made = false; /* by this call: named for a profiler (class 1 is the high one) */
 	pthread_mutex_lock(&d->lock);
 	s = atomic_load_explicit(&d->streams[c][k], memory_order_relaxed);
 	if (s == NULL) {
@@ -57,10 +59,13 @@ static int stream_at(struct tdm__gdev *d, int c, unsigned k, struct tdm__stream 
 				/* Release: publishes the initialised stream to lock-free readers.
 				 */
 				atomic_store_explicit(&d->streams[c][k], s, memory_order_release);
+				made = true;
 			}
 		}
 	}
 	pthread_mutex_unlock(&d->lock);
+	if (made && tdm__observing() && gpu->ops->stream_native != NULL)
+		tdm__observe_stream(gpu->ops->stream_native(gpu->b, s->bs), d->index, c == 1, k);
 	*out = s;
 	return rc;
 }

@@ -1,0 +1,267 @@
+/*
+ * The observers behind base/observe.h. Now one: NVTX v3 (header-only, from the CUDA toolkit),
+ * in a domain "tandem", for Nsight Systems or any NVTX tool (docs/design/observe.md).
+ *
+ * How a tool attaches: NVTX loads the library named by NVTX_INJECTION64_PATH at its first call
+ * and hands it the table of NVTX's function pointers; Nsight Systems sets that variable in the
+ * programs it starts. tdm__observe_init looks at the same variable, once per process: unset or
+ * empty, tdm__obs stays 0, no NVTX function is ever called and every hook costs its caller one
+ * relaxed load and a branch. Set, it creates the domain, which makes NVTX load the tool, and
+ * turns the hooks on only if the tool took the domain (a non-NULL handle): a path that fails to
+ * load leaves them off too. (A tool linked in statically, NVTX's InitializeInjectionNvtx2_fnptr,
+ * is not looked for: tandem's ranges need the variable.)
+ *
+ * Built without the NVTX header (TANDEM_HAVE_NVTX unset), every hook is empty and tdm__obs
+ * stays 0.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "observe.h"
+
+/* Set once, by a release store in init_once; read relaxed by tdm__observing(), acquire by the
+ * hooks here (nvtx_on). */
+_Atomic unsigned tdm__obs;
+
+#ifdef TANDEM_HAVE_NVTX
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* The headers' own warnings are not ours (-Wpedantic on their function pointer casts). */
+#define NVTX_AS_SYSTEM_HEADER
+#include <nvtx3/nvToolsExt.h>
+#ifdef TANDEM_HAVE_CUDA
+#include <nvtx3/nvToolsExtCudaRt.h> /* nvtxNameCudaStreamA */
+#endif
+
+/* Written once in init_once, before the release store of tdm__obs; read only by hooks that saw
+ * it (nvtx_on). */
+static nvtxDomainHandle_t domain;
+static nvtxStringHandle_t generic_name; /* "task": when the name table is full */
+
+/*
+ * Task names: one slot per task function seen, shared by all threads, filled once. A run looks
+ * its function up here (a hash and one or two loads) and passes the name NVTX registered for it,
+ * so a tool receives each name's text once, not once per run; dladdr, which takes a lock and walks
+ * the symbol tables (microseconds), runs once per function per process. The table is static:
+ * nothing is allocated, so nothing is freed, and its pages are untouched while no tool is
+ * attached.
+ */
+#define NAME_SLOTS 256u /* a power of two; distinct task functions of a program */
+#define NAME_PROBES 8u  /* slots looked at before a name falls back to "task" */
+#define NAME_LEN 64
+
+struct name_slot {
+	_Atomic uintptr_t fn; /* claimed once (CAS from 0), never given back */
+	_Atomic int ready;    /* release store after name and text are written */
+	nvtxStringHandle_t name;
+	uint32_t color;
+	char text[NAME_LEN];
+};
+
+static struct name_slot names[NAME_SLOTS];
+
+/* Task colours in the timeline: one per function, from its address. */
+static const uint32_t palette[] = {0xFF1F77B4, 0xFFFF7F0E, 0xFF2CA02C, 0xFF9467BD,
+                                   0xFF8C564B, 0xFFE377C2, 0xFF17BECF, 0xFFBCBD22};
+
+static uint32_t hash_fn(uintptr_t fn)
+{
+	return (uint32_t)((fn * 0x9E3779B97F4A7C15ull) >> 40);
+}
+
+/*
+ * A function's name: its symbol where dladdr finds one (functions of shared libraries, and of a
+ * program linked with -rdynamic), else "module+0xoffset" (addr2line -e module reads it back),
+ * else its address.
+ */
+static void name_of(uintptr_t fn, char *out, size_t len)
+{
+	Dl_info info;
+	if (dladdr((void *)fn, &info) != 0) {
+		if (info.dli_sname != NULL && info.dli_saddr == (void *)fn) {
+			snprintf(out, len, "%s", info.dli_sname);
+			return;
+		}
+		if (info.dli_fname != NULL && info.dli_fname[0] != '\0') {
+			const char *base = strrchr(info.dli_fname, '/');
+			snprintf(out, len, "%s+0x%lx", base != NULL ? base + 1 : info.dli_fname,
+			         (unsigned long)(fn - (uintptr_t)info.dli_fbase));
+			return;
+		}
+	}
+	snprintf(out, len, "task 0x%lx", (unsigned long)fn);
+}
+
+/* The slot of fn, filled; NULL when the table is full or another thread is still filling it. */
+static const struct name_slot *lookup(uintptr_t fn)
+{
+	uint32_t h = hash_fn(fn);
+	for (uint32_t i = 0; i < NAME_PROBES; i++) {
+		struct name_slot *s = &names[(h + i) & (NAME_SLOTS - 1)];
+		/* Relaxed, load and claim: the key alone; what goes with it is published by
+		 * ready. */
+		uintptr_t seen = atomic_load_explicit(&s->fn, memory_order_relaxed);
+		if (seen == 0 &&
+		    atomic_compare_exchange_strong_explicit(&s->fn, &seen, fn, memory_order_relaxed,
+		                                            memory_order_relaxed)) {
+			/* Claimed: this thread fills it. */
+			name_of(fn, s->text, sizeof(s->text));
+			s->name = nvtxDomainRegisterStringA(domain, s->text);
+			s->color = palette[h % (sizeof(palette) / sizeof(palette[0]))];
+			/* Release: pairs with the acquire load below; name, colour and text are
+			 * written. */
+			atomic_store_explicit(&s->ready, 1, memory_order_release);
+			return s;
+		}
+		if (seen == fn)
+			/* Acquire: pairs with the release store of the thread that filled it. */
+			return atomic_load_explicit(&s->ready, memory_order_acquire) ? s : NULL;
+	}
+	return NULL;
+}
+
+/* Whether the NVTX hooks report. Acquire, unlike tdm__observing(): pairs with the release store
+ * in init_once, so a hook that reports sees the domain and the tool's functions however its
+ * thread came to call it. Paid only while observing: the callers test tdm__observing() first. */
+static bool nvtx_on(void)
+{
+	return (atomic_load_explicit(&tdm__obs, memory_order_acquire) & TDM__OBS_NVTX) != 0;
+}
+
+static void init_once(void)
+{
+	const char *tool = getenv("NVTX_INJECTION64_PATH");
+	if (tool == NULL || tool[0] == '\0')
+		return;
+	/* NVTX's first call loads the tool here, on one thread, before tandem starts any. */
+	domain = nvtxDomainCreateA("tandem");
+	if (domain == NULL)
+		return; /* no tool took it */
+	generic_name = nvtxDomainRegisterStringA(domain, "task");
+	/* Release: pairs with the acquire load in nvtx_on; domain, generic_name and NVTX's own
+	 * function pointers (the tool's) are written. */
+	atomic_store_explicit(&tdm__obs, TDM__OBS_NVTX, memory_order_release);
+}
+
+void tdm__observe_init(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, init_once);
+}
+
+void tdm__observe_thread(const char *name)
+{
+	if (!nvtx_on())
+		return;
+	nvtxNameOsThreadA((uint32_t)syscall(SYS_gettid), name);
+}
+
+uint64_t tdm__observe_run_begin(void (*fn)(void))
+{
+	if (!nvtx_on())
+		return 0;
+	nvtxEventAttributes_t a;
+	memset(&a, 0, sizeof(a));
+	a.version = NVTX_VERSION;
+	a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+	const struct name_slot *s = lookup((uintptr_t)fn);
+	if (s != NULL && s->name != NULL) {
+		a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+		a.message.registered = s->name;
+	} else if (s != NULL) {
+		/* A tool without registered strings: the slot's text stays for the process. */
+		a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+		a.message.ascii = s->text;
+	} else if (generic_name != NULL) {
+		a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+		a.message.registered = generic_name;
+	} else {
+		a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+		a.message.ascii = "task";
+	}
+	if (s != NULL) {
+		a.colorType = NVTX_COLOR_ARGB;
+		a.color = s->color;
+	}
+	return nvtxDomainRangeStartEx(domain, &a);
+}
+
+void tdm__observe_run_end(uint64_t token)
+{
+	if (!nvtx_on())
+		return;
+	nvtxDomainRangeEnd(domain, token);
+}
+
+void tdm__observe_stream(void *native, int device, bool high, unsigned index)
+{
+	if (!nvtx_on() || native == NULL)
+		return;
+#ifdef TANDEM_HAVE_CUDA
+	char name[48];
+	snprintf(name, sizeof(name), "tandem dev %d %s %u", device, high ? "high" : "normal",
+	         index);
+	nvtxNameCudaStreamA((cudaStream_t)native, name);
+#else
+	(void)device;
+	(void)high;
+	(void)index;
+#endif
+}
+
+void tdm__observe_mark(const char *what)
+{
+	if (!nvtx_on())
+		return;
+	nvtxEventAttributes_t a;
+	memset(&a, 0, sizeof(a));
+	a.version = NVTX_VERSION;
+	a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+	a.colorType = NVTX_COLOR_ARGB;
+	a.color = 0xFFD62728; /* red: something failed */
+	a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+	a.message.ascii = what;
+	nvtxDomainMarkEx(domain, &a);
+}
+
+#else /* !TANDEM_HAVE_NVTX: no observer can be on */
+
+void tdm__observe_init(void)
+{
+}
+
+void tdm__observe_thread(const char *name)
+{
+	(void)name;
+}
+
+uint64_t tdm__observe_run_begin(void (*fn)(void))
+{
+	(void)fn;
+	return 0;
+}
+
+void tdm__observe_run_end(uint64_t token)
+{
+	(void)token;
+}
+
+void tdm__observe_stream(void *native, int device, bool high, unsigned index)
+{
+	(void)native;
+	(void)device;
+	(void)high;
+	(void)index;
+}
+
+void tdm__observe_mark(const char *what)
+{
+	(void)what;
+}
+
+#endif /* TANDEM_HAVE_NVTX */
