@@ -1,6 +1,7 @@
 /*
- * The observers behind base/observe.h. Now one: NVTX v3 (header-only, from the CUDA toolkit),
- * in a domain "tandem", for Nsight Systems or any NVTX tool (docs/design/observe.md).
+ * The observers behind base/observe.h: NVTX v3 (header-only, from the CUDA toolkit), in a domain
+ * "tandem", for Nsight Systems or any NVTX tool, and tandem's own trace (base/trace.c), which
+ * tdm_trace_start turns on (docs/design/observe.md).
  *
  * How a tool attaches: NVTX loads the library named by NVTX_INJECTION64_PATH at its first call
  * and hands it the table of NVTX's function pointers; Nsight Systems sets that variable in the
@@ -11,45 +12,30 @@
  * load leaves them off too. (A tool linked in statically, NVTX's InitializeInjectionNvtx2_fnptr,
  * is not looked for: tandem's ranges need the variable.)
  *
- * Built without the NVTX header (TANDEM_HAVE_NVTX unset), every hook is empty and tdm__obs
- * stays 0.
+ * Built without the NVTX header (TANDEM_HAVE_NVTX unset), the NVTX half is empty and only the
+ * trace can turn the hooks on.
  */
+#include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "observe.h"
 
-/* Set once, by a release store in init_once; read relaxed by tdm__observing(), acquire by the
- * hooks here (nvtx_on). */
+/* TDM__OBS_NVTX: set once, by a release store in init_once. TDM__OBS_TRACE: set and cleared by
+ * tdm_trace_start and tdm_trace_stop (release RMWs, base/trace.c). Read relaxed by
+ * tdm__observing(), acquire by the hooks here (nvtx_on, and the trace bit in the run hooks). */
 _Atomic unsigned tdm__obs;
-
-#ifdef TANDEM_HAVE_NVTX
-
-#include <dlfcn.h>
-#include <stdio.h>
-#include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-/* The headers' own warnings are not ours (-Wpedantic on their function pointer casts). */
-#define NVTX_AS_SYSTEM_HEADER
-#include <nvtx3/nvToolsExt.h>
-#ifdef TANDEM_HAVE_CUDA
-#include <nvtx3/nvToolsExtCudaRt.h> /* nvtxNameCudaStreamA */
-#endif
-
-/* Written once in init_once, before the release store of tdm__obs; read only by hooks that saw
- * it (nvtx_on). */
-static nvtxDomainHandle_t domain;
-static nvtxStringHandle_t generic_name; /* "task": when the name table is full */
 
 /*
  * Task names: one slot per task function seen, shared by all threads, filled once. A run looks
  * its function up here (a hash and one or two loads) and passes the name NVTX registered for it,
  * so a tool receives each name's text once, not once per run; dladdr, which takes a lock and walks
- * the symbol tables (microseconds), runs once per function per process. The table is static:
- * nothing is allocated, so nothing is freed, and its pages are untouched while no tool is
- * attached.
+ * the symbol tables (microseconds), runs once per function per process. The trace looks its
+ * spans' names up here when it writes its file. The table is static: nothing is allocated, so
+ * nothing is freed, and its pages are untouched while nothing observes.
  */
 #define NAME_SLOTS 256u /* a power of two; distinct task functions of a program */
 #define NAME_PROBES 8u  /* slots looked at before a name falls back to "task" */
@@ -58,7 +44,7 @@ static nvtxStringHandle_t generic_name; /* "task": when the name table is full *
 struct name_slot {
 	_Atomic uintptr_t fn; /* claimed once (CAS from 0), never given back */
 	_Atomic int ready;    /* release store after name and text are written */
-	nvtxStringHandle_t name;
+	void *name;           /* the NVTX registered string (nvtxStringHandle_t), or NULL */
 	uint32_t color;
 	char text[NAME_LEN];
 };
@@ -97,7 +83,9 @@ static void name_of(uintptr_t fn, char *out, size_t len)
 	snprintf(out, len, "task 0x%lx", (unsigned long)fn);
 }
 
-/* The slot of fn, filled; NULL when the table is full or another thread is still filling it. */
+static void *nvtx_register(const char *text);
+
+/* The slot of fn, filled (waiting for a thread that fills it now); NULL when the table is full. */
 static const struct name_slot *lookup(uintptr_t fn)
 {
 	uint32_t h = hash_fn(fn);
@@ -111,19 +99,50 @@ static const struct name_slot *lookup(uintptr_t fn)
 		                                            memory_order_relaxed)) {
 			/* Claimed: this thread fills it. */
 			name_of(fn, s->text, sizeof(s->text));
-			s->name = nvtxDomainRegisterStringA(domain, s->text);
+			s->name = nvtx_register(s->text);
 			s->color = palette[h % (sizeof(palette) / sizeof(palette[0]))];
 			/* Release: pairs with the acquire load below; name, colour and text are
 			 * written. */
 			atomic_store_explicit(&s->ready, 1, memory_order_release);
 			return s;
 		}
-		if (seen == fn)
-			/* Acquire: pairs with the release store of the thread that filled it. */
-			return atomic_load_explicit(&s->ready, memory_order_acquire) ? s : NULL;
+		if (seen == fn) {
+			/* Another thread fills it (dladdr, microseconds, once per function): wait
+			 * rather than name this run "task". Acquire: pairs with the release store
+			 * of the thread that filled it. */
+			while (!atomic_load_explicit(&s->ready, memory_order_acquire))
+				sched_yield();
+			return s;
+		}
 	}
 	return NULL;
 }
+
+void tdm__observe_fn_name(void (*fn)(void), char *out, size_t len)
+{
+	const struct name_slot *s = lookup((uintptr_t)fn);
+	if (s != NULL)
+		snprintf(out, len, "%s", s->text);
+	else
+		name_of((uintptr_t)fn, out, len); /* the table is full: dladdr each time */
+}
+
+#ifdef TANDEM_HAVE_NVTX
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* The headers' own warnings are not ours (-Wpedantic on their function pointer casts). */
+#define NVTX_AS_SYSTEM_HEADER
+#include <nvtx3/nvToolsExt.h>
+#ifdef TANDEM_HAVE_CUDA
+#include <nvtx3/nvToolsExtCudaRt.h> /* nvtxNameCudaStreamA */
+#endif
+
+/* Written once in init_once, before the release store of tdm__obs; read only by hooks that saw
+ * it (nvtx_on). */
+static nvtxDomainHandle_t domain;
+static nvtxStringHandle_t generic_name; /* "task": when the name table is full */
 
 /* Whether the NVTX hooks report. Acquire, unlike tdm__observing(): pairs with the release store
  * in init_once, so a hook that reports sees the domain and the tool's functions however its
@@ -131,6 +150,12 @@ static const struct name_slot *lookup(uintptr_t fn)
 static bool nvtx_on(void)
 {
 	return (atomic_load_explicit(&tdm__obs, memory_order_acquire) & TDM__OBS_NVTX) != 0;
+}
+
+/* Called by lookup when it fills a slot: the name NVTX keeps for it, NULL while NVTX is off. */
+static void *nvtx_register(const char *text)
+{
+	return nvtx_on() ? (void *)nvtxDomainRegisterStringA(domain, text) : NULL;
 }
 
 static void init_once(void)
@@ -145,7 +170,7 @@ static void init_once(void)
 	generic_name = nvtxDomainRegisterStringA(domain, "task");
 	/* Release: pairs with the acquire load in nvtx_on; domain, generic_name and NVTX's own
 	 * function pointers (the tool's) are written. */
-	atomic_store_explicit(&tdm__obs, TDM__OBS_NVTX, memory_order_release);
+	atomic_fetch_or_explicit(&tdm__obs, TDM__OBS_NVTX, memory_order_release);
 }
 
 void tdm__observe_init(void)
@@ -154,17 +179,15 @@ void tdm__observe_init(void)
 	pthread_once(&once, init_once);
 }
 
-void tdm__observe_thread(const char *name)
+static void nvtx_thread(const char *name)
 {
 	if (!nvtx_on())
 		return;
 	nvtxNameOsThreadA((uint32_t)syscall(SYS_gettid), name);
 }
 
-uint64_t tdm__observe_run_begin(void (*fn)(void))
+static uint64_t nvtx_run_begin(void (*fn)(void))
 {
-	if (!nvtx_on())
-		return 0;
 	nvtxEventAttributes_t a;
 	memset(&a, 0, sizeof(a));
 	a.version = NVTX_VERSION;
@@ -172,7 +195,7 @@ uint64_t tdm__observe_run_begin(void (*fn)(void))
 	const struct name_slot *s = lookup((uintptr_t)fn);
 	if (s != NULL && s->name != NULL) {
 		a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
-		a.message.registered = s->name;
+		a.message.registered = (nvtxStringHandle_t)s->name;
 	} else if (s != NULL) {
 		/* A tool without registered strings: the slot's text stays for the process. */
 		a.messageType = NVTX_MESSAGE_TYPE_ASCII;
@@ -191,10 +214,8 @@ uint64_t tdm__observe_run_begin(void (*fn)(void))
 	return nvtxDomainRangeStartEx(domain, &a);
 }
 
-void tdm__observe_run_end(uint64_t token)
+static void nvtx_run_end(uint64_t token)
 {
-	if (!nvtx_on())
-		return;
 	nvtxDomainRangeEnd(domain, token);
 }
 
@@ -229,24 +250,30 @@ void tdm__observe_mark(const char *what)
 	nvtxDomainMarkEx(domain, &a);
 }
 
-#else /* !TANDEM_HAVE_NVTX: no observer can be on */
+#else /* !TANDEM_HAVE_NVTX: only the trace can be on */
+
+static void *nvtx_register(const char *text)
+{
+	(void)text;
+	return NULL;
+}
 
 void tdm__observe_init(void)
 {
 }
 
-void tdm__observe_thread(const char *name)
+static void nvtx_thread(const char *name)
 {
 	(void)name;
 }
 
-uint64_t tdm__observe_run_begin(void (*fn)(void))
+static uint64_t nvtx_run_begin(void (*fn)(void))
 {
 	(void)fn;
 	return 0;
 }
 
-void tdm__observe_run_end(uint64_t token)
+static void nvtx_run_end(uint64_t token)
 {
 	(void)token;
 }
@@ -265,3 +292,32 @@ void tdm__observe_mark(const char *what)
 }
 
 #endif /* TANDEM_HAVE_NVTX */
+
+/* ---- hooks that both observers take ---- */
+
+void tdm__observe_thread(const char *name)
+{
+	tdm__trace_thread_name(name);
+	nvtx_thread(name);
+}
+
+uint64_t tdm__observe_run_begin(void (*fn)(void))
+{
+	/* Acquire: pairs with the release store in init_once (NVTX's domain and functions) and
+	 * with the release RMW in tdm_trace_start (the trace's session). */
+	unsigned on = atomic_load_explicit(&tdm__obs, memory_order_acquire);
+	if (on & TDM__OBS_TRACE)
+		tdm__trace_record(TDM__TR_RUN_BEGIN, (uint64_t)(uintptr_t)fn);
+	return (on & TDM__OBS_NVTX) ? nvtx_run_begin(fn) : 0;
+}
+
+void tdm__observe_run_end(uint64_t token)
+{
+	/* Acquire: as in tdm__observe_run_begin. NVTX's bit never changes once set: the end is
+	 * reported exactly when the begin was. The trace's may; its writer balances the spans. */
+	unsigned on = atomic_load_explicit(&tdm__obs, memory_order_acquire);
+	if (on & TDM__OBS_NVTX)
+		nvtx_run_end(token);
+	if (on & TDM__OBS_TRACE)
+		tdm__trace_record(TDM__TR_RUN_END, 0);
+}

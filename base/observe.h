@@ -1,26 +1,29 @@
 /*
  * What a run shows to observers: NVTX ranges and names for a profiler (Nsight Systems), and
- * later tandem's own trace. Every hook is behind tdm__observing(), one relaxed load of a word
- * that stays zero unless an observer is on, so a run nobody watches pays a predictable branch per
- * hook and nothing else (docs/design/observe.md). The executor calls the task and worker hooks,
- * the GPU layer the poller, stream and mark hooks; observe.c dispatches to the observers that are
- * on. Without the NVTX header at build time (TANDEM_HAVE_NVTX unset) the hooks do nothing and
- * tdm__obs stays 0.
+ * tandem's own trace (base/trace.c, tdm_trace_start). Every hook is behind tdm__observing(), one
+ * relaxed load of a word that stays zero unless an observer is on, so a run nobody watches pays a
+ * predictable branch per hook and nothing else (docs/design/observe.md). The executor calls the
+ * task and worker hooks, the GPU layer the poller, stream and mark hooks; observe.c dispatches to
+ * the observers that are on. Without the NVTX header at build time (TANDEM_HAVE_NVTX unset) only
+ * the trace turns them on.
  */
 #ifndef TDM_BASE_OBSERVE_H
 #define TDM_BASE_OBSERVE_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum {
-	TDM__OBS_NVTX = 1u << 0, /* an NVTX tool is attached (NVTX_INJECTION64_PATH set) */
+	TDM__OBS_NVTX = 1u << 0,  /* an NVTX tool is attached (NVTX_INJECTION64_PATH set) */
+	TDM__OBS_TRACE = 1u << 1, /* a trace records (tdm_trace_start .. tdm_trace_stop) */
 };
 
-/* Which observers are on (TDM__OBS_*); set once by tdm__observe_init (a release store), read
- * relaxed here: a hint whose change only decides whether later hooks are reported. A hook that
- * reports loads it again with acquire (observe.c), which pairs with that store. */
+/* Which observers are on (TDM__OBS_*): NVTX's set once by tdm__observe_init (a release RMW), the
+ * trace's set and cleared by tdm_trace_start/stop (release RMWs, base/trace.c). Read relaxed
+ * here: a hint whose change only decides whether later hooks are reported. A hook that reports
+ * loads it again with acquire (observe.c, tdm__tracing), which pairs with those RMWs. */
 extern _Atomic unsigned tdm__obs;
 
 static inline bool tdm__observing(void)
@@ -28,11 +31,48 @@ static inline bool tdm__observing(void)
 	return atomic_load_explicit(&tdm__obs, memory_order_relaxed) != 0;
 }
 
+/* Whether the trace records; only after tdm__observing() said yes. Acquire: pairs with the
+ * release RMW in tdm_trace_start, which publishes the trace's session before its bit. */
+static inline bool tdm__tracing(void)
+{
+	return (atomic_load_explicit(&tdm__obs, memory_order_acquire) & TDM__OBS_TRACE) != 0;
+}
+
+/* What the trace records (base/trace.c): each a timestamp, a kind and one word. */
+enum tdm__trace_kind {
+	TDM__TR_RUN_BEGIN,  /* a task's run begins; word: its function */
+	TDM__TR_RUN_END,    /* ... ends */
+	TDM__TR_SPAWN,      /* a task is spawned (a flow starts); word: the flow's id */
+	TDM__TR_SUSPEND,    /* a task suspends in an await (a flow starts); word: the flow's id */
+	TDM__TR_FLOW_IN,    /* a run takes up the task's open flow; word: the flow's id */
+	TDM__TR_PARK_BEGIN, /* a worker parks (sleeps) */
+	TDM__TR_PARK_END,   /* ... and wakes */
+};
+
+/* Records one event into the calling thread's buffer, with no lock: only where tdm__tracing()
+ * said yes. A full buffer drops the event and counts it. */
+void tdm__trace_record(enum tdm__trace_kind kind, uint64_t word);
+
+/* The calling thread's name in a trace (tdm__observe_thread stores it). */
+void tdm__trace_thread_name(const char *name);
+
+/* Whatever trace `ex` owns, started by TANDEM_TRACE or tdm_trace_start: executor.c calls the
+ * first at create (TANDEM_TRACE=path starts one) and the second at destroy, once the workers
+ * are joined (a trace that ex still owns is written then). */
+void tdm__trace_executor_created(void *ex);
+void tdm__trace_executor_destroyed(void *ex);
+
+/* The name of a task function (fn cast as in tdm__observe_run_begin), from the name table that
+ * NVTX's ranges use: dladdr once per function. */
+void tdm__observe_fn_name(void (*fn)(void), char *out, size_t len);
+
 /* Looks once per process for the observers the environment asks for; any thread, any time
  * (idempotent). tdm_executor_create and tdm_gpu_create call it before they start threads. */
 void tdm__observe_init(void);
 
-/* The calling thread's name in the profiler: "tandem worker 3", "tandem poller". */
+/* The calling thread's name in the profiler and the trace: "tandem worker 3", "tandem poller".
+ * Called whether or not anything observes (once per thread): a trace started later names the
+ * thread too. */
 void tdm__observe_thread(const char *name);
 
 /*

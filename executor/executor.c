@@ -44,16 +44,15 @@ static void *worker_start(void *arg)
 	snprintf(name, sizeof(name), "%s%u", w->ex->name_prefix, w->index);
 	name[15] = '\0'; /* the kernel's limit for thread names */
 	pthread_setname_np(pthread_self(), name);
-	if (tdm__observing()) {
-		/* The profiler's name is not cut to 15 characters. */
-		char full[48];
-		if (w->ex->id == 1)
-			snprintf(full, sizeof(full), "tandem worker %u", w->index);
-		else
-			snprintf(full, sizeof(full), "tandem worker %u (executor %u)", w->index,
-			         (unsigned)w->ex->id);
-		tdm__observe_thread(full);
-	}
+	/* The profiler's and the trace's name is not cut to 15 characters. Named whether or not
+	 * anything observes now: a trace may start later. */
+	char full[48];
+	if (w->ex->id == 1)
+		snprintf(full, sizeof(full), "tandem worker %u", w->index);
+	else
+		snprintf(full, sizeof(full), "tandem worker %u (executor %u)", w->index,
+		         (unsigned)w->ex->id);
+	tdm__observe_thread(full);
 	return tdm__worker_main(w);
 }
 
@@ -175,6 +174,7 @@ int tdm_executor_create(tdm_executor **out, const tdm_config *cfg_in)
 		}
 	}
 	pthread_attr_destroy(&attr);
+	tdm__trace_executor_created(ex); /* TANDEM_TRACE=path */
 	*out = ex;
 	return 0;
 }
@@ -221,6 +221,8 @@ int tdm_executor_destroy(tdm_executor *ex)
 	 * still touch the gate and the shutdown flag: wait for their leave (release, paired with
 	 * the drain's loads) so that their accesses happen before the free. */
 	tdm__gate_drain(&ex->outside);
+	/* A trace ex owns (TANDEM_TRACE, or one not stopped) is written now: every run is over. */
+	tdm__trace_executor_destroyed(ex);
 	/* Termination requires empty queues, nothing suspended and no hold: nothing is left to
 	 * run, and nobody uses the executor. */
 	free_executor(ex, ex->nworkers);

@@ -31,6 +31,10 @@
 
 enum {
 	TDM__TASK_RESUMABLE = 1u << 0, /* fn is a tdm_resume_fn, re-entered after awaits */
+	/* The trace (worker.c): a flow (spawn or await) is open into the task's next run; the open
+	 * one is an await's; bits 8-15: the task's flow generation. */
+	TDM__TASK_FLOW = 1u << 1,
+	TDM__TASK_FLOW_AWAIT = 1u << 2,
 };
 
 /* A resumable task's run state: who owns it between an await and its wake-up. */

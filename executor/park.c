@@ -17,6 +17,7 @@
  */
 #include <limits.h>
 
+#include "base/observe.h"
 #include "internal.h"
 
 void tdm__unpark(struct tdm__worker *w)
@@ -292,6 +293,10 @@ bool tdm__park(struct tdm__worker *w)
 	if (last_unparked)
 		tdm__try_terminate(ex);
 
+	/* Read once: the wake is recorded exactly when the sleep was. */
+	bool traced = tdm__observing() && tdm__tracing();
+	if (traced)
+		tdm__trace_record(TDM__TR_PARK_BEGIN, 0);
 	for (;;) {
 		/* Acquire: pairs with the release store in unpark. */
 		if (atomic_exchange_explicit(&w->notified, false, memory_order_acquire))
@@ -304,6 +309,8 @@ bool tdm__park(struct tdm__worker *w)
 			continue;
 		ck_ec32_wait(&w->ec, &tdm__ec_mode, snap, NULL);
 	}
+	if (traced)
+		tdm__trace_record(TDM__TR_PARK_END, 0);
 	/* Acquire: pairs with the release store of terminate in terminate_locked or stop_workers
 	 * (executor.c), made before the unpark that ended this sleep. */
 	if (atomic_load_explicit(&ex->terminate, memory_order_acquire))

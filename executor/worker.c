@@ -137,10 +137,44 @@ void tdm__after_local_push(struct tdm__worker *w)
 		tdm__notify_parked(ex);
 }
 
+/*
+ * Trace flows (base/trace.c): an arrow from where a task was spawned, or where it suspended in an
+ * await, to the run that takes it up. The id: the task's address and a generation the task
+ * counts in its flags (task memory is reused), the low bit set for an await. The task's owner
+ * alone writes its flags: the spawner before the push, the runner before the await publishes it.
+ */
+static uint64_t flow_id(const struct tdm__task *t)
+{
+	return ((uint64_t)(uintptr_t)t << 9) | (uint64_t)((t->flags >> 8) << 1) |
+	       ((t->flags & TDM__TASK_FLOW_AWAIT) ? 1u : 0u);
+}
+
+static void flow_out(struct tdm__task *t, bool await)
+{
+	if (!tdm__tracing())
+		return;
+	unsigned gen = ((t->flags >> 8) + 1u) & 0xffu;
+	t->flags = (uint16_t)((t->flags & 0xffu & ~(unsigned)TDM__TASK_FLOW_AWAIT) |
+	                      TDM__TASK_FLOW | (await ? TDM__TASK_FLOW_AWAIT : 0u) | (gen << 8));
+	tdm__trace_record(await ? TDM__TR_SUSPEND : TDM__TR_SPAWN, flow_id(t));
+}
+
+/* A run takes up t's open flow, if any; only while observed (the caller asked). */
+static void flow_in(struct tdm__task *t)
+{
+	if (!(t->flags & TDM__TASK_FLOW))
+		return;
+	t->flags &= (uint16_t)~TDM__TASK_FLOW;
+	if (tdm__tracing())
+		tdm__trace_record(TDM__TR_FLOW_IN, flow_id(t));
+}
+
 /* Runs a resumable task until it finishes or parks; true when it finished. */
-static bool resume(struct tdm__task *t)
+static bool resume(struct tdm__task *t, bool observed)
 {
 	for (;;) {
+		if (observed)
+			flow_in(t);
 		atomic_store_explicit(&t->rstate, TDM__RUNNING, memory_order_relaxed);
 		int rc = t->resume((tdm_task *)t, t->arg);
 		if (rc != TDM_PENDING) {
@@ -184,10 +218,13 @@ void tdm__run_task(struct tdm__worker *w, struct tdm__task *t)
 		if (observed)
 			run = tdm__observe_run_begin(resumable ? (void (*)(void))t->resume
 			                                       : (void (*)(void))t->fn);
-		if (resumable)
-			finished = resume(t);
-		else
+		if (resumable) {
+			finished = resume(t, observed);
+		} else {
+			if (observed)
+				flow_in(t);
 			t->fn(t->arg);
+		}
 		if (observed)
 			tdm__observe_run_end(run);
 		w->depth--;
@@ -208,6 +245,8 @@ void tdm__run_task(struct tdm__worker *w, struct tdm__task *t)
 int tdm__enqueue(struct tdm_executor *ex, struct tdm__task *t)
 {
 	struct tdm__worker *w = tdm__self_of(ex);
+	if (tdm__observing())
+		flow_out(t, false); /* before the push: a thief may run t at once */
 	if (w != NULL) {
 		int rc = tdm__deque_push(&w->deque, t);
 		if (rc == 0)
@@ -404,6 +443,8 @@ int tdm__task_fail(struct tdm__task *t, int rc)
 
 void tdm__task_suspend(struct tdm__task *t)
 {
+	if (tdm__observing())
+		flow_out(t, true); /* the run that resumes t takes it up */
 	/* Counted before the task is published to its waker, so the count cannot drop first. */
 	atomic_fetch_add_explicit(&tdm__task_executor(t)->suspended, 1, memory_order_relaxed);
 }

@@ -536,8 +536,7 @@ void *tdm__poller_main(void *arg)
 	uint64_t spin_ns = (uint64_t)gpu->cfg.poll_spin_us * 1000ull;
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
 	pthread_setname_np(pthread_self(), "tdm-poller");
-	if (tdm__observing())
-		tdm__observe_thread("tandem poller");
+	tdm__observe_thread("tandem poller"); /* named for a trace started later too */
 	uint64_t last_activity = tdm_now_ns();
 	bool due_spinning = false;
 	gpu->due_ns = UINT64_MAX;

@@ -280,6 +280,33 @@ typedef struct tdm_worker_stats {
 /* -EINVAL: ex or out is NULL, or worker >= tdm_executor_workers(ex). */
 int tdm_executor_stats(const tdm_executor *ex, unsigned worker, tdm_worker_stats *out);
 
+/*
+ * A trace of what the process's workers do, written as Chrome trace-event JSON that Perfetto
+ * (ui.perfetto.dev) and chrome://tracing open: per thread, each task run as a span named by its
+ * function, worker sleeps, and arrows from a task's spawn and from each of its awaits to the run
+ * that takes it up (docs/design/observe.md, "Trace"). Each thread records into a buffer of its
+ * own, with no lock; one that fills drops what comes later, and the count is written into the
+ * file ("otherData":{"dropped":N}) and printed to stderr. TANDEM_TRACE_EVENTS sets the events per
+ * thread (65536 by default, 24 bytes each), read at tdm_trace_start. One trace per process at a
+ * time, which records every thread of the process.
+ *
+ * TANDEM_TRACE=path in the environment traces from tdm_executor_create to tdm_executor_destroy
+ * (for the first executor created while no trace runs), with no code change.
+ *
+ * tdm_trace_start: -EINVAL: ex or path is NULL, path is empty, or TANDEM_TRACE_EVENTS is not a
+ * number from 1 to 2^26.  -EALREADY: a trace runs (this executor's or another's).  -ENOMEM.
+ * The file is not opened until the stop.
+ */
+int tdm_trace_start(tdm_executor *ex, const char *path);
+
+/*
+ * Stops the trace ex started and writes its file (a destroy does both for a trace ex still
+ * owns). The trace stops even when the file fails.  -EINVAL: ex is NULL or runs no trace.
+ * fopen's errors, negated (-ENOENT: no such folder, -EACCES, ...).  -EIO: a write failed.
+ * -ENOMEM: no memory to sort the trace's flows.
+ */
+int tdm_trace_stop(tdm_executor *ex);
+
 /* CLOCK_MONOTONIC now, in nanoseconds: the clock of deadlines (tdm_await_deadline). */
 uint64_t tdm_now_ns(void);
 

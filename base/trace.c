@@ -1,0 +1,515 @@
+/*
+ * tandem's own trace: tdm_trace_start / tdm_trace_stop and TANDEM_TRACE=path, written as Chrome
+ * trace-event JSON that Perfetto (ui.perfetto.dev) and chrome://tracing open
+ * (docs/design/observe.md, "Trace").
+ *
+ * Recording: each thread that records gets a buffer of its own at its first event (a fixed
+ * number of 24-byte events, TANDEM_TRACE_EVENTS, 65536 by default), put on a list under `lock`
+ * once; after that an event is a clock read, a 24-byte store and a release store of the
+ * buffer's count, and no lock. A full buffer drops what comes later and counts it; the count
+ * goes into the file and to stderr. Buffers stay with their thread across traces: a trace is a
+ * session number, and a thread whose buffer holds an older session's events starts it over at
+ * its next event. A thread that ends while a trace records leaves its buffer on the list for
+ * the stop to write (its events and its name) and free; otherwise it frees it as it ends.
+ *
+ * Writing, at stop: the trace bit is cleared, then, under `lock`, each buffer of this session is
+ * read up to the count its thread last published (a thread still inside a hook may add one
+ * event after that: it is not read). Per thread, "B"/"E" events are balanced (an end whose begin
+ * came before the start is left out; a run still open at the stop is closed there); flows
+ * ("s"/"f") are paired by id and timestamp across threads and given fresh ids, and a flow with
+ * one end only (begun before the start, or ended after the stop) is left out. One event per line.
+ *
+ * One trace per process at a time, owned by one executor; it records every thread of the process
+ * (the workers of other executors too).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "observe.h"
+#include "tandem.h"
+
+#define DEFAULT_EVENTS 65536u
+#define THREAD_NAME_LEN 48
+
+struct event {
+	uint64_t ts; /* tdm_now_ns */
+	uint64_t word;
+	uint32_t kind;
+};
+
+struct buffer {
+	struct buffer *next; /* lock */
+	bool dead;           /* lock: its thread ended while this trace recorded */
+	/* Written by the thread alone; the stop reads them, under lock: session with acquire
+	 * (pairs with the release store in start_over), n with acquire (pairs with the release
+	 * store in tdm__trace_record: events[0, n) are written). */
+	_Atomic uint32_t session;
+	_Atomic uint32_t n;
+	_Atomic uint64_t dropped; /* relaxed: a count, written by the thread alone */
+	uint32_t cap;
+	int tid;
+	char name[THREAD_NAME_LEN];
+	struct event *events;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct buffer *buffers; /* lock */
+static void *owner;            /* lock: the executor whose trace records, NULL when none */
+static char *out_path;         /* lock */
+static uint64_t started_ns;    /* lock */
+/* Events per buffer for the next session: written under lock, read relaxed by threads that
+ * start their buffer over (a size: a thread that reads the next session's value while it starts
+ * this one over only sizes its buffer by it). */
+static _Atomic uint32_t cap_next;
+static _Atomic uint32_t session; /* the current (or last) trace; 0: none yet */
+
+static _Thread_local struct buffer *mine;
+static _Thread_local bool mine_closed; /* its thread is ending: record nothing more */
+static _Thread_local char thread_name[THREAD_NAME_LEN];
+
+static pthread_key_t exit_key;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+
+/* A thread that recorded ends. */
+static void thread_ended(void *arg)
+{
+	struct buffer *b = arg;
+	mine_closed = true;
+	mine = NULL;
+	pthread_mutex_lock(&lock);
+	if (owner != NULL) {
+		/* A trace runs: the stop writes its events (if it recorded) and its name, then
+		 * frees it. */
+		b->dead = true;
+		pthread_mutex_unlock(&lock);
+		return;
+	}
+	for (struct buffer **p = &buffers; *p != NULL; p = &(*p)->next)
+		if (*p == b) {
+			*p = b->next;
+			break;
+		}
+	pthread_mutex_unlock(&lock);
+	free(b->events);
+	free(b);
+}
+
+static void make_key(void)
+{
+	if (pthread_key_create(&exit_key, thread_ended) != 0)
+		abort(); /* only at the first traced event of the process: no keys left */
+}
+
+static struct buffer *buffer_new(void)
+{
+	pthread_once(&exit_once, make_key);
+	struct buffer *b = calloc(1, sizeof(*b));
+	if (b == NULL)
+		return NULL;
+	b->tid = (int)syscall(SYS_gettid);
+	if (thread_name[0] != '\0') {
+		snprintf(b->name, sizeof(b->name), "%s", thread_name);
+	} else {
+		char own[16] = "";
+		pthread_getname_np(pthread_self(), own, sizeof(own));
+		snprintf(b->name, sizeof(b->name), "%s", own[0] != '\0' ? own : "thread");
+	}
+	if (pthread_setspecific(exit_key, b) != 0) {
+		free(b);
+		return NULL;
+	}
+	pthread_mutex_lock(&lock);
+	b->next = buffers;
+	buffers = b;
+	pthread_mutex_unlock(&lock);
+	return b;
+}
+
+/* A tandem thread names itself as it starts: its buffer (without events until it records) is
+ * on the list from then, so that every trace names it, whether or not it records. */
+void tdm__trace_thread_name(const char *name)
+{
+	snprintf(thread_name, sizeof(thread_name), "%s", name);
+	if (mine != NULL) {
+		pthread_mutex_lock(&lock); /* the stop reads it */
+		snprintf(mine->name, sizeof(mine->name), "%s", name);
+		pthread_mutex_unlock(&lock);
+	} else if (!mine_closed) {
+		mine = buffer_new();
+	}
+}
+
+/* The thread's buffer begins session s (the thread alone writes it; the last stop that read it
+ * returned before s began: the acquire load of session that showed s pairs with its release). */
+static void start_over(struct buffer *b, uint32_t s)
+{
+	uint32_t cap = atomic_load_explicit(&cap_next, memory_order_relaxed);
+	if (b->cap != cap) {
+		free(b->events);
+		b->events = malloc((size_t)cap * sizeof(struct event));
+		b->cap = b->events != NULL ? cap : 0;
+	}
+	atomic_store_explicit(&b->n, 0, memory_order_relaxed);
+	atomic_store_explicit(&b->dropped, 0, memory_order_relaxed);
+	/* Release: pairs with the stop's acquire load; the events array and cap are set. */
+	atomic_store_explicit(&b->session, s, memory_order_release);
+}
+
+void tdm__trace_record(enum tdm__trace_kind kind, uint64_t word)
+{
+	struct buffer *b = mine;
+	if (b == NULL) {
+		if (mine_closed || (b = mine = buffer_new()) == NULL)
+			return;
+	}
+	/* Acquire: pairs with the release store in tdm_trace_start; the last stop's reads of
+	 * this buffer are over before a new session shows here. */
+	uint32_t s = atomic_load_explicit(&session, memory_order_acquire);
+	/* Relaxed: the thread's own word. */
+	if (atomic_load_explicit(&b->session, memory_order_relaxed) != s)
+		start_over(b, s);
+	uint32_t n = atomic_load_explicit(&b->n, memory_order_relaxed);
+	if (n >= b->cap) {
+		/* Relaxed: the thread's own count, read at the stop. */
+		atomic_store_explicit(&b->dropped,
+		                      atomic_load_explicit(&b->dropped, memory_order_relaxed) + 1,
+		                      memory_order_relaxed);
+		return;
+	}
+	b->events[n] = (struct event){tdm_now_ns(), word, (uint32_t)kind};
+	/* Release: pairs with the stop's acquire load of n; events[n] is written. */
+	atomic_store_explicit(&b->n, n + 1, memory_order_release);
+}
+
+int tdm_trace_start(tdm_executor *ex, const char *path)
+{
+	if (ex == NULL || path == NULL || path[0] == '\0')
+		return -EINVAL;
+	uint32_t cap = DEFAULT_EVENTS;
+	const char *env = getenv("TANDEM_TRACE_EVENTS");
+	if (env != NULL && env[0] != '\0') {
+		char *end;
+		unsigned long v = strtoul(env, &end, 10);
+		if (*end != '\0' || v == 0 || v > (1ul << 26))
+			return -EINVAL;
+		cap = (uint32_t)v;
+	}
+	pthread_mutex_lock(&lock);
+	if (owner != NULL) {
+		pthread_mutex_unlock(&lock);
+		return -EALREADY;
+	}
+	char *p = strdup(path);
+	if (p == NULL) {
+		pthread_mutex_unlock(&lock);
+		return -ENOMEM;
+	}
+	owner = ex;
+	out_path = p;
+	atomic_store_explicit(&cap_next, cap, memory_order_relaxed); /* see cap_next */
+	started_ns = tdm_now_ns();
+	/* Release: pairs with the acquire load in tdm__trace_record: the stop that read the
+	 * buffers of the last session returned (under lock, before this). */
+	atomic_store_explicit(&session, atomic_load_explicit(&session, memory_order_relaxed) + 1,
+	                      memory_order_release);
+	/* Release: pairs with the acquire loads of tdm__obs in the hooks (tdm__tracing,
+	 * observe.c): a hook that sees the bit sees the new session. */
+	atomic_fetch_or_explicit(&tdm__obs, TDM__OBS_TRACE, memory_order_release);
+	pthread_mutex_unlock(&lock);
+	return 0;
+}
+
+/* ---- writing ---- */
+
+struct flow {
+	uint64_t id, ts;
+	uint32_t *out; /* where the fresh id goes: 0 leaves the event out */
+	bool in;       /* the finish ("f"); else a start */
+};
+
+static int flow_cmp(const void *a, const void *b)
+{
+	const struct flow *x = a, *y = b;
+	if (x->id != y->id)
+		return x->id < y->id ? -1 : 1;
+	if (x->ts != y->ts)
+		return x->ts < y->ts ? -1 : 1;
+	return (int)x->in - (int)y->in; /* a start before its finish at one timestamp */
+}
+
+/* Microseconds since the start, with nanoseconds: "12.345". */
+static void put_ts(FILE *f, uint64_t ts)
+{
+	uint64_t d = ts > started_ns ? ts - started_ns : 0;
+	fprintf(f, "%llu.%03u", (unsigned long long)(d / 1000), (unsigned)(d % 1000));
+}
+
+static void put_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s != '\0'; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+static void put_head(FILE *f, char ph, int pid, int tid, uint64_t ts)
+{
+	fprintf(f, "{\"ph\":\"%c\",\"pid\":%d,\"tid\":%d,\"ts\":", ph, pid, tid);
+	put_ts(f, ts);
+}
+
+static void put_slice(FILE *f, char ph, int pid, int tid, uint64_t ts, const char *name)
+{
+	put_head(f, ph, pid, tid, ts);
+	if (name != NULL) {
+		fputs(",\"cat\":\"tandem\",\"name\":", f);
+		put_str(f, name);
+	}
+	fputs("},\n", f);
+}
+
+static void put_flow(FILE *f, bool in, int pid, int tid, uint64_t ts, uint32_t id)
+{
+	put_head(f, in ? 'f' : 's', pid, tid, ts);
+	/* Both ends carry one name and category: viewers pair them by (cat, name, id). */
+	fprintf(f, ",\"cat\":\"flow\",\"name\":\"%s\",\"id\":%u%s},\n",
+	        (id & 1) ? "await" : "spawn", id, in ? ",\"bp\":\"e\"" : "");
+}
+
+/* One thread's events: spans balanced, flows that lost an end left out, and a flow outside any
+ * span given a zero-length one of its own (viewers tie a flow's ends to enclosing slices). */
+static void put_thread(FILE *f, int pid, const struct buffer *b, uint32_t n, const uint32_t *fid,
+                       uint64_t stop_ns)
+{
+	unsigned depth = 0;
+	uint64_t last = started_ns;
+	char name[64];
+	for (uint32_t i = 0; i < n; i++) {
+		const struct event *e = &b->events[i];
+		last = e->ts;
+		switch ((enum tdm__trace_kind)e->kind) {
+		case TDM__TR_RUN_BEGIN:
+			tdm__observe_fn_name((void (*)(void))(uintptr_t)e->word, name,
+			                     sizeof(name));
+			put_slice(f, 'B', pid, b->tid, e->ts, name);
+			depth++;
+			break;
+		case TDM__TR_PARK_BEGIN:
+			put_slice(f, 'B', pid, b->tid, e->ts, "parked");
+			depth++;
+			break;
+		case TDM__TR_RUN_END:
+		case TDM__TR_PARK_END:
+			if (depth == 0)
+				break; /* begun before the start */
+			put_slice(f, 'E', pid, b->tid, e->ts, NULL);
+			depth--;
+			break;
+		case TDM__TR_SPAWN:
+		case TDM__TR_SUSPEND:
+		case TDM__TR_FLOW_IN: {
+			bool in = e->kind == TDM__TR_FLOW_IN;
+			if (fid[i] == 0)
+				break;
+			if (depth == 0)
+				put_slice(f, 'B', pid, b->tid, e->ts, in ? "resume" : "spawn");
+			put_flow(f, in, pid, b->tid, e->ts, fid[i]);
+			if (depth == 0)
+				put_slice(f, 'E', pid, b->tid, e->ts, NULL);
+			break;
+		}
+		}
+	}
+	/* Spans still open: at the stop, or at the last event where the buffer filled. */
+	uint64_t close =
+	    atomic_load_explicit(&b->dropped, memory_order_relaxed) > 0 ? last : stop_ns;
+	for (; depth > 0; depth--)
+		put_slice(f, 'E', pid, b->tid, close, NULL);
+}
+
+static void put_name(FILE *f, int pid, const struct buffer *b)
+{
+	put_head(f, 'M', pid, b->tid, started_ns);
+	fputs(",\"name\":\"thread_name\",\"args\":{\"name\":", f);
+	put_str(f, b->name);
+	fputs("}},\n", f);
+}
+
+/* Writes the session s's buffers to path; lock held, the trace bit cleared. */
+static int write_trace(const char *path, uint32_t s, uint64_t stop_ns, uint64_t *dropped_out)
+{
+	/* The buffers of this session and how much of each was published. */
+	size_t nb = 0, total = 0, nflows = 0;
+	for (struct buffer *b = buffers; b != NULL; b = b->next)
+		nb++;
+	struct buffer **bs = calloc(nb + 1, sizeof(*bs));
+	uint32_t *ns = calloc(nb + 1, sizeof(*ns));
+	size_t *first = calloc(nb + 1, sizeof(*first));
+	int rc = 0;
+	uint64_t dropped = 0;
+	if (bs == NULL || ns == NULL || first == NULL) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	nb = 0;
+	for (struct buffer *b = buffers; b != NULL; b = b->next) {
+		/* Acquire: pairs with the release store in start_over. */
+		if (atomic_load_explicit(&b->session, memory_order_acquire) != s)
+			continue;
+		bs[nb] = b;
+		/* Acquire: pairs with the release store in tdm__trace_record. */
+		ns[nb] = atomic_load_explicit(&b->n, memory_order_acquire);
+		first[nb] = total;
+		total += ns[nb];
+		dropped += atomic_load_explicit(&b->dropped, memory_order_relaxed);
+		for (uint32_t i = 0; i < ns[nb]; i++)
+			if (b->events[i].kind >= TDM__TR_SPAWN &&
+			    b->events[i].kind <= TDM__TR_FLOW_IN)
+				nflows++;
+		nb++;
+	}
+	/* Flows: sorted by id and time, a start paired with the finish that follows it. */
+	uint32_t *fid = calloc(total + 1, sizeof(*fid));
+	struct flow *fl = calloc(nflows + 1, sizeof(*fl));
+	if (fid == NULL || fl == NULL) {
+		free(fid);
+		free(fl);
+		rc = -ENOMEM;
+		goto out;
+	}
+	size_t k = 0;
+	for (size_t j = 0; j < nb; j++)
+		for (uint32_t i = 0; i < ns[j]; i++) {
+			const struct event *e = &bs[j]->events[i];
+			if (e->kind >= TDM__TR_SPAWN && e->kind <= TDM__TR_FLOW_IN)
+				fl[k++] = (struct flow){e->word, e->ts, &fid[first[j] + i],
+				                        e->kind == TDM__TR_FLOW_IN};
+		}
+	qsort(fl, nflows, sizeof(*fl), flow_cmp);
+	uint32_t pairs = 0;
+	for (size_t i = 0; i + 1 < nflows; i++)
+		if (!fl[i].in && fl[i + 1].in && fl[i].id == fl[i + 1].id) {
+			pairs++;
+			/* Odd ids: an await's flow (the low bit of a task's flow id). */
+			*fl[i].out = *fl[i + 1].out = pairs * 2 + (uint32_t)(fl[i].id & 1);
+			i++;
+		}
+	free(fl);
+
+	FILE *f = fopen(path, "w");
+	if (f == NULL) {
+		rc = -errno;
+		free(fid);
+		goto out;
+	}
+	int pid = (int)getpid();
+	fputs("{\"traceEvents\":[\n", f);
+	for (size_t j = 0; j < nb; j++)
+		put_thread(f, pid, bs[j], ns[j], &fid[first[j]], stop_ns);
+	/* Every thread's name, those that recorded nothing too (a poller, an idle worker). */
+	for (struct buffer *b = buffers; b != NULL; b = b->next)
+		put_name(f, pid, b);
+	fprintf(f,
+	        "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"ts\":0.000,\"name\":\"process_name\","
+	        "\"args\":{\"name\":\"tandem\"}}\n],\n\"displayTimeUnit\":\"ns\",\n"
+	        "\"otherData\":{\"version\":\"%d.%d.%d\",\"dropped\":%llu}}\n",
+	        pid, TDM_VERSION_MAJOR, TDM_VERSION_MINOR, TDM_VERSION_PATCH,
+	        (unsigned long long)dropped);
+	free(fid);
+	if (ferror(f))
+		rc = -EIO;
+	if (fclose(f) != 0 && rc == 0)
+		rc = -EIO;
+out:
+	free(bs);
+	free(ns);
+	free(first);
+	*dropped_out = dropped;
+	return rc;
+}
+
+/* Stops the trace and writes it; lock held, ex the owner. */
+static int stop_locked(void)
+{
+	/* Relaxed: nothing is published by clearing it; a hook that still sees the bit records
+	 * into this session's buffers past what is read below, which is harmless. */
+	atomic_fetch_and_explicit(&tdm__obs, ~(unsigned)TDM__OBS_TRACE, memory_order_relaxed);
+	uint64_t stop_ns = tdm_now_ns();
+	uint32_t s = atomic_load_explicit(&session, memory_order_relaxed); /* changes under lock */
+	uint64_t dropped = 0;
+	int rc = write_trace(out_path, s, stop_ns, &dropped);
+	if (dropped > 0)
+		fprintf(stderr,
+		        "tandem: trace %s: %llu events dropped (a thread's buffer was full: "
+		        "TANDEM_TRACE_EVENTS raises its %u events)\n",
+		        out_path, (unsigned long long)dropped,
+		        atomic_load_explicit(&cap_next, memory_order_relaxed));
+	/* The buffers of threads that ended meanwhile, written now. */
+	for (struct buffer **p = &buffers; *p != NULL;) {
+		struct buffer *b = *p;
+		if (b->dead) {
+			*p = b->next;
+			free(b->events);
+			free(b);
+		} else {
+			p = &b->next;
+		}
+	}
+	free(out_path);
+	out_path = NULL;
+	owner = NULL;
+	return rc;
+}
+
+int tdm_trace_stop(tdm_executor *ex)
+{
+	if (ex == NULL)
+		return -EINVAL;
+	pthread_mutex_lock(&lock);
+	if (owner != ex) {
+		pthread_mutex_unlock(&lock);
+		return -EINVAL;
+	}
+	int rc = stop_locked();
+	pthread_mutex_unlock(&lock);
+	return rc;
+}
+
+void tdm__trace_executor_created(void *ex)
+{
+	const char *path = getenv("TANDEM_TRACE");
+	if (path == NULL || path[0] == '\0')
+		return;
+	int rc = tdm_trace_start(ex, path);
+	if (rc != 0 && rc != -EALREADY)
+		fprintf(stderr, "tandem: TANDEM_TRACE=%s: %s\n", path, tdm_strerror(rc));
+}
+
+void tdm__trace_executor_destroyed(void *ex)
+{
+	pthread_mutex_lock(&lock);
+	if (owner != ex) {
+		pthread_mutex_unlock(&lock);
+		return;
+	}
+	char path[4096];
+	snprintf(path, sizeof(path), "%s", out_path);
+	int rc = stop_locked();
+	pthread_mutex_unlock(&lock);
+	if (rc != 0)
+		fprintf(stderr, "tandem: trace %s: %s\n", path, tdm_strerror(rc));
+}

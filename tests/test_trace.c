@@ -1,0 +1,444 @@
+/*
+ * tandem's own trace (base/trace.c): tdm_trace_start/stop and TANDEM_TRACE write Chrome
+ * trace-event JSON, one event a line, which this file reads back line by line: exactly one span
+ * per task run (the executor's tasks_run), named by the task's function; spans balanced on each
+ * thread, nested where a task waits for a group on its worker; every flow's two ends present
+ * (spawn to first run, await to resume); threads named; nothing dropped, or, with a tiny buffer,
+ * the drops counted in the file and on stderr. And the errors.
+ */
+#include "gpu_env.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+TDM_TEST_SUITE(trace);
+
+#define MAX_TIDS 64
+#define MAX_FLOWS 200000
+
+struct trace {
+	bool head, tail;     /* {"traceEvents":[ first; the otherData line last */
+	long long dropped;   /* -1: not found */
+	unsigned long lines; /* event lines */
+	unsigned long plain, awaiting, parent, other_runs, parked;
+	unsigned long spans; /* B events */
+	bool balanced;       /* no E without its B, nothing open at the end, per thread */
+	int tids[MAX_TIDS], depth[MAX_TIDS], ntids;
+	unsigned long spawn_s, spawn_f, await_s, await_f;
+	bool flows_paired; /* each id: one "s", then one "f" */
+	bool worker0, poller;
+	unsigned max_depth;
+};
+
+static unsigned char *flow_seen; /* by id: bit 0 "s" seen, bit 1 "f" seen */
+static double (*flow_ts)[2];     /* by id: when each end happened */
+
+static int *depth_of(struct trace *r, int tid)
+{
+	for (int i = 0; i < r->ntids; i++)
+		if (r->tids[i] == tid)
+			return &r->depth[i];
+	cr_assert_lt(r->ntids, MAX_TIDS);
+	r->tids[r->ntids] = tid;
+	r->depth[r->ntids] = 0;
+	return &r->depth[r->ntids++];
+}
+
+/* The string value of "key":"..." in line, into out; false when absent. */
+static bool str_of(const char *line, const char *key, char *out, size_t len)
+{
+	char pat[32];
+	snprintf(pat, sizeof(pat), "\"%s\":\"", key);
+	const char *p = strstr(line, pat);
+	if (p == NULL)
+		return false;
+	p += strlen(pat);
+	const char *q = strchr(p, '"');
+	if (q == NULL || (size_t)(q - p) >= len)
+		return false;
+	memcpy(out, p, (size_t)(q - p));
+	out[q - p] = '\0';
+	return true;
+}
+
+static struct trace read_trace(const char *path)
+{
+	struct trace r;
+	memset(&r, 0, sizeof(r));
+	r.dropped = -1;
+	r.balanced = true;
+	r.flows_paired = true;
+	free(flow_seen);
+	flow_seen = calloc(MAX_FLOWS, 1);
+	flow_ts = calloc(MAX_FLOWS, sizeof(*flow_ts));
+	cr_assert(flow_seen != NULL && flow_ts != NULL);
+	FILE *f = fopen(path, "r");
+	cr_assert_not_null(f, "the trace %s was written", path);
+	char line[1024];
+	bool first = true;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (first) {
+			r.head = strcmp(line, "{\"traceEvents\":[\n") == 0;
+			first = false;
+			continue;
+		}
+		if (strncmp(line, "\"otherData\":", 12) == 0) {
+			const char *d = strstr(line, "\"dropped\":");
+			if (d != NULL)
+				r.dropped = atoll(d + 10);
+			r.tail = strcmp(line + strlen(line) - 3, "}}\n") == 0;
+			continue;
+		}
+		char ph;
+		int pid, tid;
+		double ts;
+		if (sscanf(line, "{\"ph\":\"%c\",\"pid\":%d,\"tid\":%d,\"ts\":%lf", &ph, &pid, &tid,
+		           &ts) != 4)
+			continue;
+		r.lines++;
+		char name[128] = "", cat[32] = "";
+		str_of(line, "name", name, sizeof(name));
+		str_of(line, "cat", cat, sizeof(cat));
+		if (ph == 'B') {
+			int *d = depth_of(&r, tid);
+			++*d;
+			if ((unsigned)*d > r.max_depth)
+				r.max_depth = (unsigned)*d;
+			r.spans++;
+			if (strcmp(name, "plain_task") == 0)
+				r.plain++;
+			else if (strcmp(name, "await_task") == 0)
+				r.awaiting++;
+			else if (strcmp(name, "parent_task") == 0)
+				r.parent++;
+			else if (strcmp(name, "parked") == 0)
+				r.parked++;
+			else if (strcmp(name, "spawn") != 0 && strcmp(name, "resume") != 0)
+				r.other_runs++;
+		} else if (ph == 'E') {
+			int *d = depth_of(&r, tid);
+			if (*d == 0)
+				r.balanced = false;
+			else
+				--*d;
+		} else if (ph == 's' || ph == 'f') {
+			const char *p = strstr(line, "\"id\":");
+			cr_assert_not_null(p, "a flow has an id: %s", line);
+			long id = atol(p + 5);
+			cr_assert(id > 0 && id < MAX_FLOWS, "flow id %ld", id);
+			bool await = strcmp(name, "await") == 0;
+			cr_assert_str_eq(cat, "flow");
+			cr_assert_eq(await, (id & 1) == 1, "await flows have odd ids");
+			/* Threads are written one after another: a finish may come first. */
+			if (ph == 's') {
+				if (flow_seen[id] & 1)
+					r.flows_paired = false;
+				flow_seen[id] |= 1;
+				flow_ts[id][0] = ts;
+				*(await ? &r.await_s : &r.spawn_s) += 1;
+			} else {
+				if (flow_seen[id] & 2)
+					r.flows_paired = false;
+				flow_seen[id] |= 2;
+				flow_ts[id][1] = ts;
+				cr_assert_not_null(strstr(line, "\"bp\":\"e\""));
+				*(await ? &r.await_f : &r.spawn_f) += 1;
+			}
+		} else if (ph == 'M') {
+			if (strstr(line, "\"args\":{\"name\":\"tandem worker 0\"}") != NULL)
+				r.worker0 = true;
+			if (strstr(line, "\"args\":{\"name\":\"tandem poller\"}") != NULL)
+				r.poller = true;
+		}
+	}
+	fclose(f);
+	for (int i = 0; i < r.ntids; i++)
+		if (r.depth[i] != 0)
+			r.balanced = false;
+	for (long id = 0; id < MAX_FLOWS; id++)
+		if (flow_seen[id] == 1 || flow_seen[id] == 2 ||
+		    (flow_seen[id] == 3 && flow_ts[id][1] < flow_ts[id][0]))
+			r.flows_paired = false;
+	free(flow_ts);
+	flow_ts = NULL;
+	free(flow_seen);
+	flow_seen = NULL;
+	return r;
+}
+
+static void temp_path(char *out, size_t len)
+{
+	snprintf(out, len, "/tmp/tandem-trace-XXXXXX");
+	int fd = mkstemp(out);
+	cr_assert_geq(fd, 0);
+	close(fd);
+}
+
+static uint64_t tasks_run(tdm_executor *ex)
+{
+	uint64_t n = 0;
+	for (int i = 0; i < tdm_executor_workers(ex); i++) {
+		tdm_worker_stats s;
+		cr_assert_eq(tdm_executor_stats(ex, (unsigned)i, &s), 0);
+		n += s.tasks_run;
+	}
+	return n;
+}
+
+/* ---- the tasks (not static: -rdynamic names them by their symbols) ---- */
+
+static atomic_uint plain_runs;
+
+void plain_task(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&plain_runs, 1);
+}
+
+#define CHILDREN 8
+
+/* Waits for a group on its worker: the wait runs the children there, nested in its span. */
+void parent_task(void *arg)
+{
+	tdm_executor *ex = arg;
+	tdm_group g;
+	tdm_group_init(&g, ex);
+	for (int i = 0; i < CHILDREN; i++)
+		tdm_group_spawn(&g, plain_task, NULL);
+	tdm_group_wait(&g);
+}
+
+#define AWAITS 3
+
+struct awaiter {
+	tdm_gpu *gpu;
+	int i;
+};
+
+int await_task(tdm_task *t, void *arg)
+{
+	struct awaiter *a = arg;
+	TDM_BEGIN(t);
+	for (a->i = 0; a->i < AWAITS; a->i++)
+		TDM_AWAIT(t, tdm_await_deadline(t, a->gpu, tdm_now_ns() + 20000));
+	TDM_END(t);
+}
+
+#define PLAIN 200
+#define PARENTS 4
+#define AWAITERS 16
+
+/* Runs PLAIN plain tasks, PARENTS parents (each CHILDREN plain children) and AWAITERS tasks of
+ * AWAITS deadline awaits each, from this thread, and waits for all. */
+static void run_work(struct env *e, struct awaiter *aw)
+{
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, e->ex), 0);
+	for (int i = 0; i < PLAIN; i++)
+		cr_assert_eq(tdm_group_spawn(&g, plain_task, NULL), 0);
+	for (int i = 0; i < PARENTS; i++)
+		cr_assert_eq(tdm_group_spawn(&g, parent_task, e->ex), 0);
+	for (int i = 0; i < AWAITERS; i++) {
+		aw[i].gpu = e->gpu;
+		cr_assert_eq(tdm_spawn(e->ex, await_task, &aw[i], &g), 0);
+	}
+	cr_assert_eq(tdm_group_wait(&g), 0);
+}
+
+static void check_full(const struct trace *r, uint64_t runs)
+{
+	cr_assert(r->head && r->tail, "the file begins and ends as Chrome trace JSON");
+	cr_assert_eq(r->dropped, 0, "nothing dropped");
+	cr_assert(r->balanced, "B/E balanced on every thread");
+	cr_assert(r->flows_paired, "every flow has both ends, once");
+	cr_assert_eq(r->plain, PLAIN + PARENTS * CHILDREN, "one span per plain task run");
+	cr_assert_eq(r->parent, PARENTS);
+	cr_assert_eq(r->other_runs, 0);
+	/* A resumable task's run may take up a wake that landed while it was returning: fewer runs
+	 * than calls, but exactly one span per run (tasks_run counts runs). */
+	cr_assert_geq(r->awaiting, AWAITERS);
+	cr_assert_eq(r->plain + r->parent + r->awaiting, runs, "spans %lu, runs %llu",
+	             r->plain + r->parent + r->awaiting, (unsigned long long)runs);
+	cr_assert_eq(r->spawn_s, PLAIN + PARENTS * (CHILDREN + 1) + AWAITERS,
+	             "a spawn flow per task");
+	cr_assert_eq(r->spawn_f, r->spawn_s);
+	cr_assert_eq(r->await_s, AWAITERS * AWAITS, "an await flow per await");
+	cr_assert_eq(r->await_f, r->await_s);
+	cr_assert(r->worker0 && r->poller, "worker and poller threads named");
+}
+
+Test(trace, records_runs_flows_and_names)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
+	char path[64];
+	temp_path(path, sizeof(path));
+	struct awaiter aw[AWAITERS];
+	uint64_t before = tasks_run(e.ex);
+	cr_assert_eq(tdm_trace_start(e.ex, path), 0);
+	run_work(&e, aw);
+	uint64_t runs = tasks_run(e.ex) - before;
+	cr_assert_eq(tdm_trace_stop(e.ex), 0);
+	struct trace r = read_trace(path);
+	check_full(&r, runs);
+	cr_assert_geq(r.max_depth, 2, "a group wait on a worker nests its children's spans");
+
+	/* Stopped: more work records nothing, and a second trace holds only its own work. */
+	run_work(&e, aw);
+	char path2[64];
+	temp_path(path2, sizeof(path2));
+	before = tasks_run(e.ex);
+	cr_assert_eq(tdm_trace_start(e.ex, path2), 0);
+	run_work(&e, aw);
+	runs = tasks_run(e.ex) - before;
+	cr_assert_eq(tdm_trace_stop(e.ex), 0);
+	r = read_trace(path2);
+	check_full(&r, runs);
+	env_close(&e);
+	unlink(path);
+	unlink(path2);
+}
+
+/* The parked span: a worker that sleeps while traced. */
+Test(trace, parks)
+{
+	tdm_executor *ex = tdm_test_create(2);
+	char path[64];
+	temp_path(path, sizeof(path));
+	cr_assert_eq(tdm_trace_start(ex, path), 0);
+	for (int round = 0; round < 5; round++) {
+		cr_assert_eq(tdm_submit(ex, plain_task, NULL), 0);
+		tdm_test_sleep_us(5000);
+	}
+	cr_assert_eq(tdm_trace_stop(ex), 0);
+	struct trace r = read_trace(path);
+	cr_assert(r.balanced && r.flows_paired);
+	cr_assert_eq(r.plain, 5);
+	cr_assert_eq(r.spawn_s, 5, "spawns from outside a task: each in a span of its own");
+	cr_assert_gt(r.parked, 0, "idle workers' sleeps are spans");
+	tdm_test_destroy(ex);
+	unlink(path);
+}
+
+static void *submitter(void *arg)
+{
+	for (int i = 0; i < 10; i++)
+		if (tdm_submit(arg, plain_task, NULL) != 0)
+			return arg;
+	return NULL;
+}
+
+/* A thread that records and ends before the stop: its events are written all the same. */
+Test(trace, thread_that_ends)
+{
+	tdm_executor *ex = tdm_test_create(2);
+	char path[64];
+	temp_path(path, sizeof(path));
+	atomic_store(&plain_runs, 0);
+	cr_assert_eq(tdm_trace_start(ex, path), 0);
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, submitter, ex), 0);
+	void *failed;
+	cr_assert_eq(pthread_join(th, &failed), 0);
+	cr_assert_null(failed);
+	while (atomic_load(&plain_runs) < 10)
+		tdm_test_sleep_us(100);
+	tdm_test_destroy(ex); /* joins the workers: every run has ended; writes the trace */
+	struct trace r = read_trace(path);
+	cr_assert(r.balanced && r.flows_paired);
+	cr_assert_eq(r.plain, 10);
+	cr_assert_eq(r.spawn_s, 10, "the ended thread's spawns are in the file");
+	cr_assert_eq(r.spawn_f, 10);
+	unlink(path);
+}
+
+/* A tiny buffer: events are dropped, counted in the file and on stderr, and what is written is
+ * still well formed. */
+Test(trace, drops_are_counted)
+{
+	cr_assert_eq(setenv("TANDEM_TRACE_EVENTS", "16", 1), 0);
+	char err[64];
+	temp_path(err, sizeof(err));
+	cr_assert_not_null(freopen(err, "w", stderr));
+	tdm_executor *ex = tdm_test_create(1);
+	char path[64];
+	temp_path(path, sizeof(path));
+	cr_assert_eq(tdm_trace_start(ex, path), 0);
+	tdm_group g;
+	tdm_group_init(&g, ex);
+	for (int i = 0; i < 500; i++)
+		cr_assert_eq(tdm_group_spawn(&g, plain_task, NULL), 0);
+	tdm_group_wait(&g);
+	cr_assert_eq(tdm_trace_stop(ex), 0);
+	fflush(stderr);
+	struct trace r = read_trace(path);
+	cr_assert(r.head && r.tail);
+	cr_assert_gt(r.dropped, 0, "drops counted in the file");
+	cr_assert(r.balanced && r.flows_paired, "a truncated thread is still well formed");
+	cr_assert_leq(r.lines, 4 * 16 + 8, "each thread's events are bounded");
+	FILE *f = fopen(err, "r");
+	cr_assert_not_null(f);
+	char line[512] = "";
+	bool said = false;
+	while (fgets(line, sizeof(line), f) != NULL)
+		said |= strstr(line, "events dropped") != NULL;
+	fclose(f);
+	cr_assert(said, "drops reported on stderr");
+	tdm_test_destroy(ex);
+	unlink(path);
+	unlink(err);
+}
+
+Test(trace, errors)
+{
+	tdm_executor *ex = tdm_test_create(1);
+	char path[64];
+	temp_path(path, sizeof(path));
+	cr_assert_eq(tdm_trace_start(NULL, path), -EINVAL);
+	cr_assert_eq(tdm_trace_start(ex, NULL), -EINVAL);
+	cr_assert_eq(tdm_trace_start(ex, ""), -EINVAL);
+	cr_assert_eq(tdm_trace_stop(NULL), -EINVAL);
+	cr_assert_eq(tdm_trace_stop(ex), -EINVAL, "no trace runs");
+	cr_assert_eq(setenv("TANDEM_TRACE_EVENTS", "lots", 1), 0);
+	cr_assert_eq(tdm_trace_start(ex, path), -EINVAL);
+	cr_assert_eq(unsetenv("TANDEM_TRACE_EVENTS"), 0);
+
+	cr_assert_eq(tdm_trace_start(ex, "/nonexistent-tandem-dir/t.json"), 0);
+	cr_assert_eq(tdm_trace_start(ex, path), -EALREADY);
+	tdm_executor *other = tdm_test_create(1);
+	cr_assert_eq(tdm_trace_start(other, path), -EALREADY, "one trace per process");
+	cr_assert_eq(tdm_trace_stop(other), -EINVAL, "not its trace");
+	cr_assert_eq(tdm_trace_stop(ex), -ENOENT, "the file's error, at the stop");
+	cr_assert_eq(tdm_trace_stop(ex), -EINVAL, "stopped all the same");
+	cr_assert_eq(tdm_trace_start(other, path), 0, "free again");
+	cr_assert_eq(tdm_submit(other, plain_task, NULL), 0);
+	tdm_test_destroy(other); /* writes the trace it still owns */
+	struct trace r = read_trace(path);
+	cr_assert(r.head && r.tail && r.balanced);
+	cr_assert_eq(r.plain, 1);
+	tdm_test_destroy(ex);
+	unlink(path);
+}
+
+/* TANDEM_TRACE=path: from the create to the destroy, with no call. */
+Test(trace, environment)
+{
+	char path[64];
+	temp_path(path, sizeof(path));
+	unlink(path);
+	cr_assert_eq(setenv("TANDEM_TRACE", path, 1), 0);
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
+	cr_assert_eq(tdm_trace_start(e.ex, path), -EALREADY, "TANDEM_TRACE started one");
+	struct awaiter aw[AWAITERS];
+	run_work(&e, aw);
+	uint64_t runs = tasks_run(e.ex);
+	cr_assert_eq(access(path, F_OK), -1, "written at the destroy, not before");
+	/* The layer first: its poller ends while the trace runs, and is still named. */
+	cr_assert_eq(tdm_gpu_destroy(e.gpu), 0);
+	tdm_test_destroy(e.ex);
+	struct trace r = read_trace(path);
+	check_full(&r, runs);
+	unlink(path);
+}
