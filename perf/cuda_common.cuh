@@ -1,6 +1,7 @@
 /*
- * What the plain-CUDA baselines (raw_cuda.cu, pipeline_cuda.cu) share: their clock, the mapping
- * of CUDA errors to negative errno values, the message kept for the caller, and %globaltimer.
+ * What the plain-CUDA baselines (raw_cuda.cu, raw_graph.cu, pipeline_cuda.cu) share: their clock,
+ * the mapping of CUDA errors to negative errno values, the message kept for the caller,
+ * %globaltimer, and the one-thread empty and spin kernels that mirror tdm_launch_spin.
  * Each file includes it into its own anonymous namespace, so each keeps its own last_error
  * behind its own *_error() accessor.
  */
@@ -66,6 +67,38 @@ __device__ __forceinline__ uint64_t globaltimer()
 	// volatile: each read must happen where it is written, or the loop would be hoisted.
 	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
 	return t;
+}
+
+__global__ void empty_kernel()
+{
+}
+
+__global__ void spin_kernel(uint32_t ns)
+{
+	const uint64_t t0 = globaltimer();
+	while (globaltimer() - t0 < ns) {
+	}
+}
+
+inline cudaLaunchConfig_t one_thread(cudaStream_t s)
+{
+	cudaLaunchConfig_t c = {};
+	c.gridDim = dim3(1);
+	c.blockDim = dim3(1);
+	c.dynamicSmemBytes = 0;
+	c.stream = s;
+	c.attrs = nullptr;
+	c.numAttrs = 0;
+	return c;
+}
+
+// As tdm_launch_spin: the empty kernel for 0, else the spin kernel; one thread.
+inline cudaError_t launch(cudaStream_t s, uint32_t ns)
+{
+	const cudaLaunchConfig_t c = one_thread(s);
+	if (ns == 0)
+		return cudaLaunchKernelEx(&c, empty_kernel);
+	return cudaLaunchKernelEx(&c, spin_kernel, ns);
 }
 
 } // namespace

@@ -33,17 +33,6 @@ namespace
 
 /* ---- kernels ---------------------------------------------------------------------------- */
 
-__global__ void empty_kernel()
-{
-}
-
-__global__ void spin_kernel(uint32_t ns)
-{
-	const uint64_t t0 = globaltimer();
-	while (globaltimer() - t0 < ns) {
-	}
-}
-
 // The background load of gpu-latency: spins until *stop turns nonzero, or max_ns passed (a guard,
 // so that a bug here cannot hang the run for long). stop lives in device memory, set by a
 // cudaMemsetAsync on the measured stream once the samples are taken, so the polling costs no PCIe
@@ -56,27 +45,6 @@ __global__ void background_kernel(const volatile unsigned *stop, uint64_t max_ns
 		__nanosleep(1000);
 #endif
 	}
-}
-
-cudaLaunchConfig_t one_thread(cudaStream_t s)
-{
-	cudaLaunchConfig_t c = {};
-	c.gridDim = dim3(1);
-	c.blockDim = dim3(1);
-	c.dynamicSmemBytes = 0;
-	c.stream = s;
-	c.attrs = nullptr;
-	c.numAttrs = 0;
-	return c;
-}
-
-// As tdm_launch_spin: the empty kernel for 0, else the spin kernel.
-cudaError_t launch(cudaStream_t s, uint32_t ns)
-{
-	const cudaLaunchConfig_t c = one_thread(s);
-	if (ns == 0)
-		return cudaLaunchKernelEx(&c, empty_kernel);
-	return cudaLaunchKernelEx(&c, spin_kernel, ns);
 }
 
 /* ---- latency floors ---------------------------------------------------------------------- */

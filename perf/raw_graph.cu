@@ -24,33 +24,7 @@
 namespace
 {
 
-/* ---- kernels ---------------------------------------------------------------------------- */
-
-__global__ void empty_kernel()
-{
-}
-
-__global__ void spin_kernel(uint32_t ns)
-{
-	const uint64_t t0 = globaltimer();
-	while (globaltimer() - t0 < ns) {
-	}
-}
-
-// As tdm_launch_spin: the empty kernel for 0, else the spin kernel; one thread.
-cudaError_t launch(cudaStream_t s, uint32_t ns)
-{
-	cudaLaunchConfig_t c = {};
-	c.gridDim = dim3(1);
-	c.blockDim = dim3(1);
-	c.dynamicSmemBytes = 0;
-	c.stream = s;
-	c.attrs = nullptr;
-	c.numAttrs = 0;
-	if (ns == 0)
-		return cudaLaunchKernelEx(&c, empty_kernel);
-	return cudaLaunchKernelEx(&c, spin_kernel, ns);
-}
+/* ---- launches (the kernels and launch(): cuda_common.cuh) ------------------------------- */
 
 cudaError_t launch_chain(cudaStream_t s, unsigned k, uint32_t ns)
 {
