@@ -342,6 +342,42 @@ static void sim_event_reset(struct tdm__backend *b, void *ev)
 	atomic_fetch_and_explicit(&e->done, ~(uint64_t)1, memory_order_relaxed);
 }
 
+/* ---- stamps ---- */
+
+/* A sim event stamps every record it runs (mark_event): a timer is an event. */
+static int sim_timer_time(struct tdm__backend *b, void *timer, uint64_t *ns)
+{
+	struct sim_event *e = timer;
+	if (b == NULL || e == NULL || ns == NULL)
+		return -EINVAL;
+	/* Relaxed: as in sim_event_query. */
+	uint64_t rec = atomic_load_explicit(&e->recorded, memory_order_relaxed);
+	if (rec == 0)
+		return -EINVAL;
+	if (dev_dead(e->dev))
+		return dead_status(e->dev);
+	/* Acquire: pairs with the release CAS in mark_event, which follows the stamp's store. */
+	uint64_t done = atomic_load_explicit(&e->done, memory_order_acquire);
+	if ((done >> 1) < rec)
+		return -EAGAIN;
+	*ns = atomic_load_explicit(&e->stamp_ns, memory_order_relaxed);
+	return 0;
+}
+
+static int sim_timer_elapsed(struct tdm__backend *b, void *from, void *to, uint64_t *ns)
+{
+	uint64_t t0 = 0, t1 = 0;
+	int rc = sim_timer_time(b, from, &t0);
+	if (rc == 0)
+		rc = sim_timer_time(b, to, &t1);
+	if (rc != 0)
+		return rc;
+	if (ns == NULL || ((struct sim_event *)from)->dev != ((struct sim_event *)to)->dev)
+		return -EINVAL;
+	*ns = t1 > t0 ? t1 - t0 : 0;
+	return 0;
+}
+
 /* ---- work ---- */
 
 static int sim_write_value(struct tdm__backend *b, void *stream, uint64_t *word, uint64_t value)
@@ -538,6 +574,9 @@ const struct tdm__backend_ops tdm__backend_sim = {
     .event_record = sim_event_record,
     .stream_wait_event = sim_stream_wait_event,
     .event_query = sim_event_query,
+    .timer_create = sim_event_create,
+    .timer_time = sim_timer_time,
+    .timer_elapsed = sim_timer_elapsed,
     .event_reset = sim_event_reset,
     .write_value = sim_write_value,
     .word_status = tdm__sim_word_status,

@@ -76,7 +76,8 @@ struct sim_capture;
 struct sim_op {
 	struct sim_op *next;
 	enum sim_op_kind kind;
-	int fault; /* the tdm_sim_fault it took at enqueue, or 0 */
+	int fault;          /* the tdm_sim_fault it took at enqueue, or 0 */
+	uint64_t queued_ns; /* when it was enqueued (tdm__now_ns): an idle device takes it then */
 	union {
 		uint32_t ns;
 		struct {
@@ -125,6 +126,7 @@ struct sim_stream {
 	int armed;                    /* lock: fault for the next work operation */
 	_Atomic uint64_t outstanding; /* operations enqueued and not finished */
 	bool pending_err; /* stream thread only: a failed op awaits its completion point */
+	uint64_t free_ns; /* stream thread only: when its last operation finished */
 
 	pthread_mutex_t err_lock;
 	uint64_t *erred; /* err_lock: word values whose write followed failed work */
@@ -146,6 +148,12 @@ struct sim_event {
 	_Atomic uint64_t recorded; /* generation of the latest record; 0: never recorded */
 	_Atomic uint64_t done;     /* (generation << 1) | failed, of the newest record that ran */
 	atomic_uint refs;          /* the owner's, and one per record still queued */
+	/* When the newest record that ran ran, as a device would have run it: when it was
+	 * enqueued, or when the stream's operation before it finished, whichever is later (the
+	 * stream's thread may have been asleep when it came). Written before the release CAS of
+	 * `done` and read after an acquire load that saw that generation (sim_timer_time); a
+	 * timer's records run in one stream's order, so the store is one writer's. */
+	_Atomic uint64_t stamp_ns;
 	/* Its latest record, when that was made in a capture: the capture's id (0: none) and the
 	 * capture's node of the record. b->graph_lock. */
 	uint64_t capture_id;

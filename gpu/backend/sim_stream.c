@@ -60,10 +60,13 @@ static bool add_erred(struct sim_stream *s, uint64_t value)
 	return true;
 }
 
-static void mark_event(struct sim_event *e, uint64_t gen, bool failed)
+static void mark_event(struct sim_event *e, uint64_t gen, bool failed, uint64_t stamp)
 {
 	uint64_t want = gen << 1 | (failed ? 1u : 0u);
 	uint64_t cur = atomic_load_explicit(&e->done, memory_order_relaxed);
+	/* Relaxed: published by the release CAS below (sim_timer_time's acquire load of done). */
+	if ((cur >> 1) < gen)
+		atomic_store_explicit(&e->stamp_ns, stamp, memory_order_relaxed);
 	/* Release: pairs with the acquire load of `done` in sim_event_query; the work before the
 	 * record happens before a query that reports it done. Records of one event on different
 	 * streams may run out of order: only a newer generation replaces an older one. */
@@ -195,7 +198,8 @@ static void execute_op(struct sim_stream *s, struct sim_op *o)
 		__atomic_store_n(o->u.write.word, o->u.write.value, __ATOMIC_RELEASE);
 		break;
 	case SIM_MARK:
-		mark_event(o->u.mark.ev, o->u.mark.gen, s->pending_err);
+		mark_event(o->u.mark.ev, o->u.mark.gen, s->pending_err,
+		           o->queued_ns > s->free_ns ? o->queued_ns : s->free_ns);
 		s->pending_err = false;
 		event_unref(o->u.mark.ev);
 		break;
@@ -251,6 +255,7 @@ static void *stream_main(void *arg)
 			struct sim_op *o = batch;
 			batch = o->next;
 			tdm__sim_execute(s, o);
+			s->free_ns = tdm__now_ns();
 			free(o);
 			/* Release: pairs with the acquire load in tdm__sim_stream_query; a stream
 			 * reported idle has its work's effects visible to the caller. */
@@ -281,6 +286,7 @@ int tdm__sim_submit(struct sim_stream *s, struct sim_op op)
 	if (o == NULL)
 		return -ENOMEM;
 	*o = op;
+	o->queued_ns = tdm__now_ns();
 	/* Work takes an armed fault; so does a replay with a work node, for the first of them. */
 	bool work = o->kind < SIM_WRITE || (o->kind == SIM_GRAPH && tdm__sim_replay_works(o));
 	pthread_mutex_lock(&s->lock);
