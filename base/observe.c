@@ -25,9 +25,36 @@
 #include "observe.h"
 
 /* TDM__OBS_NVTX: set once, by a release store in init_once. TDM__OBS_TRACE: set and cleared by
- * tdm_trace_start and tdm_trace_stop (release RMWs, base/trace.c). Read relaxed by
- * tdm__observing(), acquire by the hooks here (nvtx_on, and the trace bit in the run hooks). */
+ * tdm_trace_start and tdm_trace_stop (release RMWs, base/trace.c). TDM__OBS_METRICS: set and
+ * cleared by tdm__observe_metrics (release RMWs). Read relaxed by tdm__observing(), acquire by
+ * the hooks here (nvtx_on, and the trace bit in the run hooks). */
 _Atomic unsigned tdm__obs;
+
+/*
+ * Layers whose metrics are on, process-wide. The count and the bit change together under the
+ * lock: two layers turning theirs on and off at once must not leave the bit clear while one is
+ * on (an atomic count alone would let the last one off clear it after the next one on set it).
+ */
+static pthread_mutex_t metrics_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned metrics_layers; /* metrics_lock */
+
+void tdm__observe_metrics(bool on)
+{
+	pthread_mutex_lock(&metrics_lock);
+	if (on && metrics_layers++ == 0) {
+		/* Release, as the other bits are set: a hook that loads tdm__obs with acquire and
+		 * sees the bit sees what came before. The metrics' own state is not published
+		 * through it: their hooks go on to tdm__metrics_on and the layer's own
+		 * acquire loads (gpu/metrics.c), so this bit is a hint that lets them skip that. */
+		atomic_fetch_or_explicit(&tdm__obs, TDM__OBS_METRICS, memory_order_release);
+	} else if (!on && metrics_layers > 0 && --metrics_layers == 0) {
+		/* Release: as the set above; a hook that still sees the bit asks its layer, which
+		 * says off. */
+		atomic_fetch_and_explicit(&tdm__obs, ~(unsigned)TDM__OBS_METRICS,
+		                          memory_order_release);
+	}
+	pthread_mutex_unlock(&metrics_lock);
+}
 
 /*
  * Task names: one slot per task function seen, shared by all threads, filled once. A run looks

@@ -18,12 +18,16 @@
 enum {
 	TDM__OBS_NVTX = 1u << 0,  /* an NVTX tool is attached (NVTX_INJECTION64_PATH set) */
 	TDM__OBS_TRACE = 1u << 1, /* a trace records (tdm_trace_start .. tdm_trace_stop) */
+	/* some GPU layer's metrics are on (tdm_gpu_metrics_start .. stop, gpu/metrics.c) */
+	TDM__OBS_METRICS = 1u << 2,
 };
 
 /* Which observers are on (TDM__OBS_*): NVTX's set once by tdm__observe_init (a release RMW), the
- * trace's set and cleared by tdm_trace_start/stop (release RMWs, base/trace.c). Read relaxed
- * here: a hint whose change only decides whether later hooks are reported. A hook that reports
- * loads it again with acquire (observe.c, tdm__tracing), which pairs with those RMWs. */
+ * trace's set and cleared by tdm_trace_start/stop (release RMWs, base/trace.c), the metrics' by
+ * tdm__observe_metrics (release RMWs). Read relaxed here: a hint whose change only decides
+ * whether later hooks are reported. A hook that reports loads it again with acquire (observe.c,
+ * tdm__tracing), which pairs with those RMWs; the metrics' hooks ask their layer instead
+ * (tdm__metrics_on, gpu/stamps.h). */
 extern _Atomic unsigned tdm__obs;
 
 static inline bool tdm__observing(void)
@@ -47,7 +51,50 @@ enum tdm__trace_kind {
 	TDM__TR_FLOW_IN,    /* a run takes up the task's open flow; word: the flow's id */
 	TDM__TR_PARK_BEGIN, /* a worker parks (sleeps) */
 	TDM__TR_PARK_END,   /* ... and wakes */
+	TDM__TR_LAUNCH,     /* a launch the GPU stamps (a flow to its GPU span); word: its id */
+	/* On tracks only (tdm__trace_track_*): a GPU span is three events in a row, GPU_SPAN (ts:
+	 * the device start; word: the device end), GPU_INFO (ts: the launch's flow id; word:
+	 * bytes << 8 | kind) and GPU_TASK (word: the task's next await flow, 0: none). */
+	TDM__TR_GPU_SPAN,
+	TDM__TR_GPU_INFO,
+	TDM__TR_GPU_TASK,
+	TDM__TR_COUNTER, /* word: value << 8 | enum tdm__trace_counter */
 };
+
+/* The counters a trace samples (the GPU layer's stamps thread, every millisecond or so). */
+enum tdm__trace_counter {
+	TDM__CTR_AWAITS,     /* GPU awaits outstanding */
+	TDM__CTR_PINNED,     /* pinned host bytes in use */
+	TDM__CTR_SWEEPS,     /* the poller's sweeps since the last sample */
+	TDM__CTR_SLEEPS,     /* the poller's sleeps since the last sample */
+	TDM__CTR_SPANS_LOST, /* GPU spans dropped (no stamp free) */
+	TDM__CTR_COUNT
+};
+
+/* A track of the trace that is not a thread: a GPU stream's spans, a layer's counters. Written
+ * by one thread at a time (its owner serialises the writes with a lock of its own), at any time:
+ * what is recorded while no trace runs is dropped at once. Open and close from any thread; a
+ * track closed while a trace records stays until that trace is written. */
+struct tdm__track;
+struct tdm__track *tdm__trace_track_open(const char *name);
+void tdm__trace_track_close(struct tdm__track *tr);
+/* A GPU span (tdm_now_ns's clock): kind a gpu/stamps.h tdm__span_kind; launch: its launch
+ * flow's id (TDM__TR_LAUNCH on the launching thread), 0 for none; task: the launching task's
+ * next await flow (tdm__trace_await_flow), 0 for none. */
+void tdm__trace_track_span(struct tdm__track *tr, uint64_t start, uint64_t end, unsigned kind,
+                           uint64_t bytes, uint64_t launch, uint64_t task);
+void tdm__trace_track_counter(struct tdm__track *tr, enum tdm__trace_counter c, uint64_t ts,
+                              uint64_t value);
+/* Launch flow ids: unique in the process, in a space of their own (the top bit set). */
+uint64_t tdm__trace_launch_id(void);
+/* executor/worker.c: the flow id the running task's next await will have; 0 outside a task. */
+uint64_t tdm__trace_await_flow(void);
+
+/* Called at a trace's stop before it is written (with the trace still recording), for
+ * whatever holds events not yet recorded: the GPU layers' stamps. Register and unregister from
+ * any thread; unregister returns once no stop runs fn. */
+void tdm__trace_flusher_add(void (*fn)(void *), void *arg);
+void tdm__trace_flusher_remove(void (*fn)(void *), void *arg);
 
 /* Records one event into the calling thread's buffer, with no lock: only where tdm__tracing()
  * said yes. A full buffer drops the event and counts it. */
@@ -92,5 +139,9 @@ void tdm__observe_stream(void *native, int device, bool high, unsigned index);
 
 /* A point event: "tandem: device 0 failed". */
 void tdm__observe_mark(const char *what);
+
+/* A GPU layer's metrics go on (true) or off (false), in pairs: TDM__OBS_METRICS is set while at
+ * least one layer of the process has them on (gpu/metrics.c). Any thread. */
+void tdm__observe_metrics(bool on);
 
 #endif /* TDM_BASE_OBSERVE_H */

@@ -159,6 +159,16 @@ static void flow_out(struct tdm__task *t, bool await)
 	tdm__trace_record(await ? TDM__TR_SUSPEND : TDM__TR_SPAWN, flow_id(t));
 }
 
+uint64_t tdm__trace_await_flow(void)
+{
+	const struct tdm__task *t = tdm__current;
+	if (t == NULL)
+		return 0;
+	/* What flow_out will make of it at the task's next await. */
+	unsigned gen = ((t->flags >> 8) + 1u) & 0xffu;
+	return ((uint64_t)(uintptr_t)t << 9) | (uint64_t)(gen << 1) | 1u;
+}
+
 /* A run takes up t's open flow, if any; only while observed (the caller asked). */
 static void flow_in(struct tdm__task *t)
 {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "gpu_internal.h"
+#include "metrics.h"
 
 /*
  * Counts an await as active unless the layer is stopping. Seq_cst on both sides: pairs with
@@ -44,6 +45,7 @@ static int held_poll(struct tdm__task *t, int *rc)
 	*rc = ops->word_status != NULL ? ops->word_status(gpu->b, s->bs, TDM__AW(t)->seq) : 0;
 	tdm__fail_if_dead(s, *rc); /* then the poller fails the device's other awaits */
 	atomic_fetch_add_explicit(&gpu->n_direct, 1, memory_order_relaxed);
+	tdm__metrics_await_done(gpu, t);
 	/* The last access to gpu. Release: pairs with the poller's seq_cst load of active before
 	 * it ends, after which tdm_gpu_destroy may free gpu. */
 	atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_release);
@@ -85,6 +87,7 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *lease)
 	struct tdm_gpu *gpu = d->gpu;
 	if (tdm__task_executor(t) != gpu->ex)
 		return fail_now(t, -EINVAL);
+	uint64_t t0 = tdm__metrics_await_t0(gpu); /* 0: not timed (metrics off) */
 	/* Acquire: pairs with the release in tdm__device_fail. */
 	if (atomic_load_explicit(&d->failed, memory_order_acquire))
 		return fail_now(t, -EIO);
@@ -134,6 +137,8 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *lease)
 		atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_relaxed);
 		return fail_now(t, tdm__enqueued(lease, rc));
 	}
+	if (t0 != 0) /* before t is handed on: its completion may come at once */
+		tdm__metrics_await_begin(gpu, t, t0);
 	tdm__task_suspend(t);
 	/* A word is one memory read: the worker may watch it itself while it has nothing else to
 	 * run, and resume the task with no other thread on the round trip. */
@@ -150,6 +155,7 @@ int tdm_await_event(tdm_task *pub, tdm_event *e)
 	struct tdm_gpu *gpu = e->dev->gpu;
 	if (tdm__task_executor(t) != gpu->ex)
 		return fail_now(t, -EINVAL);
+	uint64_t t0 = tdm__metrics_await_t0(gpu); /* 0: not timed (metrics off) */
 	/* Counted first: the count keeps the poller, and so the backend, alive for the query
 	 * even when tdm_gpu_destroy runs meanwhile. */
 	int rc = register_await(gpu);
@@ -170,6 +176,8 @@ int tdm_await_event(tdm_task *pub, tdm_event *e)
 		return fail_now(t, q);
 	}
 	TDM__AW(t)->obj = (void *)((uintptr_t)e | TDM__AW_EVENT);
+	if (t0 != 0) /* before t is handed on: its completion may come at once */
+		tdm__metrics_await_begin(gpu, t, t0);
 	tdm__task_suspend(t);
 	submit_guarded(gpu, t);
 	return TDM_SUSPENDED;

@@ -53,6 +53,19 @@ struct tdm__stream {
 	uint64_t next_look_ns; /* stalled: when the poller looks at it again */
 	/* How long its awaits waited at the head, a moving average; 0: none yet. */
 	uint64_t typical_ns;
+
+	/* Device-side stamps (stamps.c): under `lock`, the queue of stamps enqueued and not yet
+	 * resolved, the free ones, every one made (for destroy) and how many; last_end and
+	 * track, the resolver's; index and high, set at creation. */
+	_Alignas(TDM__CACHELINE) struct {
+		pthread_mutex_t lock;
+		struct stamp *head, *tail, *free, *all;
+		unsigned made, taken, launches;
+		uint64_t last_end;
+		struct tdm__track *track;
+		unsigned index; /* class * nstreams + slot */
+		bool high;
+	} sq;
 };
 
 #define TDM__EXCLUSIVE (1 << 30)
@@ -97,6 +110,8 @@ struct tdm_stream {
 	struct tdm__capture *_Atomic cap;
 	_Atomic uint64_t cap_gen;
 	struct tdm__capture capture;
+	/* The stamps of the launch in progress through the gate (stamps.c), its holder's. */
+	struct stamp *stamp;
 };
 
 /* graph.c: a call that a capture refuses was made on s (s->cap set): the capture is abandoned;
@@ -239,6 +254,8 @@ struct tdm_gpu {
 	/* Graphs (graph.c): every handle, those free (oldest first), the open captures, and
 	 * tdm_graph_run's cache. */
 	struct tdm__graphs *graphs;
+	/* Device-side stamps (stamps.c), for the trace and the metrics. */
+	struct tdm__stamps *stamps;
 
 	/* Poller only. */
 	_Alignas(TDM__CACHELINE) pthread_t poller;
@@ -264,6 +281,7 @@ struct tdm_gpu {
 	/* Word awaits a worker saw complete itself (tdm__task_hold), counted by the workers: a
 	 * line of its own, last, so that their adds never touch what the poller writes. */
 	_Alignas(TDM__CACHELINE) _Atomic uint64_t n_direct;
+	struct tdm__metrics *metrics; /* metrics.c: made by create, freed by destroy; read-only */
 };
 
 /* A suspended task's await slot (executor/await.h): obj says what it awaits here, seq a number. */
@@ -305,17 +323,22 @@ static inline int tdm__enqueued(struct tdm_stream *s, int rc)
 
 /* Returns from the calling function what `call`, an enqueue on lease s made through the launch
  * gate, returned: -EINVAL for a NULL or released s, -EIO at once on a failed device. */
-#define TDM__LAUNCH(s, call)                                                                       \
+#define TDM__LAUNCH(s, kind, bytes, call)                                                          \
 	do {                                                                                       \
 		if ((s) == NULL || !tdm__lease_held(s))                                            \
 			return -EINVAL;                                                            \
 		if (atomic_load_explicit(&(s)->dev->failed, memory_order_relaxed))                 \
 			return -EIO;                                                               \
-		tdm_launch_begin(s);                                                               \
+		tdm__launch_begin((s), (kind), (bytes));                                           \
 		int rc_ = (call);                                                                  \
-		tdm_launch_end(s);                                                                 \
+		tdm__launch_end(s);                                                                \
 		return tdm__enqueued((s), rc_);                                                    \
 	} while (0)
+
+/* streams.c: tdm_launch_begin/end for tandem's own enqueues, which say what they enqueue (a
+ * gpu/stamps.h tdm__span_kind, and bytes for copies and memsets) for the stamps. */
+void tdm__launch_begin(struct tdm_stream *s, int kind, uint64_t bytes);
+void tdm__launch_end(struct tdm_stream *s);
 /*
  * poller.c: how long after `now` the poller looks again at a stream whose oldest await, on an
  * event, has waited since moved_ns (past stall_us). typical_ns: how long the stream's awaits

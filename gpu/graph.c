@@ -26,6 +26,7 @@
 #include <ck_ht.h>
 
 #include "gpu_internal.h"
+#include "stamps.h"
 #include "tandem_graph.h"
 
 struct tdm_graph {
@@ -329,9 +330,9 @@ int tdm_graph_launch(tdm_stream *s, tdm_graph *g)
 	pthread_mutex_lock(&g->lock);
 	int rc = -EINVAL;
 	if (g->live && g->dev == s->dev) {
-		tdm_launch_begin(s);
+		tdm__launch_begin(s, TDM__SPAN_GRAPH, 0);
 		rc = gpu->ops->graph_launch(gpu->b, g->exec, s->bs);
-		tdm_launch_end(s);
+		tdm__launch_end(s);
 	}
 	pthread_mutex_unlock(&g->lock);
 	return tdm__enqueued(s, rc);

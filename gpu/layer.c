@@ -13,6 +13,7 @@
 #include "base/cpulist.h"
 #include "base/observe.h"
 #include "gpu_internal.h"
+#include "stamps.h"
 #include "topology/topology.h"
 
 void tdm_gpu_config_init(tdm_gpu_config *cfg)
@@ -78,6 +79,7 @@ static void destroy_devices(struct tdm_gpu *gpu)
 					continue;
 				gpu->ops->stream_destroy(gpu->b, s->bs);
 				pthread_mutex_destroy(&s->wlock);
+				pthread_mutex_destroy(&s->sq.lock);
 				free(s);
 			}
 			free(d->streams[c]);
@@ -298,6 +300,10 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 		goto fail;
 	if (ops != NULL && (rc = tdm__pinned_init(gpu)) != 0)
 		goto fail;
+	if ((rc = tdm__metrics_init(gpu)) != 0) /* before the stamps, which ask it */
+		goto fail;
+	if (ops != NULL && (rc = tdm__stamps_init(gpu)) != 0)
+		goto fail;
 	if (pthread_create(&gpu->poller, NULL, tdm__poller_main, gpu) != 0) {
 		rc = -EAGAIN;
 		goto fail;
@@ -308,6 +314,7 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	*out = gpu;
 	return 0;
 fail:
+	tdm__stamps_fini(gpu);
 	tdm__graphs_fini(gpu);
 	tdm__leases_fini(gpu);
 	if (gpu->pinned != NULL)
@@ -316,6 +323,7 @@ fail:
 		destroy_devices(gpu);
 	if (gpu->b != NULL)
 		ops->close(gpu->b);
+	tdm__metrics_fini(gpu); /* after the stamps: their last flush feeds it */
 	tdm__topology_free(gpu->topo);
 	free(gpu);
 	return rc;
@@ -359,6 +367,7 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 	/* Graphs before the streams: an open capture ends on its stream. */
 	tdm__graphs_fini(gpu);
 	tdm__leases_fini(gpu); /* every handle is back: its lease's count was dropped after */
+	tdm__stamps_fini(gpu); /* no launch stamps now; its spans still in flight go in */
 	free(gpu->heap);
 	free(gpu->wake);
 	free(gpu->wake_rc);
@@ -371,6 +380,7 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 			tdm__pinned_fini(gpu);
 		gpu->ops->close(gpu->b);
 	}
+	tdm__metrics_fini(gpu); /* last: the stamps' final flush (tdm__stamps_fini) feeds it */
 	tdm__topology_free(gpu->topo);
 	free(gpu);
 	return 0;

@@ -47,6 +47,7 @@
 
 #include "base/observe.h"
 #include "gpu_internal.h"
+#include "metrics.h"
 
 #define TDM__CHECK_NS 1000000ull /* status check of a stream that made no progress */
 /*
@@ -91,6 +92,7 @@ static int grow(void **arr, unsigned *cap, size_t elem, unsigned need)
 
 static void add_wake(struct tdm_gpu *gpu, struct tdm__task *t, int rc)
 {
+	tdm__metrics_await_done(gpu, t); /* every completion the poller sees comes through here */
 	/* capwake is both arrays' capacity: it moves only once both have grown (were it to move
 	 * with wake alone, a failed growth of wake_rc would leave it short for good). */
 	unsigned cap = gpu->capwake, cap_rc = gpu->capwake;

@@ -25,6 +25,7 @@
 
 #include "base/observe.h"
 #include "gpu_internal.h"
+#include "stamps.h"
 
 /* The stream at slot k of class c, created on first use. */
 static int stream_at(struct tdm__gdev *d, int c, unsigned k, struct tdm__stream **out)
@@ -47,6 +48,9 @@ static int stream_at(struct tdm__gdev *d, int c, unsigned k, struct tdm__stream 
 		} else {
 			memset(s, 0, sizeof(*s));
 			s->dev = d;
+			pthread_mutex_init(&s->sq.lock, NULL);
+			s->sq.index = (unsigned)c * d->nstreams + k;
+			s->sq.high = c == 1;
 			pthread_mutex_init(&s->wlock, NULL);
 			if (d->words)
 				s->word = d->word_block +
@@ -462,13 +466,13 @@ int tdm_stream_device(const tdm_stream *s)
 	return s != NULL && tdm__lease_held(s) ? s->dev->index : -EINVAL;
 }
 
-void tdm_launch_begin(tdm_stream *s)
+static void gate_enter(struct tdm_stream *s)
 {
 	struct tdm__gdev *d = s->dev;
 	unsigned limit = d->launch_limit;
 	for (unsigned spins = 0;; spins++) {
 		int cur = atomic_load_explicit(&d->launching, memory_order_relaxed);
-		/* Acquire: pairs with the release decrement in tdm_launch_end (a semaphore). Only
+		/* Acquire: pairs with the release decrement in gate_leave (a semaphore). Only
 		 * the count matters: the driver orders its own state. */
 		if ((unsigned)cur < limit &&
 		    atomic_compare_exchange_weak_explicit(
@@ -483,8 +487,38 @@ void tdm_launch_begin(tdm_stream *s)
 	}
 }
 
+static void gate_leave(struct tdm_stream *s)
+{
+	/* Release: pairs with the acquire CAS in gate_enter. */
+	atomic_fetch_sub_explicit(&s->dev->launching, 1, memory_order_release);
+}
+
+void tdm__launch_begin(struct tdm_stream *s, int kind, uint64_t bytes)
+{
+	gate_enter(s);
+	if (tdm__observing())
+		tdm__stamp_begin(s, (enum tdm__span_kind)kind, bytes);
+}
+
+void tdm__launch_end(struct tdm_stream *s)
+{
+	if (tdm__observing())
+		tdm__stamp_end(s);
+	gate_leave(s);
+}
+
+/* Bounds the launching threads; while stamps are on, brackets the user's launch with them
+ * (a "kernel" span: tandem cannot see what the user enqueues). */
+void tdm_launch_begin(tdm_stream *s)
+{
+	gate_enter(s);
+	if (tdm__observing())
+		tdm__stamp_begin(s, TDM__SPAN_KERNEL, 0);
+}
+
 void tdm_launch_end(tdm_stream *s)
 {
-	/* Release: pairs with the acquire CAS in tdm_launch_begin. */
-	atomic_fetch_sub_explicit(&s->dev->launching, 1, memory_order_release);
+	if (tdm__observing())
+		tdm__stamp_end(s);
+	gate_leave(s);
 }

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h> /* FILE: tdm_metrics_print */
 
 #include "tandem.h"
 
@@ -545,6 +546,111 @@ typedef struct tdm_device_info {
  * -EINVAL: bad gpu, device or out.  -ENODEV: no device (backend none).
  */
 int tdm_gpu_device_info(const tdm_gpu *gpu, int device, tdm_device_info *out);
+
+/* ---- metrics (docs/design/observe.md, "Metrics") ---- */
+
+/*
+ * What the devices did over a window, measured from the same device-side stamps as the trace's
+ * GPU spans (each launch, copy, memset and graph replay made through the launch gate, timed by
+ * the device on its stream), and how long the layer's awaits took. Figures are for the window
+ * from tdm_gpu_metrics_start to tdm_gpu_metrics_stop (to the tdm_gpu_metrics_get while it runs).
+ * Spans are cut at the window's edges; a span still running at the get is not counted yet. While
+ * metrics are on, each launch costs two timing stamps on its stream and the poller resolves them;
+ * off, nothing but one relaxed load per launch and per await.
+ */
+
+#define TDM_METRICS_MAX_DEVICES 16 /* devices reported: the layer's first 16 */
+#define TDM_METRICS_MAX_STREAMS 64 /* streams reported per device: those with work, first 64 */
+
+/* One stream of a device's set, over the window. */
+typedef struct tdm_stream_metrics {
+	int high;         /* 1: of the high-priority class (TDM_STREAM_HIGH_PRIORITY) */
+	unsigned index;   /* its slot in its class, as in "tandem dev 0 normal 2" */
+	uint64_t spans;   /* spans of any kind that ran on it */
+	uint64_t busy_ns; /* their lengths added up (one stream runs its work one at a time) */
+	uint64_t idle_ns; /* from the end of each span to the start of the next one on the stream;
+	                     not before its first span in the window, nor after its last */
+} tdm_stream_metrics;
+
+/* One device, over the window. Rates are in GB/s (1e9 bytes a second). */
+typedef struct tdm_device_metrics {
+	int device;
+	uint64_t window_ns;
+	/* The union of kernel and graph spans on all its streams: time when at least one ran
+	 * (kernels overlapping on two streams count once), and its share of window_ns. Not the SMs'
+	 * occupancy: one small kernel makes the device busy. Works on a MIG instance, where NVML
+	 * reports no utilisation. */
+	uint64_t busy_ns;
+	double busy_fraction;
+	/* Spans of each kind (copies: every direction). */
+	uint64_t kernels, graphs, copies, memsets;
+	/* Copies host to device and device to host: bytes (a span cut by the window's edge counts
+	 * the bytes of its part inside, pro rata), the union of that direction's copy spans, its
+	 * share of the window, the rate while copying (bytes / h2d_ns) and over the window (bytes /
+	 * window_ns). */
+	uint64_t h2d_bytes, h2d_ns;
+	double h2d_fraction, h2d_gbps, h2d_gbps_window;
+	uint64_t d2h_bytes, d2h_ns;
+	double d2h_fraction, d2h_gbps, d2h_gbps_window;
+	uint64_t d2d_bytes, memset_bytes; /* device to device (peer copies too), memsets */
+	/* The peak rates tdm_gpu_metrics_peak set (0: unknown), and the window's rate as a share
+	 * of them: how much of the link the window used; -1 where the peak is unknown. */
+	double h2d_peak_gbps, d2h_peak_gbps;
+	double h2d_share, d2h_share;
+	/* Span time that could not be placed: a device keeps 4096 separate busy intervals per kind
+	 * (kernels, H2D, D2H) before it folds the older half into a sum, and a span that reaches
+	 * the metrics after its time was folded counts only from the fold on. busy_ns, h2d_ns and
+	 * d2h_ns may be short by up to this; 0 unless spans come very late. */
+	uint64_t unplaced_ns;
+	unsigned nstreams;     /* entries in streams[]: the streams with spans, in slot order */
+	unsigned streams_over; /* streams with spans past TDM_METRICS_MAX_STREAMS, left out */
+	tdm_stream_metrics streams[TDM_METRICS_MAX_STREAMS];
+} tdm_device_metrics;
+
+/* Round trips of the layer's awaits that suspended their task (tdm_await_stream,
+ * tdm_await_event): from the await call to the moment the poller, or the worker watching it,
+ * saw it complete. Awaits that return at once (an error, an event done already) and deadlines are
+ * not counted. p50 and p99 are read from a histogram of buckets 1/16 of a power of two wide,
+ * as the bucket's midpoint: within 3.2% of the true value (exact below 32 ns); max is exact. */
+typedef struct tdm_await_metrics {
+	uint64_t count;
+	uint64_t p50_ns, p99_ns, max_ns, mean_ns;
+	/* Made while on but not timed: the table that holds their start times was full (it holds
+	 * 12288, spread by hash: only with thousands outstanding at once). */
+	uint64_t untimed;
+} tdm_await_metrics;
+
+/* About 36 KiB: keep one in static or heap memory rather than on a small thread stack. */
+typedef struct tdm_gpu_metrics {
+	int running;               /* 1: not stopped; the window ends at the get */
+	uint64_t start_ns, end_ns; /* the window, on tdm_now_ns's clock */
+	int ndevices;              /* entries in devices[]: the layer's, at most 16 */
+	tdm_await_metrics awaits;
+	tdm_device_metrics devices[TDM_METRICS_MAX_DEVICES];
+} tdm_gpu_metrics;
+
+/*
+ * Starts the window now and turns the stamps on for this layer; on a layer whose metrics run,
+ * starts it over (every figure back to zero). Peaks set stay.
+ * -EINVAL: gpu is NULL.  -ESHUTDOWN: the layer is being destroyed.  -ENOMEM: no memory for the
+ * metrics' state (taken at the first start).
+ */
+int tdm_gpu_metrics_start(tdm_gpu *gpu);
+/* Ends the window now and turns the stamps off; the figures stay readable until the next start.
+ * -EINVAL: gpu is NULL.  -EALREADY: not running (never started, or stopped).  -ESHUTDOWN. */
+int tdm_gpu_metrics_stop(tdm_gpu *gpu);
+/* The figures of the current or last window, into *out (no allocation): stamps that have run are
+ * resolved first. -EINVAL: gpu or out is NULL.  -ENOENT: never started on this layer.
+ * -ESHUTDOWN. */
+int tdm_gpu_metrics_get(tdm_gpu *gpu, tdm_gpu_metrics *out);
+/* The device's peak copy rates, GB/s, for the shares: measured by the caller (a large copy from
+ * pinned memory, say); tandem does not measure them itself, since that would take the device's
+ * copy engines away from the program. 0: unknown (the default). Kept across windows.
+ * -EINVAL: gpu is NULL, device out of range or past TDM_METRICS_MAX_DEVICES, a rate negative or
+ * not finite.  -ESHUTDOWN. */
+int tdm_gpu_metrics_peak(tdm_gpu *gpu, int device, double h2d_gbps, double d2h_gbps);
+/* A table of m for a human, on f. -EINVAL: m or f is NULL.  -EIO: a write failed. */
+int tdm_metrics_print(const tdm_gpu_metrics *m, FILE *f);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

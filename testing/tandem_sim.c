@@ -8,23 +8,24 @@
 #include <string.h>
 
 #include "gpu/gpu_internal.h"
+#include "gpu/stamps.h"
 #include "tandem_sim.h"
 
 #define B(s) ((s)->dev->gpu)
 
 int tdm_launch_spin(tdm_stream *s, uint32_t ns)
 {
-	TDM__LAUNCH(s, B(s)->ops->launch_spin(B(s)->b, s->bs, ns));
+	TDM__LAUNCH(s, TDM__SPAN_KERNEL, 0, B(s)->ops->launch_spin(B(s)->b, s->bs, ns));
 }
 
 int tdm_launch_busy(tdm_stream *s, uint32_t ns)
 {
-	TDM__LAUNCH(s, B(s)->ops->launch_busy(B(s)->b, s->bs, ns));
+	TDM__LAUNCH(s, TDM__SPAN_KERNEL, 0, B(s)->ops->launch_busy(B(s)->b, s->bs, ns));
 }
 
 int tdm_launch_fault(tdm_stream *s)
 {
-	TDM__LAUNCH(s, B(s)->ops->launch_fault(B(s)->b, s->bs));
+	TDM__LAUNCH(s, TDM__SPAN_KERNEL, 0, B(s)->ops->launch_fault(B(s)->b, s->bs));
 }
 
 int tdm_sim_inject(tdm_stream *s, tdm_sim_fault fault)

@@ -25,8 +25,15 @@ struct trace {
 	unsigned long spans; /* B events */
 	bool balanced;       /* no E without its B, nothing open at the end, per thread */
 	int tids[MAX_TIDS], depth[MAX_TIDS], ntids;
-	unsigned long spawn_s, spawn_f, await_s, await_f;
-	bool flows_paired; /* each id: one "s", then one "f" */
+	unsigned long spawn_s, spawn_f, await_s, await_f, launch_s, launch_f, done_s, done_f;
+	/* GPU tracks: complete events, by kind; overlapping ones on one track; kernels' lengths
+	 * (us); tracks named "GPU ..."; counter samples. */
+	unsigned long gpu_spans, kernels, copies, counters;
+	bool gpu_overlap, gpu_track;
+	double kernel_min, kernel_max, kernel_sum, last_end[MAX_TIDS], gpu_open[MAX_TIDS];
+	int gpu_tids[MAX_TIDS], ngpu_tids;
+	long long tasks_run; /* otherData; -1: not found */
+	bool flows_paired;   /* each id: one "s", then one "f" */
 	bool worker, poller;
 	unsigned max_depth;
 };
@@ -67,6 +74,8 @@ static struct trace read_trace(const char *path)
 	struct trace r;
 	memset(&r, 0, sizeof(r));
 	r.dropped = -1;
+	r.tasks_run = -1;
+	r.kernel_min = 1e300;
 	r.balanced = true;
 	r.flows_paired = true;
 	free(flow_seen);
@@ -87,6 +96,9 @@ static struct trace read_trace(const char *path)
 			const char *d = strstr(line, "\"dropped\":");
 			if (d != NULL)
 				r.dropped = atoll(d + 10);
+			const char *tr = strstr(line, "\"tasks_run\":");
+			if (tr != NULL)
+				r.tasks_run = atoll(tr + 12);
 			r.tail = strcmp(line + strlen(line) - 3, "}}\n") == 0;
 			continue;
 		}
@@ -100,6 +112,45 @@ static struct trace read_trace(const char *path)
 		char name[128] = "", cat[32] = "";
 		str_of(line, "name", name, sizeof(name));
 		str_of(line, "cat", cat, sizeof(cat));
+		if ((ph == 'B' || ph == 'E') && strcmp(cat, "gpu") == 0) {
+			/* A GPU span: on a track of its own, never nested. */
+			int k = 0;
+			while (k < r.ngpu_tids && r.gpu_tids[k] != tid)
+				k++;
+			if (k == r.ngpu_tids) {
+				cr_assert_lt(k, MAX_TIDS);
+				r.gpu_tids[r.ngpu_tids++] = tid;
+				r.last_end[k] = 0;
+				r.gpu_open[k] = -1;
+			}
+			if (ph == 'B') {
+				cr_assert_lt(r.gpu_open[k], 0, "GPU spans never nest: %s", line);
+				/* Written to the nanosecond: 0.0005 us is rounding. */
+				if (ts + 0.0005 < r.last_end[k])
+					r.gpu_overlap = true;
+				r.gpu_open[k] = ts;
+				if (strncmp(name, "copy ", 5) == 0)
+					cr_assert_not_null(strstr(line, "\"args\":{\"bytes\":"),
+					                   "%s", line);
+				continue;
+			}
+			cr_assert_geq(r.gpu_open[k], 0, "a GPU span ends after it began: %s", line);
+			double dur = ts - r.gpu_open[k];
+			r.gpu_open[k] = -1;
+			r.last_end[k] = ts;
+			r.gpu_spans++;
+			if (strcmp(name, "kernel") == 0) {
+				r.kernels++;
+				r.kernel_sum += dur;
+				if (dur < r.kernel_min)
+					r.kernel_min = dur;
+				if (dur > r.kernel_max)
+					r.kernel_max = dur;
+			} else if (strncmp(name, "copy ", 5) == 0) {
+				r.copies++;
+			}
+			continue;
+		}
 		if (ph == 'B') {
 			int *d = depth_of(&r, tid);
 			++*d;
@@ -127,25 +178,34 @@ static struct trace read_trace(const char *path)
 			cr_assert_not_null(p, "a flow has an id: %s", line);
 			long id = atol(p + 5);
 			cr_assert(id > 0 && id < MAX_FLOWS, "flow id %ld", id);
-			bool await = strcmp(name, "await") == 0;
+			static const char *const types[] = {"spawn", "await", "launch", "done"};
 			cr_assert_str_eq(cat, "flow");
-			cr_assert_eq(await, (id & 1) == 1, "await flows have odd ids");
+			cr_assert_str_eq(name, types[id & 3], "a flow's id says its type");
+			unsigned long *ends[][2] = {{&r.spawn_s, &r.spawn_f},
+			                            {&r.await_s, &r.await_f},
+			                            {&r.launch_s, &r.launch_f},
+			                            {&r.done_s, &r.done_f}};
 			/* Threads are written one after another: a finish may come first. */
 			if (ph == 's') {
 				if (flow_seen[id] & 1)
 					r.flows_paired = false;
 				flow_seen[id] |= 1;
 				flow_ts[id][0] = ts;
-				*(await ? &r.await_s : &r.spawn_s) += 1;
+				*ends[id & 3][0] += 1;
 			} else {
 				if (flow_seen[id] & 2)
 					r.flows_paired = false;
 				flow_seen[id] |= 2;
 				flow_ts[id][1] = ts;
 				cr_assert_not_null(strstr(line, "\"bp\":\"e\""));
-				*(await ? &r.await_f : &r.spawn_f) += 1;
+				*ends[id & 3][1] += 1;
 			}
+		} else if (ph == 'C') {
+			cr_assert_not_null(strstr(line, "\"args\":{\"value\":"), "%s", line);
+			r.counters++;
 		} else if (ph == 'M') {
+			if (strstr(line, "\"args\":{\"name\":\"GPU ") != NULL)
+				r.gpu_track = true;
 			/* Any worker: one that the machine has not yet scheduled when the
 			 * trace stops has named nothing; those that ran tasks have. */
 			if (strstr(line, "\"args\":{\"name\":\"tandem worker ") != NULL)
@@ -159,8 +219,10 @@ static struct trace read_trace(const char *path)
 		if (r.depth[i] != 0)
 			r.balanced = false;
 	for (long id = 0; id < MAX_FLOWS; id++)
+		/* A launch's finish, on a GPU track, may seem to come first on cuda, whose
+		 * device clock is anchored to the host's within microseconds. */
 		if (flow_seen[id] == 1 || flow_seen[id] == 2 ||
-		    (flow_seen[id] == 3 && flow_ts[id][1] < flow_ts[id][0]))
+		    (flow_seen[id] == 3 && (id & 3) != 2 && flow_ts[id][1] < flow_ts[id][0]))
 			r.flows_paired = false;
 	free(flow_ts);
 	flow_ts = NULL;
@@ -443,5 +505,100 @@ Test(trace, environment)
 	tdm_test_destroy(e.ex);
 	struct trace r = read_trace(path);
 	check_full(&r, runs);
+	unlink(path);
+}
+
+/* ---- GPU spans (gpu/stamps.c) ---- */
+
+#define SPINS 20
+#define SPIN_NS 200000u
+
+struct spinner {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	int i;
+};
+
+/* Launches SPINS kernels of SPIN_NS, awaiting each, on an exclusive stream. */
+int spin_task(tdm_task *t, void *arg)
+{
+	struct spinner *sp = arg;
+	TDM_BEGIN(t);
+	cr_assert_eq(tdm_stream_lease(sp->gpu, 0, TDM_STREAM_EXCLUSIVE, &sp->s), 0);
+	for (sp->i = 0; sp->i < SPINS; sp->i++) {
+		cr_assert_eq(tdm_launch_spin(sp->s, SPIN_NS), 0);
+		TDM_AWAIT(t, tdm_await_stream(t, sp->s));
+		cr_assert_eq(tdm_task_result(t), 0);
+	}
+	cr_assert_eq(tdm_stream_release(sp->s), 0);
+	TDM_END(t);
+}
+
+/* Each kernel a span on its stream's track, as long as the kernel ran (at least SPIN_NS, and
+ * within 1 us of it on a GPU), with its launch's flow into it and a flow from it to the run
+ * that resumed its awaiting task; spans never overlap on a track; counters sampled. */
+static bool gpu_spans(tdm_backend backend)
+{
+	struct env e;
+	if (!env_open(&e, backend, TDM_COMPLETION_AUTO, 2))
+		return false;
+	char path[64];
+	temp_path(path, sizeof(path));
+	cr_assert_eq(tdm_trace_start(e.ex, path), 0);
+	struct spinner sp = {.gpu = e.gpu};
+	cr_assert_eq(run_one(&e, spin_task, &sp), 0);
+	cr_assert_eq(tdm_trace_stop(e.ex), 0);
+	struct trace r = read_trace(path);
+	cr_assert(r.head && r.tail);
+	cr_assert_eq(r.dropped, 0);
+	cr_assert(r.flows_paired, "every flow has both ends, once");
+	cr_assert(r.gpu_track, "a GPU stream's track is named");
+	cr_assert_eq(r.kernels, SPINS, "a span per kernel: %lu", r.kernels);
+	cr_assert_eq(r.gpu_spans, SPINS);
+	cr_assert(!r.gpu_overlap, "spans on one track never overlap");
+	cr_assert_eq(r.launch_s, SPINS, "a launch flow per kernel");
+	cr_assert_eq(r.launch_f, SPINS);
+	cr_assert_eq(r.done_s, SPINS, "a flow from each kernel to the resume: %lu", r.done_s);
+	cr_assert_eq(r.done_f, SPINS);
+	cr_assert_eq(r.await_s, SPINS);
+	cr_assert_geq(r.counters, 1, "counters sampled");
+	double want = SPIN_NS / 1000.0, mean = r.kernel_sum / (double)r.kernels;
+	fprintf(stderr, "%s kernel spans of a %.0f us kernel: min %.3f mean %.3f max %.3f us\n",
+	        backend == TDM_BACKEND_CUDA ? "cuda" : "sim", want, r.kernel_min, mean,
+	        r.kernel_max);
+	/* A spinning kernel runs at least its length on either backend. */
+	cr_assert_geq(r.kernel_min, want - 1.0, "min %.3f", r.kernel_min);
+	if (backend == TDM_BACKEND_CUDA)
+		cr_assert_leq(mean, want + 1.0, "mean %.3f: within 1 us of the kernel", mean);
+	env_close(&e);
+	unlink(path);
+	return true;
+}
+
+Test(trace, gpu_spans)
+{
+	cr_assert(gpu_spans(TDM_BACKEND_SIM));
+}
+
+Test(trace, gpu_spans_cuda)
+{
+	if (!gpu_spans(TDM_BACKEND_CUDA))
+		cr_skip_test("no CUDA device");
+}
+
+/* Without a trace (and without metrics), nothing is stamped: no track, no span. */
+Test(trace, no_spans_when_off)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
+	struct spinner sp = {.gpu = e.gpu};
+	cr_assert_eq(run_one(&e, spin_task, &sp), 0); /* untraced */
+	char path[64];
+	temp_path(path, sizeof(path));
+	cr_assert_eq(tdm_trace_start(e.ex, path), 0);
+	cr_assert_eq(tdm_trace_stop(e.ex), 0);
+	struct trace r = read_trace(path);
+	cr_assert_eq(r.gpu_spans, 0, "the untraced kernels left no spans");
+	env_close(&e);
 	unlink(path);
 }

@@ -1,0 +1,67 @@
+/*
+ * Device-side stamps (gpu/stamps.c): while a trace records or metrics are on, every launch made
+ * through the launch gate (tdm_launch_begin/end, and tandem's own copies, memsets, kernels and
+ * graph launches) is bracketed on its stream by two timing stamps the device takes itself (CUDA
+ * timing events; on sim, the stream's thread reads the clock as it reaches them). Once both
+ * have happened, the pair is resolved into a span of device time, in tdm_now_ns's clock, which
+ * goes to the trace (a track per stream) and to the metrics (gpu/metrics.c).
+ * docs/design/observe.md, "GPU spans".
+ */
+#ifndef TDM_GPU_STAMPS_H
+#define TDM_GPU_STAMPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct tdm_gpu;
+struct tdm_stream;
+struct tdm__stream;
+
+/* What a span's work was. */
+enum tdm__span_kind {
+	TDM__SPAN_KERNEL, /* a kernel: the user's (tdm_launch_begin/end), or tandem's own */
+	TDM__SPAN_H2D,    /* a copy host to device (bytes) */
+	TDM__SPAN_D2H,    /* device to host */
+	TDM__SPAN_D2D,    /* device to device, or between devices */
+	TDM__SPAN_MEMSET, /* a memset (bytes) */
+	TDM__SPAN_GRAPH,  /* a graph's replay */
+	TDM__SPAN_KINDS
+};
+
+/* One piece of device work, resolved. */
+struct tdm__span {
+	uint64_t start_ns, end_ns; /* device-side, in tdm_now_ns's clock; start <= end */
+	uint64_t bytes;            /* copies and memsets; 0 otherwise */
+	int device;
+	unsigned stream; /* the stream's index among its device's streams (tdm__gdev.streams) */
+	enum tdm__span_kind kind;
+};
+
+/* ---- metrics.c: fed by the stamps, read by tdm_gpu_metrics_get ---- */
+
+/* A span resolved while metrics are on; called in each stream's order (one stream's spans come
+ * in order of start), from any thread, for any stream at once. */
+void tdm__metrics_span(struct tdm_gpu *gpu, const struct tdm__span *sp);
+/* An await of the layer completed latency_ns after it was made (the await call to the moment
+ * its completion was seen); any thread. */
+void tdm__metrics_await(struct tdm_gpu *gpu, uint64_t latency_ns);
+/* The layer's metrics state: made with the layer, freed with it. */
+int tdm__metrics_init(struct tdm_gpu *gpu);
+void tdm__metrics_fini(struct tdm_gpu *gpu);
+/* Whether the layer's metrics are on (tdm_gpu_metrics_start .. stop): a relaxed load. */
+bool tdm__metrics_on(const struct tdm_gpu *gpu);
+
+/* ---- stamps.c ---- */
+
+/* The gate's enqueue on lease s begins and ends (only while tdm__observing()): brackets it with
+ * stamps when the trace records or s's layer has metrics on, and s is not capturing. */
+void tdm__stamp_begin(struct tdm_stream *s, enum tdm__span_kind kind, uint64_t bytes);
+void tdm__stamp_end(struct tdm_stream *s);
+/* Resolves the stamps of the layer that have happened (the poller calls it now and then while
+ * stamping, the trace's stop and tdm_gpu_metrics_get before they read); wait: also those still
+ * pending, waiting for them (stop, destroy). */
+void tdm__stamps_flush(struct tdm_gpu *gpu, bool wait);
+int tdm__stamps_init(struct tdm_gpu *gpu);
+void tdm__stamps_fini(struct tdm_gpu *gpu);
+
+#endif /* TDM_GPU_STAMPS_H */
