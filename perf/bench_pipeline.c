@@ -127,6 +127,7 @@ struct opts {
 	int trace;        /* --trace: the compute-bound kernels' device-clock timeline, per run */
 	int stamp_kernel; /* --stamp kernel: the busy kernel copies the stamp (no device copy) */
 	int no_spin;      /* --no-spin: tdm_pipeline_config.no_spin */
+	int metrics;      /* --metrics: one more run of the pipeline with tdm_gpu_metrics on */
 	uint64_t batches;
 	unsigned in_flight, streams, reps, cpus; /* streams 0: the pipeline's default */
 };
@@ -496,6 +497,9 @@ static void usage(FILE *f)
 	      "                  kernel (the kernel copies it; default); sim always copies\n"
 	      "  --trace         compute-bound, cuda only: also where each run's time went, from\n"
 	      "                  the kernels' own device-clock spans (one line per run)\n"
+	      "  --metrics       after the timed runs, one more run of the tandem pipeline with\n"
+	      "                  tdm_gpu_metrics on (the copies alone as the peak), beside its\n"
+	      "                  own rate (one line)\n"
 	      "  --json          one JSON object per line instead of a table\n",
 	      f);
 }
@@ -543,6 +547,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		}
 		if (strcmp(a, "--no-spin") == 0) {
 			o->no_spin = 1;
+			continue;
+		}
+		if (strcmp(a, "--metrics") == 0) {
+			o->metrics = 1;
 			continue;
 		}
 		if (strcmp(a, "pipeline") == 0)
@@ -664,6 +672,56 @@ static void trace_end(const struct opts *o, const struct work *w, enum impl i, u
 #endif
 }
 
+/*
+ * --metrics: the tandem pipeline once more, its device measured by tdm_gpu_metrics from the
+ * stamps, against its own figures: the copies' rate over the run against the metrics' bytes
+ * over the window, and the share of the copies-alone rate (set as the peak).
+ */
+static void metrics_run(struct env *e, struct work *w, const struct opts *o, const struct load *l,
+                        const struct row *r)
+{
+	uint64_t n = o->batches, at[2];
+	double h2d_peak = gb_per_s(l, I_H2D, n, r[I_H2D].median);
+	double d2h_peak = gb_per_s(l, I_D2H, n, r[I_D2H].median);
+	static tdm_gpu_metrics m; /* 36 KiB */
+
+	pmust(tdm_gpu_metrics_peak(e->gpu, 0, h2d_peak, d2h_peak), "tdm_gpu_metrics_peak");
+	pmust(tdm_gpu_metrics_start(e->gpu), "tdm_gpu_metrics_start");
+	double s = tandem_pipeline(e, w, o, n, at);
+	pmust(tdm_gpu_metrics_stop(e->gpu), "tdm_gpu_metrics_stop");
+	pmust(tdm_gpu_metrics_get(e->gpu, &m), "tdm_gpu_metrics_get");
+	const tdm_device_metrics *d = &m.devices[0];
+	double window = (double)(m.end_ns - m.start_ns) / 1e9;
+	double own = gb_per_s(l, I_TANDEM, n, s);
+	/* The metrics' bytes over the run's own seconds: the same measure as gb_per_s. */
+	double from_metrics = (double)(d->h2d_bytes + d->d2h_bytes) / s / 1e9;
+	if (o->json) {
+		printf("{\"bench\":\"pipeline-metrics\",\"config\":\"%s\",\"backend\":\"%s\","
+		       "\"batches\":%llu,\"seconds\":%.6f,\"window_seconds\":%.6f,"
+		       "\"gb_per_s\":%.3f,\"metrics_gb_per_s\":%.3f,\"h2d_bytes\":%llu,"
+		       "\"d2h_bytes\":%llu,\"h2d_gbps_window\":%.3f,\"d2h_gbps_window\":%.3f,"
+		       "\"h2d_gbps\":%.3f,\"d2h_gbps\":%.3f,\"h2d_peak\":%.3f,\"d2h_peak\":%.3f,"
+		       "\"h2d_share\":%.4f,\"d2h_share\":%.4f,\"busy_fraction\":%.4f,"
+		       "\"h2d_fraction\":%.4f,\"d2h_fraction\":%.4f,\"kernels\":%llu,"
+		       "\"copies\":%llu,\"awaits\":%llu,\"await_p50_ns\":%llu,"
+		       "\"await_p99_ns\":%llu}\n",
+		       l->name, o->sim ? "sim" : "cuda", (unsigned long long)n, s, window, own,
+		       from_metrics, (unsigned long long)d->h2d_bytes,
+		       (unsigned long long)d->d2h_bytes, d->h2d_gbps_window, d->d2h_gbps_window,
+		       d->h2d_gbps, d->d2h_gbps, h2d_peak, d2h_peak, d->h2d_share, d->d2h_share,
+		       d->busy_fraction, d->h2d_fraction, d->d2h_fraction,
+		       (unsigned long long)d->kernels, (unsigned long long)d->copies,
+		       (unsigned long long)m.awaits.count, (unsigned long long)m.awaits.p50_ns,
+		       (unsigned long long)m.awaits.p99_ns);
+		fflush(stdout);
+		return;
+	}
+	printf("%s, the pipeline with metrics on: %.2f GB/s by its own count, %.2f GB/s from the "
+	       "metrics' bytes\n",
+	       l->name, own, from_metrics);
+	tdm_metrics_print(&m, stdout);
+}
+
 static void run_load(const struct opts *o, const char *device, const struct load *l)
 {
 	struct env e;
@@ -737,6 +795,8 @@ static void run_load(const struct opts *o, const char *device, const struct load
 	for (int i = 0; i < I_COUNT; i++)
 		if (i != I_DB)
 			finish_row(&r[i], o->reps);
+	if (o->metrics)
+		metrics_run(&e, &w, o, l, r);
 #if HAVE_RAW
 	if (db != NULL)
 		finish_row(&r[I_DB], o->reps);

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# One call on the GPU machine for issue 19's GPU half: this tree built with CUDA, its tests
+# (the trace's GPU spans printed), the examples traced and checked, gpu-throughput with 1 us
+# kernels untraced against traced, and the cost of the hooks when off: fib and gpu-throughput
+# side by side with an earlier tree in .trees/BEFORE, PASSES times in alternating order.
+# Prepare here: ../shared/device/prepare-deps.sh; mkdir -p .trees/REV && git archive REV | tar -x
+# -C .trees/REV (.trees ignored). Run with carry [".devdeps", ".trees/REV"]:
+#   BEFORE=REV PASSES=3 bash scripts/gpu-trace.sh
+# Logs: $OUT/summary.txt and $OUT/logs.tgz (the device tool brings back 8 files at most).
+set -uo pipefail
+OUT=${OUT:-/tmp/tandem-out}
+mkdir -p "$OUT"
+export CMAKE_PREFIX_PATH=$PWD/.devdeps/root/usr
+export LD_LIBRARY_PATH=$PWD/.devdeps/root/usr/lib/x86_64-linux-gnu
+S=$OUT/summary.txt
+log() { printf '\n==== %s %s ====\n' "$(date -u +%T)" "$*" | tee -a "$S"; }
+pack() {
+	log finished
+	tar czf /tmp/logs.tgz -C "$OUT" --exclude summary.txt --exclude '*.json' . &&
+		find "$OUT" -mindepth 1 ! -name summary.txt -delete && mv /tmp/logs.tgz "$OUT/logs.tgz"
+}
+trap pack EXIT
+A=build-gpu
+B=${BEFORE:+.trees/$BEFORE/build-gpu}
+
+log build
+{ date -u; nvidia-smi --query-gpu=name,driver_version,mig.mode.current --format=csv; nproc; } >>"$S" 2>&1
+(cmake -S . -B $A -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON && cmake --build $A -j12) \
+	>"$OUT/build.log" 2>&1 &
+if [ -n "$B" ]; then
+	(cmake -S .trees/$BEFORE -B $B -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON &&
+		cmake --build $B -j4 --target tandem-bench) >"$OUT/build-before.log" 2>&1 &
+fi
+wait %1 || { tail -40 "$OUT/build.log" | tee -a "$S"; exit 1; }
+[ -z "$B" ] || wait %2 || tail -20 "$OUT/build-before.log" | tee -a "$S"
+
+log "trace and metrics tests on cuda"
+for t in test_trace test_metrics; do
+	[ -x $A/tests/$t ] || continue
+	timeout 200 $A/tests/$t --verbose >"$OUT/$t.log" 2>&1
+	echo "$t exit $?" | tee -a "$S"
+	grep -E "kernel spans|Synthesis|FAIL|metrics:" "$OUT/$t.log" | head -20 | tee -a "$S"
+done
+
+log ctest
+ctest --test-dir $A --output-on-failure -j8 >"$OUT/ctest.log" 2>&1
+grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -15 | tee -a "$S"
+
+log "examples traced"
+for e in gpu_many pipeline gpu_graph; do
+	TANDEM_TRACE=$OUT/$e.json timeout 120 $A/examples/$e >"$OUT/ex-$e.log" 2>&1
+	echo "-- $e exit $?: $(tail -1 "$OUT/ex-$e.log")" | tee -a "$S"
+	if [ -x scripts/trace-check ]; then
+		python3 scripts/trace-check "$OUT/$e.json" 2>&1 | tail -3 | tee -a "$S"
+	fi
+	python3 - "$OUT/$e.json" <<'PY' | tee -a "$S"
+import json, sys, collections, statistics as st
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"]
+x = collections.defaultdict(list)
+for e in ev:
+    if e["ph"] == "X":
+        x[e["name"]].append(e["dur"])
+lost = max([e["args"]["value"] for e in ev if e["ph"] == "C" and "lost" in e["name"]] or [0])
+flows = collections.Counter(e["name"] for e in ev if e["ph"] == "s")
+print(" ", d["otherData"], "lost", lost, dict(flows), {k: (len(v), round(st.median(v), 3)) for k, v in x.items()})
+PY
+done
+
+log "pipeline with metrics"
+timeout 300 $A/perf/tandem-bench pipeline --metrics --reps 5 --json >"$OUT/pipeline.jsonl" \
+	2>"$OUT/pipeline.err"
+echo "pipeline exit $?" | tee -a "$S"
+grep -E '"pipeline-metrics"|"impl":"(tandem|bidir-copy|h2d-alone|d2h-alone)"' "$OUT/pipeline.jsonl" |
+	python3 -c '
+import json, sys
+for l in sys.stdin:
+    r = json.loads(l)
+    keep = ("bench", "impl", "config", "gb_per_s", "metrics_gb_per_s", "h2d_gbps_window",
+            "d2h_gbps_window", "h2d_share", "d2h_share", "busy_fraction", "h2d_peak", "d2h_peak",
+            "seconds", "window_seconds", "await_p50_ns", "await_p99_ns")
+    print({k: r[k] for k in keep if k in r})' | tee -a "$S"
+
+log "gpu-throughput 1 us: untraced against traced"
+for p in 1 2 3; do
+	for mode in off on; do
+		if [ $mode = on ]; then
+			TANDEM_TRACE=/tmp/tp.json TANDEM_TRACE_EVENTS=3000000 timeout 200 $A/perf/tandem-bench \
+				gpu-throughput --workers 1,16 --kernel-us 1 --reps 5 --json \
+				>>"$OUT/tp-$mode.jsonl" 2>>"$OUT/tp-$mode.err"
+		else
+			timeout 200 $A/perf/tandem-bench gpu-throughput --workers 1,16 --kernel-us 1 --reps 5 \
+				--json >>"$OUT/tp-$mode.jsonl" 2>>"$OUT/tp-$mode.err"
+		fi
+		echo "pass $p $mode exit $?" >>"$S"
+	done
+done
+ls -la /tmp/tp.json >>"$S" 2>&1
+tail -3 "$OUT/tp-on.err" >>"$S"
+
+if [ -n "$B" ]; then
+	log "hooks off: fib and gpu-throughput against $BEFORE"
+	for p in $(seq 1 "${PASSES:-3}"); do
+		for t in before after; do
+			[ $((p % 2)) = 0 ] && t=$([ $t = before ] && echo after || echo before)
+			bin=$A/perf/tandem-bench
+			[ $t = before ] && bin=$B/perf/tandem-bench
+			timeout 120 $bin fib --n 30 --threads 1,16 --reps 10 --impl tandem --json \
+				>>"$OUT/fib-$t.jsonl" 2>>"$OUT/fib-$t.err"
+			timeout 120 $bin gpu-throughput --workers 1,16 --kernel-us 1 --reps 5 --json \
+				>>"$OUT/ab-$t.jsonl" 2>>"$OUT/ab-$t.err"
+			echo "pass $p $t exit $?" >>"$S"
+		done
+	done
+fi
+python3 - "$OUT" <<'PY' | tee -a "$S"
+import json, sys, statistics as st, collections, os
+for f in sorted(os.listdir(sys.argv[1])):
+    if not f.endswith(".jsonl"):
+        continue
+    d = collections.defaultdict(list)
+    for l in open(os.path.join(sys.argv[1], f)):
+        try:
+            r = json.loads(l)
+        except ValueError:
+            continue
+        k = (r.get("bench"), r.get("impl"), r.get("workers", r.get("threads")))
+        v = r.get("tasks_per_s", r.get("median_ms", r.get("ms")))
+        if v is not None:
+            d[k].append(v)
+    for k, v in sorted(d.items(), key=str):
+        print(f, k, len(v), "median %.4g" % st.median(v), "min %.4g max %.4g" % (min(v), max(v)))
+PY
