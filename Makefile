@@ -96,3 +96,29 @@ format:
 
 clean:
 	rm -rf $(BUILD_DIR) build-debug build-nocuda build-tsan build-asan
+
+# The figures of README.md and perf/README.md (docs/img/), drawn by scripts/tandem-plot (Debian's
+# python3-matplotlib) from what perf/plot-data/ keeps: no build needed.
+PLOT      = scripts/tandem-plot
+PLOT_DATA = perf/plot-data
+PLOT_TRACE = $(PLOT_DATA)/sim-pipeline-trace.json
+H200      = $(PLOT_DATA)/2026-12-01-h200
+.PHONY: plots plot-trace
+plots:
+	@mkdir -p docs/img
+	$(PLOT) timeline $(PLOT_TRACE) -o docs/img/timeline.png \
+		--title "examples/pipeline traced, on tandem's GPU simulator (2 CPUs)"
+	$(PLOT) scaling $(H200)-43432ed-throughput-conn-unset-1.jsonl \
+		$(H200)-43432ed-throughput-conn-unset-2.jsonl -o docs/img/gpu-throughput.png \
+		--title "gpu-throughput on one H200, 16 cores (2026-12-01, median of two passes)"
+	$(PLOT) scaling $(H200)-67576aa-cpu.jsonl -o docs/img/cpu-scaling.png \
+		--title "fib and skynet on the H200 machine's 16 cores (2026-12-01)"
+	$(PLOT) latency $(H200)-67576aa-gpu.jsonl -o docs/img/latency.png \
+		--title "await round trips and pipeline runs on one H200 (2026-12-01)"
+	$(PLOT) pipeline $(H200)-d147f80-pipeline-1.jsonl $(H200)-d147f80-pipeline-2.jsonl \
+		-o docs/img/pipeline.png --title "pipeline on one H200 (2026-12-01, median of two calls)"
+
+# The timeline's trace, made anew: examples/pipeline on the simulator (then `make plots`).
+plot-trace: build
+	TANDEM_GPU=sim TANDEM_TRACE=$(PLOT_TRACE) $(BUILD_DIR)/examples/pipeline
+	scripts/trace-check --tasks run $(PLOT_TRACE)

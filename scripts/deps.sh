@@ -15,9 +15,12 @@ have_header() {
 	return 1
 }
 have_tbb() { have_header oneapi/tbb/task_group.h || have_header tbb/task_group.h; }
+# Debian's matplotlib is for Debian's python3 (scripts/tandem-plot runs under it if need be).
+have_matplotlib() { /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1; }
 
 # Each check: required|optional, Debian package, test. Optional parts only turn off a step
-# (oneTBB baseline, valgrind run, format check, cppcheck, pkg-config half of the install test).
+# (oneTBB baseline, valgrind run, format check, cppcheck, pkg-config half of the install test,
+# make plots, the speedscope test).
 checks=(
 	"required libck-dev        have_header ck_ec.h"
 	"required libcriterion-dev have_header criterion/criterion.h"
@@ -31,6 +34,8 @@ checks=(
 	"optional clang-format     have clang-format"
 	"optional cppcheck         have cppcheck"
 	"optional valgrind         have valgrind"
+	"optional python3-matplotlib have_matplotlib"
+	"optional chromium         have chromium"
 )
 scan() {
 	missing=() missing_required=()
@@ -45,6 +50,28 @@ scan() {
 	done
 	return 0
 }
+
+# The trace viewer test (tests/trace_speedscope.js): speedscope and playwright-core from npm, at
+# these versions, into build-npm/ (ignored, kept by make clean), where npm exists.
+SPEEDSCOPE=1.25.0 PLAYWRIGHT=1.65.1
+npm_tools() {
+	local dir
+	dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build-npm"
+	have npm || { echo "deps: no npm: the speedscope test is skipped"; return 0; }
+	if [ "$(npm_version "$dir" speedscope)" = "$SPEEDSCOPE" ] &&
+		[ "$(npm_version "$dir" playwright-core)" = "$PLAYWRIGHT" ]; then
+		return 0
+	fi
+	echo "deps: installing speedscope@$SPEEDSCOPE playwright-core@$PLAYWRIGHT into $dir"
+	mkdir -p "$dir"
+	npm install --prefix "$dir" --no-save --no-audit --no-fund --loglevel=error \
+		"speedscope@$SPEEDSCOPE" "playwright-core@$PLAYWRIGHT" >/dev/null ||
+		echo "deps: npm install failed: the speedscope test is skipped" >&2
+}
+npm_version() {
+	sed -n 's/^  "version": "\(.*\)",$/\1/p' "$1/node_modules/$2/package.json" 2>/dev/null
+}
+npm_tools
 
 scan
 [ ${#missing[@]} -eq 0 ] && { echo "deps: everything present"; exit 0; }
