@@ -16,6 +16,7 @@
  * trace can turn the hooks on.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #include "observe.h"
+#include "tandem.h"
 
 /* TDM__OBS_NVTX: set once, by a release store in init_once. TDM__OBS_TRACE: set and cleared by
  * tdm_trace_start and tdm_trace_stop (release RMWs, base/trace.c). TDM__OBS_METRICS: set and
@@ -143,6 +145,41 @@ static const struct name_slot *lookup(uintptr_t fn)
 		}
 	}
 	return NULL;
+}
+
+int tdm__observe_name(uintptr_t fn, const char *name)
+{
+	if (fn == 0 || name == NULL || name[0] == '\0')
+		return -EINVAL;
+	uint32_t h = hash_fn(fn);
+	for (uint32_t i = 0; i < NAME_PROBES; i++) {
+		struct name_slot *s = &names[(h + i) & (NAME_SLOTS - 1)];
+		/* Relaxed: as in lookup. */
+		uintptr_t seen = atomic_load_explicit(&s->fn, memory_order_relaxed);
+		if (seen == 0 &&
+		    atomic_compare_exchange_strong_explicit(&s->fn, &seen, fn, memory_order_relaxed,
+		                                            memory_order_relaxed)) {
+			snprintf(s->text, sizeof(s->text), "%s", name);
+			s->name = nvtx_register(s->text);
+			s->color = palette[h % (sizeof(palette) / sizeof(palette[0]))];
+			/* Release: pairs with the acquire load in lookup, as there. */
+			atomic_store_explicit(&s->ready, 1, memory_order_release);
+			return 0;
+		}
+		if (seen == fn) /* named already: by a call like this, or by a run */
+			return -EALREADY;
+	}
+	return -ENOSPC;
+}
+
+int tdm_task_name(tdm_fn fn, const char *name)
+{
+	return tdm__observe_name((uintptr_t)fn, name);
+}
+
+int tdm_resumable_name(tdm_resume_fn fn, const char *name)
+{
+	return tdm__observe_name((uintptr_t)fn, name);
 }
 
 void tdm__observe_fn_name(void (*fn)(void), char *out, size_t len)

@@ -113,6 +113,11 @@ void tdm__trace_executor_destroyed(void *ex);
  * NVTX's ranges use: dladdr once per function. */
 void tdm__observe_fn_name(void (*fn)(void), char *out, size_t len);
 
+/* Names the task function fn in the trace and NVTX, instead of its symbol: 0, or -EINVAL (fn 0,
+ * name NULL or empty), -EALREADY (named already: by a call, or by a run seen while observed),
+ * -ENOSPC (the table of names is full). tdm_task_name and tdm_resumable_name call it. */
+int tdm__observe_name(uintptr_t fn, const char *name);
+
 /* Looks once per process for the observers the environment asks for; any thread, any time
  * (idempotent). tdm_executor_create and tdm_gpu_create call it before they start threads. */
 void tdm__observe_init(void);

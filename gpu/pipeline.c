@@ -641,6 +641,8 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 		return -EINVAL;
 	if (gpu->ndev == 0)
 		return -ENODEV;
+	/* Its runs in a trace or a profiler: named once per process (-EALREADY afterwards). */
+	(void)tdm_resumable_name(slot_task, "tandem pipeline batch");
 	if (cfg->device < 0 || cfg->device >= gpu->ndev)
 		return -EINVAL;
 	if (tdm_worker_index(gpu->ex) >= 0)

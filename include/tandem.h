@@ -310,6 +310,17 @@ int tdm_trace_stop(tdm_executor *ex);
 /* CLOCK_MONOTONIC now, in nanoseconds: the clock of deadlines (tdm_await_deadline). */
 uint64_t tdm_now_ns(void);
 
+/*
+ * Names a task function in traces (tdm_trace_start) and NVTX ranges, in your words: every run
+ * of fn is then shown as `name` (at most 63 bytes kept) instead of fn's symbol. Name it before
+ * it first runs while observed: a function's name is taken once per process, at its first
+ * observed run or at this call, and stays. -EINVAL: fn or name NULL, or name empty.
+ * -EALREADY: fn has a name already (this call made before, or a run named it).  -ENOSPC: 256
+ * functions are named already (more are named "task").
+ */
+int tdm_task_name(tdm_fn fn, const char *name);
+int tdm_resumable_name(tdm_resume_fn fn, const char *name);
+
 /* A message for any value tandem returns; never NULL. */
 const char *tdm_strerror(int err);
 

@@ -602,3 +602,60 @@ Test(trace, no_spans_when_off)
 	env_close(&e);
 	unlink(path);
 }
+
+/* ---- names ---- */
+
+void named_task(void *arg)
+{
+	(void)arg;
+}
+
+int named_resumable(tdm_task *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	return 0;
+}
+
+/* A task function named in the user's words shows under that name, every run; the calls'
+ * errors. */
+Test(trace, task_names)
+{
+	cr_assert_eq(tdm_task_name(NULL, "x"), -EINVAL);
+	cr_assert_eq(tdm_task_name(named_task, NULL), -EINVAL);
+	cr_assert_eq(tdm_task_name(named_task, ""), -EINVAL);
+	cr_assert_eq(tdm_resumable_name(NULL, "x"), -EINVAL);
+	cr_assert_eq(tdm_task_name(named_task, "load a \"batch\""), 0);
+	cr_assert_eq(tdm_task_name(named_task, "another"), -EALREADY, "a name stays");
+	cr_assert_eq(tdm_resumable_name(named_resumable, "decode"), 0);
+
+	tdm_executor *ex = tdm_test_create(2);
+	char path[64];
+	temp_path(path, sizeof(path));
+	cr_assert_eq(tdm_trace_start(ex, path), 0);
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	for (int i = 0; i < 5; i++) {
+		cr_assert_eq(tdm_group_spawn(&g, named_task, NULL), 0);
+		cr_assert_eq(tdm_spawn(ex, named_resumable, NULL, &g), 0);
+	}
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(tdm_trace_stop(ex), 0);
+	tdm_test_destroy(ex);
+	FILE *f = fopen(path, "r");
+	cr_assert_not_null(f);
+	char line[1024];
+	unsigned load = 0, decode = 0, by_symbol = 0;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (strncmp(line, "{\"ph\":\"B\"", 9) != 0)
+			continue;
+		load += strstr(line, "\"name\":\"load a \\\"batch\\\"\"") != NULL;
+		decode += strstr(line, "\"name\":\"decode\"") != NULL;
+		by_symbol += strstr(line, "\"name\":\"named_") != NULL;
+	}
+	fclose(f);
+	cr_assert_eq(load, 5, "each run under its name (escaped): %u", load);
+	cr_assert_eq(decode, 5, "%u", decode);
+	cr_assert_eq(by_symbol, 0, "not under the symbol");
+	unlink(path);
+}
