@@ -98,7 +98,12 @@ int main(void)
 	    .user = &j,
 	};
 	tdm_pipeline_stats st;
+	/* What the device did meanwhile, from its own clock: how busy, how fast each way. */
+	static tdm_gpu_metrics m; /* 36 KiB: not on the stack */
+	int mrc = tdm_gpu_metrics_start(gpu);
 	int rc = tdm_pipeline_run(gpu, &cfg, &st); /* blocks this thread, which is not a worker */
+	if (mrc == 0 && tdm_gpu_metrics_stop(gpu) == 0 && tdm_gpu_metrics_get(gpu, &m) == 0)
+		tdm_metrics_print(&m, stdout);
 
 	/* Each input value v in 0..65535 appears once per 65536 consecutive k, and FLOATS is a
 	 * multiple of that: every batch sums to FLOATS / 65536 * FACTOR * (0 + ... + 65535). */

@@ -555,8 +555,10 @@ int tdm_gpu_device_info(const tdm_gpu *gpu, int device, tdm_device_info *out);
  * the device on its stream), and how long the layer's awaits took. Figures are for the window
  * from tdm_gpu_metrics_start to tdm_gpu_metrics_stop (to the tdm_gpu_metrics_get while it runs).
  * Spans are cut at the window's edges; a span still running at the get is not counted yet. While
- * metrics are on, each launch costs two timing stamps on its stream and the poller resolves them;
- * off, nothing but one relaxed load per launch and per await.
+ * metrics are on, each launch costs a timer record on its stream (two on one launch in 16), which
+ * a thread of the layer resolves every millisecond; off, one relaxed load per launch and per
+ * await. Work enqueued outside the launch gate (your launches not wrapped in tdm_launch_begin/
+ * end) is not seen.
  */
 
 #define TDM_METRICS_MAX_DEVICES 16 /* devices reported: the layer's first 16 */
