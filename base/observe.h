@@ -52,6 +52,7 @@ enum tdm__trace_kind {
 	TDM__TR_PARK_BEGIN, /* a worker parks (sleeps) */
 	TDM__TR_PARK_END,   /* ... and wakes */
 	TDM__TR_LAUNCH,     /* a launch the GPU stamps (a flow to its GPU span); word: its id */
+	TDM__TR_STEAL,      /* a worker stole a task; word: the victim's index */
 	/* On tracks only (tdm__trace_track_*): a GPU span is three events in a row, GPU_SPAN (ts:
 	 * the device start; word: the device end), GPU_INFO (ts: the launch's flow id; word:
 	 * bytes << 8 | kind) and GPU_TASK (word: the task's next await flow, 0: none). */

@@ -510,6 +510,13 @@ static void put_thread(FILE *f, int pid, const struct buffer *b, uint32_t n, con
 				put_slice(f, 'E', pid, b->tid, e->ts, own);
 			break;
 		}
+		case TDM__TR_STEAL: /* an instant, on the thread */
+			put_head(f, 'i', pid, b->tid, e->ts);
+			fprintf(f,
+			        ",\"s\":\"t\",\"cat\":\"tandem\",\"name\":\"steal\","
+			        "\"args\":{\"victim\":%llu}},\n",
+			        (unsigned long long)e->word);
+			break;
 		default: /* a track's kinds: not in a thread's buffer */
 			break;
 		}

@@ -95,6 +95,9 @@ static struct tdm__task *steal(struct tdm__worker *w)
 			while (x == TDM__DEQUE_ABORT);
 			if (x != NULL) {
 				tdm__count(w, steals_won);
+				if (tdm__observing() && tdm__tracing())
+					tdm__trace_record(TDM__TR_STEAL,
+					                  (uint64_t)(v - ex->workers));
 				return x;
 			}
 			/* A busy worker's woken tasks may run elsewhere. */

@@ -28,7 +28,7 @@ struct trace {
 	unsigned long spawn_s, spawn_f, await_s, await_f, launch_s, launch_f, done_s, done_f;
 	/* GPU tracks: complete events, by kind; overlapping ones on one track; kernels' lengths
 	 * (us); tracks named "GPU ..."; counter samples. */
-	unsigned long gpu_spans, kernels, copies, counters;
+	unsigned long gpu_spans, kernels, copies, counters, steals;
 	bool gpu_overlap, gpu_track;
 	double kernel_min, kernel_max, kernel_sum, last_end[MAX_TIDS], gpu_open[MAX_TIDS];
 	double kernel_dur[64]; /* the first 64 kernels' lengths */
@@ -203,6 +203,10 @@ static struct trace read_trace(const char *path)
 				cr_assert_not_null(strstr(line, "\"bp\":\"e\""));
 				*ends[id & 3][1] += 1;
 			}
+		} else if (ph == 'i') {
+			cr_assert_str_eq(name, "steal");
+			cr_assert_not_null(strstr(line, "\"args\":{\"victim\":"), "%s", line);
+			r.steals++;
 		} else if (ph == 'C') {
 			cr_assert_not_null(strstr(line, "\"args\":{\"value\":"), "%s", line);
 			r.counters++;
@@ -249,6 +253,17 @@ static uint64_t tasks_run(tdm_executor *ex)
 		tdm_worker_stats s;
 		cr_assert_eq(tdm_executor_stats(ex, (unsigned)i, &s), 0);
 		n += s.tasks_run;
+	}
+	return n;
+}
+
+static uint64_t steals_won(tdm_executor *ex)
+{
+	uint64_t n = 0;
+	for (int i = 0; i < tdm_executor_workers(ex); i++) {
+		tdm_worker_stats s;
+		cr_assert_eq(tdm_executor_stats(ex, (unsigned)i, &s), 0);
+		n += s.steals_won;
 	}
 	return n;
 }
@@ -343,13 +358,17 @@ Test(trace, records_runs_flows_and_names)
 	char path[64];
 	temp_path(path, sizeof(path));
 	struct awaiter aw[AWAITERS];
-	uint64_t before = tasks_run(e.ex);
+	uint64_t before = tasks_run(e.ex), stolen = steals_won(e.ex);
 	cr_assert_eq(tdm_trace_start(e.ex, path), 0);
 	run_work(&e, aw);
 	uint64_t runs = tasks_run(e.ex) - before;
+	stolen = steals_won(e.ex) - stolen;
 	cr_assert_eq(tdm_trace_stop(e.ex), 0);
 	struct trace r = read_trace(path);
 	check_full(&r, runs);
+	cr_assert_eq(r.steals, stolen, "a steal instant per steal: %lu, %llu", r.steals,
+	             (unsigned long long)stolen);
+	cr_assert_eq(r.tasks_run, (long long)runs, "otherData.tasks_run");
 	cr_assert_geq(r.max_depth, 2, "a group wait on a worker nests its children's spans");
 
 	/* Stopped: more work records nothing, and a second trace holds only its own work. */
