@@ -30,8 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include <time.h>
 
 #include "base/clock.h"
 #include "base/observe.h"
@@ -40,9 +39,12 @@
 
 #define MAX_STAMPS 4096u          /* stamps per stream */
 #define SAMPLE_EVERY 16u          /* a t0 on one launch in this many, per stream */
-#define PERIOD_NS 1000000ull      /* the resolver's period */
+#define PERIOD_NS 1000000ull      /* the resolver's period while stamping */
+#define IDLE_NS 50000000ull       /* and while not: it looks whether stamping began */
 #define WAIT_MAX_NS 2000000000ull /* how long a flush that waits waits for a stream's work */
-#define DRIFT_NS_PER_S 1000ull    /* how fast the latency estimate may rise (see latency) */
+#define DRIFT_NS_PER_S 1000ull    /* how fast the offset may rise (see learn) */
+#define DRIFT_MAX_NS 2000         /* and at most, between two samples */
+#define REF_AGE_NS 4000000000ull  /* a reference older than this is replaced (float ms) */
 
 struct stamp {
 	void *t0, *t1;
@@ -58,16 +60,24 @@ struct stamp {
 	enum tdm__span_kind kind;
 };
 
-/* Per device, the resolver's: device time - host time of a submission reaching the device. */
-struct latency {
-	bool known;
-	int64_t ns;
-	uint64_t at; /* host clock of the estimate's last change */
+/*
+ * Per device, the resolver's: its clock, and its offset to the host's. A device's timers are
+ * read against one of them, `ref` (a first timer that ran, kept out of the pool): a timer's
+ * device time is base + (its record - ref's record). The offset is device time - host time of
+ * a submission reaching the device, learnt from the sampled first timers (`learn`).
+ */
+struct devclock {
+	void *ref;         /* NULL until the first sampled first timer ran */
+	int64_t base;      /* device time of ref's record */
+	uint64_t ref_host; /* host clock before ref's record, to know its age */
+	bool known;        /* offset learnt */
+	int64_t ns;        /* the offset */
+	uint64_t at;       /* host clock of the offset's last sample */
 };
 
 struct tdm__stamps {
 	pthread_mutex_t resolve;
-	struct latency *lat;               /* resolve: per device */
+	struct devclock *clk;              /* resolve: per device */
 	struct tdm__track *counters;       /* resolve */
 	uint64_t last_sweeps, last_sleeps; /* resolve */
 	unsigned layer;                    /* the process's layers, numbered from 1 */
@@ -118,67 +128,121 @@ static void give_back(struct tdm__stream *s, struct stamp *st)
 	pthread_mutex_unlock(&s->sq.lock);
 }
 
-/* A t0 sample: device time of the record against the host's after its call. The smallest over
- * recent samples is the submission latency (samples on a busy stream ran later); it may rise
- * by DRIFT_NS_PER_S, so that a drifting anchor is followed. */
-static void learn(struct latency *l, int64_t sample, uint64_t now)
+/* A t0 sample: device time of the record against the host's before its call. The smallest
+ * over recent samples is the offset (samples on a busy stream ran later); between samples it
+ * may rise by DRIFT_NS_PER_S, at most DRIFT_MAX_NS, so that a drifting clock is followed and a
+ * busy stream's late samples cannot lift it far. */
+static void learn(struct devclock *c, int64_t sample, uint64_t now)
 {
-	if (l->known) {
-		uint64_t rise = (now - l->at) / 1000000000ull * DRIFT_NS_PER_S +
-		                (now - l->at) % 1000000000ull * DRIFT_NS_PER_S / 1000000000ull;
-		if (sample > l->ns + (int64_t)rise)
-			return;
+	if (c->known) {
+		uint64_t dt = now - c->at;
+		int64_t rise = (int64_t)(dt / 1000000000ull * DRIFT_NS_PER_S +
+		                         dt % 1000000000ull * DRIFT_NS_PER_S / 1000000000ull);
+		if (rise > DRIFT_MAX_NS)
+			rise = DRIFT_MAX_NS;
+		if (sample > c->ns + rise)
+			sample = c->ns + rise;
 	}
-	l->known = true;
-	l->ns = sample;
-	l->at = now;
+	c->known = true;
+	c->ns = sample;
+	c->at = now;
+}
+
+/* The device time of timer t (base + t - ref): 0, or the backend's error. */
+static int dev_time(struct tdm_gpu *gpu, const struct devclock *c, void *t, int64_t *out)
+{
+	int64_t d = 0;
+	int rc = gpu->ops->timer_elapsed(gpu->b, c->ref, t, &d);
+	if (rc == 0)
+		*out = c->base + d;
+	return rc;
+}
+
+/* st's first timer ran (sampled): the device's reference becomes it when there is none yet or
+ * the one there is getting old (a float of milliseconds loses microseconds past seconds). The
+ * old reference, or a new timer, takes its place in st. */
+static void maybe_rebase(struct tdm_gpu *gpu, struct devclock *c, struct stamp *st, int dev)
+{
+	if (c->ref != NULL && st->host_t0 - c->ref_host < REF_AGE_NS)
+		return;
+	void *spare = c->ref;
+	int64_t base = 0;
+	if (spare != NULL) {
+		int64_t d = 0;
+		if (gpu->ops->timer_elapsed(gpu->b, c->ref, st->t0, &d) != 0)
+			return;
+		base = c->base + d;
+	} else if (gpu->ops->timer_create(gpu->b, dev, &spare) != 0) {
+		return;
+	}
+	c->ref = st->t0;
+	c->base = base;
+	c->ref_host = st->host_t0;
+	st->t0 = spare;
 }
 
 /*
  * The span of st, resolved (rc 0), or -EAGAIN while its work runs, or another error. Written in
- * the host's clock as it sees submissions: device time less the device's submission latency
- * (which also takes out the anchor's error), so that a launch reaches the device at the moment
- * its call returned, and its span never begins before its launch on the host's timeline.
+ * the host's clock as it sees submissions: device time less the offset (submission latency and
+ * the clocks' difference), so that a launch reaches the device at the moment its call returned,
+ * and its span never begins before its launch on the host's timeline.
  */
 static int resolve_one(struct tdm_gpu *gpu, struct tdm__stream *s, struct stamp *st,
                        uint64_t *start_out, uint64_t *end_out)
 {
-	const struct tdm__backend_ops *ops = gpu->ops;
-	struct latency *l = &gpu->stamps->lat[s->dev->index];
-	uint64_t end = 0, t0 = 0;
-	int rc = ops->timer_time(gpu->b, st->t1, &end);
-	if (rc != 0)
-		return rc;
-	bool sampled = st->sampled && ops->timer_time(gpu->b, st->t0, &t0) == 0;
-	if (sampled)
-		learn(l, (int64_t)(t0 - st->host_t0), tdm__now_ns());
+	struct devclock *c = &gpu->stamps->clk[s->dev->index];
+	int64_t end = 0, t0 = 0;
+	if (c->ref == NULL) {
+		if (!st->sampled)
+			return -ENODATA; /* no clock yet: the first launch of a stream is sampled */
+		int64_t d = 0;
+		int rc = gpu->ops->timer_elapsed(gpu->b, st->t0, st->t1, &d);
+		if (rc != 0)
+			return rc;
+		maybe_rebase(gpu, c, st, s->dev->index);
+		if (c->ref == NULL)
+			return -ENOMEM;
+		st->sampled = false; /* its first timer is the reference now: at base, 0 */
+		t0 = 0;
+		end = d;
+		learn(c, t0 - (int64_t)st->host_t0, tdm__now_ns());
+	} else {
+		int rc = dev_time(gpu, c, st->t1, &end);
+		if (rc != 0)
+			return rc;
+		if (st->sampled && dev_time(gpu, c, st->t0, &t0) == 0) {
+			learn(c, t0 - (int64_t)st->host_t0, tdm__now_ns());
+			maybe_rebase(gpu, c, st, s->dev->index);
+		} else {
+			st->sampled = false;
+		}
+	}
+	/* Work that ended before its call began says the offset is too high (learnt from too
+	 * few samples): it is at most that. */
+	if (end - c->ns < (int64_t)st->host_launch)
+		learn(c, end - (int64_t)st->host_launch, tdm__now_ns());
+	uint64_t e = (uint64_t)(end - c->ns);
 	/* In the host's clock the launch reached the device between the start of its call and
 	 * its return (the driver submits within the call): at the return, unless the work had
-	 * ended by then. Work that ended before its call began says the latency is too high
-	 * (learnt from too few samples): it is forgotten, to be learnt again. */
-	if (l->known && (int64_t)end - l->ns < (int64_t)st->host_launch)
-		l->known = false;
-	int64_t shift = l->known ? l->ns : 0;
-	end = (uint64_t)((int64_t)end - shift);
-	uint64_t start = st->host_end < end ? st->host_end : end;
-	if (!l->known || start < st->host_launch)
-		start = l->known ? st->host_launch : 0;
-	if (start < s->sq.last_end) /* never before the stream's last work ended */
+	 * ended by then; never before the stream's last work ended. */
+	uint64_t start = st->host_end < e ? st->host_end : e;
+	if (start < st->host_launch)
+		start = st->host_launch;
+	if (start < s->sq.last_end)
 		start = s->sq.last_end;
-	if (sampled && (uint64_t)((int64_t)t0 - shift) > start)
-		start = (uint64_t)((int64_t)t0 - shift);
-	if (start > end)
-		start = end;
+	if (st->sampled && (uint64_t)(t0 - c->ns) > start)
+		start = (uint64_t)(t0 - c->ns);
+	if (start > e)
+		start = e;
 	*start_out = start;
-	*end_out = end;
+	*end_out = e;
 	return 0;
 }
 
 /* Resolves s's queue as far as its work has run; resolve held. wait: until all of it has (at
  * most WAIT_MAX_NS), or its device failed. */
-static void resolve_stream(struct tdm_gpu *gpu, struct tdm__stream *s, bool wait)
+static void resolve_stream(struct tdm_gpu *gpu, struct tdm__stream *s, bool wait, uint64_t deadline)
 {
-	uint64_t deadline = wait ? tdm__now_ns() + WAIT_MAX_NS : 0;
 	pthread_mutex_lock(&s->sq.lock);
 	struct stamp *q = s->sq.head;
 	s->sq.head = s->sq.tail = NULL;
@@ -266,10 +330,11 @@ void tdm__stamps_flush(struct tdm_gpu *gpu, bool wait)
 	if (ss == NULL || gpu->ops == NULL || gpu->ops->timer_create == NULL)
 		return;
 	pthread_mutex_lock(&ss->resolve);
+	uint64_t deadline = wait ? tdm__now_ns() + WAIT_MAX_NS : 0; /* for the whole flush */
 	struct tdm__stream *s;
 	/* Acquire (EACH_STREAM): pairs with the release that published each stream. */
 	EACH_STREAM(gpu, s)
-	resolve_stream(gpu, s, wait);
+	resolve_stream(gpu, s, wait, deadline);
 	pthread_mutex_unlock(&ss->resolve);
 }
 
@@ -314,18 +379,20 @@ static void *resolver_main(void *arg)
 		pthread_mutex_lock(&ss->tlock);
 		if (ss->stop)
 			break;
+		/* Every millisecond while stamping; with nothing to stamp, every IDLE_NS, so that
+		 * a trace or a metrics window started later is served without a wake-up of its
+		 * own (the condition's clock is CLOCK_MONOTONIC: no jump of the wall clock stalls
+		 * it). */
+		uint64_t step = stamping(gpu) ? PERIOD_NS : IDLE_NS;
 		struct timespec dl;
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_nsec += (long)PERIOD_NS;
+		clock_gettime(CLOCK_MONOTONIC, &dl);
+		dl.tv_sec += (time_t)(step / 1000000000ull);
+		dl.tv_nsec += (long)(step % 1000000000ull);
 		if (dl.tv_nsec >= 1000000000L) {
 			dl.tv_sec++;
 			dl.tv_nsec -= 1000000000L;
 		}
-		if (stamping(gpu))
-			pthread_cond_timedwait(&ss->cond, &ss->tlock, &dl);
-		else
-			pthread_cond_wait(&ss->cond,
-			                  &ss->tlock); /* the next first stamp wakes it */
+		pthread_cond_timedwait(&ss->cond, &ss->tlock, &dl);
 	}
 	pthread_mutex_unlock(&ss->tlock);
 	return NULL;
@@ -385,14 +452,15 @@ static void start_thread(struct tdm__stamps *ss, struct tdm_gpu *gpu)
 	pthread_mutex_unlock(&ss->tlock);
 }
 
-/* A launch flow's id: unique in the process without a shared counter (the thread's id and its
- * own count), in the space of launch ids (the top bit). */
+/* A launch flow's id: unique in the process without a counter shared per launch (a number the
+ * thread takes once, and its own count), in the space of launch ids (the top bit). */
 static uint64_t launch_id(void)
 {
-	static _Thread_local uint64_t tid, count;
-	if (tid == 0)
-		tid = (uint64_t)syscall(SYS_gettid) & 0x3fffffu;
-	return (1ull << 63) | (tid << 40) | (++count & 0xffffffffffull);
+	static _Atomic uint64_t threads;
+	static _Thread_local uint64_t me, count;
+	if (me == 0) /* relaxed: a unique number is all it is */
+		me = atomic_fetch_add_explicit(&threads, 1, memory_order_relaxed) + 1;
+	return (1ull << 63) | ((me & 0x7fffffu) << 40) | (++count & 0xffffffffffull);
 }
 
 void tdm__stamp_begin(struct tdm_stream *s, enum tdm__span_kind kind, uint64_t bytes)
@@ -460,8 +528,8 @@ int tdm__stamps_init(struct tdm_gpu *gpu)
 	struct tdm__stamps *ss = calloc(1, sizeof(*ss));
 	if (ss == NULL)
 		return -ENOMEM;
-	ss->lat = calloc((size_t)gpu->ndev + 1, sizeof(*ss->lat));
-	if (ss->lat == NULL) {
+	ss->clk = calloc((size_t)gpu->ndev + 1, sizeof(*ss->clk));
+	if (ss->clk == NULL) {
 		free(ss);
 		return -ENOMEM;
 	}
@@ -469,7 +537,11 @@ int tdm__stamps_init(struct tdm_gpu *gpu)
 	ss->layer = atomic_fetch_add_explicit(&layers, 1, memory_order_relaxed) + 1; /* a name */
 	pthread_mutex_init(&ss->resolve, NULL);
 	pthread_mutex_init(&ss->tlock, NULL);
-	pthread_cond_init(&ss->cond, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&ss->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	gpu->stamps = ss;
 	tdm__trace_flusher_add(flush_for_trace, gpu);
 	return 0;
@@ -510,7 +582,10 @@ void tdm__stamps_fini(struct tdm_gpu *gpu)
 	pthread_mutex_destroy(&ss->resolve);
 	pthread_mutex_destroy(&ss->tlock);
 	pthread_cond_destroy(&ss->cond);
-	free(ss->lat);
+	for (int i = 0; i < gpu->ndev; i++)
+		if (ss->clk[i].ref != NULL)
+			gpu->ops->event_destroy(gpu->b, ss->clk[i].ref);
+	free(ss->clk);
 	free(ss);
 	gpu->stamps = NULL;
 }

@@ -351,6 +351,7 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 		h->dev = st->dev;
 		h->bs = st->bs;
 		h->exclusive = (flags & TDM_STREAM_EXCLUSIVE) != 0;
+		h->stamp = NULL;
 		/* Release: pairs with the acquire in tdm__lease_held and the acq_rel exchange in
 		 * tdm_stream_release, so that a check that finds h held reads this lease's fields,
 		 * even one made by a stale handle's holder racing this reuse. */
@@ -502,7 +503,7 @@ void tdm__launch_begin(struct tdm_stream *s, int kind, uint64_t bytes)
 
 void tdm__launch_end(struct tdm_stream *s)
 {
-	if (tdm__observing())
+	if (s->stamp != NULL) /* its own: also when observing stopped since the begin */
 		tdm__stamp_end(s);
 	gate_leave(s);
 }
@@ -518,7 +519,7 @@ void tdm_launch_begin(tdm_stream *s)
 
 void tdm_launch_end(tdm_stream *s)
 {
-	if (tdm__observing())
+	if (s->stamp != NULL) /* its own: also when observing stopped since the begin */
 		tdm__stamp_end(s);
 	gate_leave(s);
 }

@@ -185,13 +185,12 @@ struct tdm__backend_ops {
 	/* An event that takes the device's time where it is recorded (cudaEventDefault); recorded,
 	 * queried and destroyed as any event. */
 	int (*timer_create)(struct tdm__backend *b, int dev, void **out);
-	/* When the timer's latest record ran on the device, in tdm_now_ns's clock (cuda: against
-	 * an anchor the backend calibrates per device, a few microseconds off; sim: read as the
-	 * stream's thread reached it). 0; -EAGAIN: not yet; -EIO; -EINVAL: never recorded. */
-	int (*timer_time)(struct tdm__backend *b, void *timer, uint64_t *ns);
-	/* Nanoseconds between the latest records of two timers of one device, both run (exact to
-	 * the device's timer resolution, about 0.5 us on CUDA). As timer_time. */
-	int (*timer_elapsed)(struct tdm__backend *b, void *from, void *to, uint64_t *ns);
+	/* Nanoseconds from the latest record of `from` to that of `to` (negative where `to` ran
+	 * first), two timers of one device, both run: exact to the device's timer resolution
+	 * (about 0.5 us on CUDA; a float of milliseconds, so keep the two within seconds). 0;
+	 * -EAGAIN: not yet; -EINVAL: one never recorded; -EIO. A device's timers have no clock
+	 * of the host's: the stamps read them against one of them (gpu/stamps.c). */
+	int (*timer_elapsed)(struct tdm__backend *b, void *from, void *to, int64_t *ns);
 };
 
 extern const struct tdm__backend_ops tdm__backend_sim;

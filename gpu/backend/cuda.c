@@ -33,6 +33,7 @@ const struct tdm__backend_ops tdm__backend_cuda = {
 #else /* TANDEM_HAVE_CUDA */
 
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,7 +171,6 @@ static int tdm__cuda_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 		int v = 0;
 		CUdevice cud;
 
-		pthread_mutex_init(&d->anchor_lock, NULL);
 		if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, i) == cudaSuccess)
 			d->sm_count = v;
 		d->busy_blocks = tdm__cuda_busy_blocks(i, d->sm_count);
@@ -210,18 +210,6 @@ static void tdm__cuda_close(struct tdm__backend *b)
 {
 	if (b == NULL)
 		return;
-	for (int i = 0; i < b->ndev; i++) {
-		struct tdm__cuda_dev *d = &b->devs[i];
-		if (d->anchored) {
-			int prev;
-			(void)tdm__cuda_enter(i, &prev);
-			(void)cudaEventDestroy(d->anchor);
-			(void)cudaStreamDestroy(d->anchor_stream);
-			(void)cudaGetLastError();
-			tdm__cuda_leave(i, prev);
-		}
-		pthread_mutex_destroy(&d->anchor_lock);
-	}
 	free(b->devs);
 	free(b);
 }
@@ -454,81 +442,28 @@ static int tdm__cuda_timer_create(struct tdm__backend *b, int dev, void **out)
 	return 0;
 }
 
-/*
- * Sets d's anchor: an event recorded on an idle stream of its own, its completion spun for. The
- * record ran between the host's reading before the record and the one after the spin saw it
- * done; the anchor is the middle, off by at most half of that window, and the narrowest of
- * three tries is kept (a few microseconds on the H200). Lock held, device current.
- */
-static int tdm__cuda_anchor(struct tdm__cuda_dev *d)
+/* A timers' read that failed for a reason other than "not yet": said once per process, with
+ * CUDA's own name for it (the stamps then count the span lost). */
+static int tdm__cuda_timer_error(cudaError_t e, const char *what)
 {
-	cudaError_t e = cudaSuccess;
-	if (!d->anchored) {
-		e = cudaStreamCreateWithFlags(&d->anchor_stream, cudaStreamNonBlocking);
-		if (e == cudaSuccess) {
-			e = cudaEventCreateWithFlags(&d->anchor, cudaEventDefault);
-			if (e != cudaSuccess)
-				(void)cudaStreamDestroy(d->anchor_stream);
-		}
-		if (e != cudaSuccess)
-			return tdm__cuda_fail(e);
-		d->anchored = true;
-	}
-	uint64_t best = UINT64_MAX;
-	cudaEvent_t spare;
-	if ((e = cudaEventCreateWithFlags(&spare, cudaEventDefault)) != cudaSuccess)
-		return tdm__cuda_fail(e);
-	for (int i = 0; i < 3 && e == cudaSuccess; i++) {
-		uint64_t t0 = tdm__now_ns();
-		e = cudaEventRecord(spare, d->anchor_stream);
-		while (e == cudaSuccess && (e = cudaEventQuery(spare)) == cudaErrorNotReady) {
-		}
-		uint64_t t1 = tdm__now_ns();
-		if (e == cudaSuccess && t1 - t0 < best) {
-			cudaEvent_t keep = d->anchor;
-			d->anchor = spare;
-			spare = keep;
-			best = t1 - t0;
-			d->anchor_ns = t0 + (t1 - t0) / 2;
-		}
-	}
-	(void)cudaEventDestroy(spare);
-	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
-}
-
-static int tdm__cuda_timer_time(struct tdm__backend *b, void *timer, uint64_t *ns)
-{
-	const struct tdm__cuda_event *ev = timer;
-	if (ev == NULL || ns == NULL || tdm__cuda_bad_dev(b, ev->dev))
-		return -EINVAL;
-	struct tdm__cuda_dev *d = &b->devs[ev->dev];
-	float ms = 0;
-	int prev, rc;
-	pthread_mutex_lock(&d->anchor_lock);
-	cudaError_t e = tdm__cuda_enter(ev->dev, &prev);
-	rc = e != cudaSuccess ? tdm__cuda_fail(e) : d->anchored ? 0 : tdm__cuda_anchor(d);
-	if (rc == 0)
-		rc = tdm__cuda_query_result(cudaEventElapsedTime(&ms, d->anchor, ev->e));
-	/* Past 10 s a float of milliseconds keeps about a microsecond: anchor anew. */
-	if (rc == 0 && (ms > 10000.0f || ms < -10000.0f) && (rc = tdm__cuda_anchor(d)) == 0)
-		rc = tdm__cuda_query_result(cudaEventElapsedTime(&ms, d->anchor, ev->e));
-	tdm__cuda_leave(ev->dev, prev);
-	if (rc == 0)
-		*ns = (uint64_t)((int64_t)d->anchor_ns + (int64_t)((double)ms * 1e6));
-	pthread_mutex_unlock(&d->anchor_lock);
+	static atomic_int said;
+	int rc = tdm__cuda_query_result(e);
+	if (rc != 0 && rc != -EAGAIN && atomic_exchange(&said, 1) == 0)
+		fprintf(stderr, "tandem: %s: %s (%s)\n", what, cudaGetErrorName(e),
+		        cudaGetErrorString(e));
 	return rc;
 }
 
-static int tdm__cuda_timer_elapsed(struct tdm__backend *b, void *from, void *to, uint64_t *ns)
+static int tdm__cuda_timer_elapsed(struct tdm__backend *b, void *from, void *to, int64_t *ns)
 {
 	const struct tdm__cuda_event *e0 = from, *e1 = to;
 	float ms = 0;
 	(void)b;
 	if (e0 == NULL || e1 == NULL || ns == NULL || e0->dev != e1->dev)
 		return -EINVAL;
-	int rc = tdm__cuda_query_result(cudaEventElapsedTime(&ms, e0->e, e1->e));
+	int rc = tdm__cuda_timer_error(cudaEventElapsedTime(&ms, e0->e, e1->e), "a timers' read");
 	if (rc == 0)
-		*ns = ms > 0 ? (uint64_t)((double)ms * 1e6 + 0.5) : 0;
+		*ns = (int64_t)((double)ms * 1e6 + (ms >= 0 ? 0.5 : -0.5));
 	return rc;
 }
 
@@ -759,7 +694,6 @@ const struct tdm__backend_ops tdm__backend_cuda = {
     .stream_wait_event = tdm__cuda_stream_wait_event,
     .event_query = tdm__cuda_event_query,
     .timer_create = tdm__cuda_timer_create,
-    .timer_time = tdm__cuda_timer_time,
     .timer_elapsed = tdm__cuda_timer_elapsed,
     .write_value = tdm__cuda_write_value,
     /* NULL, so the poller makes no call per completion: cuda reports a failed operation at its

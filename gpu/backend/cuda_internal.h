@@ -10,14 +10,12 @@
 
 #include "backend.h"
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/clock.h"
 #include <cuda.h> /* driver types and enums only: no cu* function is linked */
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
@@ -52,15 +50,6 @@ struct tdm__cuda_dev {
 	bool memops64; /* CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS */
 	bool pools;    /* cudaMallocAsync and memory pools */
 	bool managed;  /* concurrent managed access: prefetching managed memory is possible */
-	/* Where the device's timers are read from (cuda.c, timer_time): an event of the device
-	 * whose record ran at anchor_ns in tdm_now_ns's clock; set at the first read and again
-	 * once it lies 10 s back (cudaEventElapsedTime's float loses microseconds past that).
-	 * The lock guards the three; a stream of its own to record on. */
-	pthread_mutex_t anchor_lock;
-	bool anchored;
-	cudaEvent_t anchor;
-	cudaStream_t anchor_stream;
-	uint64_t anchor_ns;
 };
 
 /* Immutable after open(): every op reads it from any thread without a lock. */

@@ -344,7 +344,7 @@ static void sim_event_reset(struct tdm__backend *b, void *ev)
 
 /* ---- stamps ---- */
 
-/* A sim event stamps every record it runs (mark_event): a timer is an event. */
+/* A sim event stamps every record it runs (mark_event): a timer is an event; its time. */
 static int sim_timer_time(struct tdm__backend *b, void *timer, uint64_t *ns)
 {
 	struct sim_event *e = timer;
@@ -364,7 +364,7 @@ static int sim_timer_time(struct tdm__backend *b, void *timer, uint64_t *ns)
 	return 0;
 }
 
-static int sim_timer_elapsed(struct tdm__backend *b, void *from, void *to, uint64_t *ns)
+static int sim_timer_elapsed(struct tdm__backend *b, void *from, void *to, int64_t *ns)
 {
 	uint64_t t0 = 0, t1 = 0;
 	int rc = sim_timer_time(b, from, &t0);
@@ -374,7 +374,7 @@ static int sim_timer_elapsed(struct tdm__backend *b, void *from, void *to, uint6
 		return rc;
 	if (ns == NULL || ((struct sim_event *)from)->dev != ((struct sim_event *)to)->dev)
 		return -EINVAL;
-	*ns = t1 > t0 ? t1 - t0 : 0;
+	*ns = (int64_t)(t1 - t0);
 	return 0;
 }
 
@@ -575,7 +575,6 @@ const struct tdm__backend_ops tdm__backend_sim = {
     .stream_wait_event = sim_stream_wait_event,
     .event_query = sim_event_query,
     .timer_create = sim_event_create,
-    .timer_time = sim_timer_time,
     .timer_elapsed = sim_timer_elapsed,
     .event_reset = sim_event_reset,
     .write_value = sim_write_value,
