@@ -24,6 +24,7 @@
 
 #include "base/clock.h"
 #include "base/observe.h"
+#include "base/gate.h"
 #include "gpu_internal.h"
 #include "metrics.h"
 #include "stamps.h"
@@ -248,8 +249,10 @@ void tdm__metrics_fini(struct tdm_gpu *gpu)
 	struct tdm__metrics *m = gpu->metrics;
 	if (m == NULL)
 		return;
+	/* Relaxed: the layer is being freed, nothing else runs (the destroy joined its threads). */
 	if (atomic_load_explicit(&m->on, memory_order_relaxed))
 		tdm__observe_metrics(false);
+	/* Acquire: pairs with the release store in make_state (as every reader's). */
 	struct mdev *devs = atomic_load_explicit(&m->devs, memory_order_acquire);
 	if (devs != NULL) {
 		for (int i = 0; i < m->ndev; i++) {
@@ -260,6 +263,7 @@ void tdm__metrics_fini(struct tdm_gpu *gpu)
 		}
 		free(devs);
 	}
+	/* Acquire: pairs with the release store in make_state. */
 	struct aw_shard *aw = atomic_load_explicit(&m->aw, memory_order_acquire);
 	if (aw != NULL) {
 		for (unsigned i = 0; i < AW_SHARDS; i++)
@@ -281,6 +285,7 @@ bool tdm__metrics_on(const struct tdm_gpu *gpu)
 /* The state of the first start; m->lock held. */
 static int make_state(struct tdm_gpu *gpu, struct tdm__metrics *m)
 {
+	/* Relaxed: m->lock held, under which it is stored. */
 	if (atomic_load_explicit(&m->devs, memory_order_relaxed) != NULL)
 		return 0;
 	struct mdev *devs = calloc(m->ndev > 0 ? (size_t)m->ndev : 1, sizeof(*devs));
@@ -321,7 +326,7 @@ static bool stopping(const struct tdm_gpu *gpu)
 	return atomic_load_explicit(&gpu->stopping, memory_order_relaxed) != 0;
 }
 
-int tdm_gpu_metrics_start(tdm_gpu *gpu)
+static int metrics_start(tdm_gpu *gpu)
 {
 	if (gpu == NULL)
 		return -EINVAL;
@@ -334,6 +339,7 @@ int tdm_gpu_metrics_start(tdm_gpu *gpu)
 		pthread_mutex_unlock(&m->lock);
 		return rc;
 	}
+	/* Relaxed, both: m->lock held, under which they are stored. */
 	struct mdev *devs = atomic_load_explicit(&m->devs, memory_order_relaxed);
 	struct aw_shard *aw = atomic_load_explicit(&m->aw, memory_order_relaxed);
 	uint64_t now = tdm__now_ns();
@@ -376,7 +382,7 @@ int tdm_gpu_metrics_start(tdm_gpu *gpu)
 	return 0;
 }
 
-int tdm_gpu_metrics_stop(tdm_gpu *gpu)
+static int metrics_stop(tdm_gpu *gpu)
 {
 	if (gpu == NULL)
 		return -EINVAL;
@@ -390,6 +396,7 @@ int tdm_gpu_metrics_stop(tdm_gpu *gpu)
 	}
 	/* The window ends first; the flush then delivers what ran up to now, cut at the end. */
 	uint64_t now = tdm__now_ns();
+	/* Relaxed: m->lock held, under which it is stored. */
 	struct mdev *devs = atomic_load_explicit(&m->devs, memory_order_relaxed);
 	for (int i = 0; i < m->ndev; i++) {
 		pthread_mutex_lock(&devs[i].lock);
@@ -406,7 +413,7 @@ int tdm_gpu_metrics_stop(tdm_gpu *gpu)
 	return 0;
 }
 
-int tdm_gpu_metrics_peak(tdm_gpu *gpu, int device, double h2d_gbps, double d2h_gbps)
+static int metrics_peak(tdm_gpu *gpu, int device, double h2d_gbps, double d2h_gbps)
 {
 	if (gpu == NULL)
 		return -EINVAL;
@@ -519,6 +526,7 @@ void tdm__metrics_await_begin(struct tdm_gpu *gpu, const struct tdm__task *t, ui
 		sh->slot[i] = (struct aw_slot){t, t0_ns};
 		sh->n++;
 	} else {
+		/* Relaxed: a count. */
 		atomic_fetch_add_explicit(&gpu->metrics->untimed, 1, memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&sh->lock);
@@ -655,7 +663,7 @@ static void read_awaits(struct tdm__metrics *m, tdm_await_metrics *o)
 	o->untimed = atomic_load_explicit(&m->untimed, memory_order_relaxed);
 }
 
-int tdm_gpu_metrics_get(tdm_gpu *gpu, tdm_gpu_metrics *out)
+static int metrics_get(tdm_gpu *gpu, tdm_gpu_metrics *out)
 {
 	if (gpu == NULL || out == NULL)
 		return -EINVAL;
@@ -675,6 +683,7 @@ int tdm_gpu_metrics_get(tdm_gpu *gpu, tdm_gpu_metrics *out)
 	out->start_ns = m->start_ns;
 	out->end_ns = end;
 	out->ndevices = m->ndev;
+	/* Relaxed: m->lock held, under which it is stored. */
 	struct mdev *devs = atomic_load_explicit(&m->devs, memory_order_relaxed);
 	for (int i = 0; i < m->ndev; i++) {
 		out->devices[i].device = i;
@@ -767,4 +776,47 @@ int tdm_metrics_print(const tdm_gpu_metrics *m, FILE *f)
 		fprintf(f, " (%llu untimed)", (unsigned long long)a->untimed);
 	fprintf(f, "\n");
 	return ferror(f) ? -EIO : 0;
+}
+
+/*
+ * The calls, through the layer's gate (base/gate.h), as the graph statistics go: a call that
+ * races tdm_gpu_destroy either enters before the destroy closes the gate, and the destroy waits
+ * for it to leave before it frees anything, or sees the gate closed and says -ESHUTDOWN.
+ */
+#define GATED(gpu, call)                                                                           \
+	do {                                                                                       \
+		_Atomic unsigned *gate_ = tdm__gate_enter(&(gpu)->leases, &(gpu)->stopping);       \
+		if (gate_ == NULL)                                                                 \
+			return -ESHUTDOWN;                                                         \
+		int rc_ = (call);                                                                  \
+		tdm__gate_leave(gate_);                                                            \
+		return rc_;                                                                        \
+	} while (0)
+
+int tdm_gpu_metrics_start(tdm_gpu *gpu)
+{
+	if (gpu == NULL)
+		return -EINVAL;
+	GATED(gpu, metrics_start(gpu));
+}
+
+int tdm_gpu_metrics_stop(tdm_gpu *gpu)
+{
+	if (gpu == NULL)
+		return -EINVAL;
+	GATED(gpu, metrics_stop(gpu));
+}
+
+int tdm_gpu_metrics_peak(tdm_gpu *gpu, int device, double h2d_gbps, double d2h_gbps)
+{
+	if (gpu == NULL)
+		return -EINVAL;
+	GATED(gpu, metrics_peak(gpu, device, h2d_gbps, d2h_gbps));
+}
+
+int tdm_gpu_metrics_get(tdm_gpu *gpu, tdm_gpu_metrics *out)
+{
+	if (gpu == NULL || out == NULL)
+		return -EINVAL;
+	GATED(gpu, metrics_get(gpu, out));
 }

@@ -251,6 +251,7 @@ static void resolve_stream(struct tdm_gpu *gpu, struct tdm__stream *s, bool wait
 		uint64_t start = 0, end = 0;
 		int rc = resolve_one(gpu, s, q, &start, &end);
 		if (rc == -EAGAIN && wait && tdm__now_ns() < deadline &&
+		    /* Relaxed: a hint to stop waiting; a failed device's timers say -EIO. */
 		    !atomic_load_explicit(&s->dev->failed, memory_order_relaxed)) {
 			tdm__sleep_ns(20000);
 			continue;
@@ -342,6 +343,7 @@ void tdm__stamps_flush(struct tdm_gpu *gpu, bool wait)
 static void report_lost(struct tdm_gpu *gpu)
 {
 	struct tdm__stamps *ss = gpu->stamps;
+	/* Relaxed, both: counts for a report. */
 	uint64_t lost = atomic_exchange_explicit(&ss->lost, 0, memory_order_relaxed);
 	int err = atomic_exchange_explicit(&ss->first_error, 0, memory_order_relaxed);
 	if (lost > 0)
@@ -443,6 +445,7 @@ static struct stamp *take(struct tdm_gpu *gpu, struct tdm__stream *s, bool *samp
 static void start_thread(struct tdm__stamps *ss, struct tdm_gpu *gpu)
 {
 	pthread_mutex_lock(&ss->tlock);
+	/* Relaxed, both: written under tlock, which orders them; launches read it as a hint. */
 	if (!atomic_load_explicit(&ss->started, memory_order_relaxed) && !ss->stop)
 		atomic_store_explicit(&ss->started,
 		                      pthread_create(&ss->thread, NULL, resolver_main, gpu) == 0,
@@ -469,6 +472,7 @@ void tdm__stamp_begin(struct tdm_stream *s, enum tdm__span_kind kind, uint64_t b
 	struct tdm__stamps *ss = gpu->stamps;
 	s->stamp = NULL;
 	if (ss == NULL || gpu->ops->timer_create == NULL || !stamping(gpu) ||
+	    /* Relaxed: the capture is this thread's own (it began it), or none. */
 	    atomic_load_explicit(&s->cap, memory_order_relaxed) != NULL)
 		return; /* a capture would record the timers into its graph */
 	bool sample;
@@ -557,7 +561,7 @@ void tdm__stamps_fini(struct tdm_gpu *gpu)
 	tdm__trace_flusher_remove(flush_for_trace, gpu);
 	pthread_mutex_lock(&ss->tlock);
 	ss->stop = true;
-	bool joined = atomic_load_explicit(&ss->started, memory_order_relaxed);
+	bool joined = atomic_load_explicit(&ss->started, memory_order_relaxed); /* under tlock */
 	pthread_cond_signal(&ss->cond);
 	pthread_mutex_unlock(&ss->tlock);
 	if (joined)
