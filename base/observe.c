@@ -147,6 +147,21 @@ static const struct name_slot *lookup(uintptr_t fn)
 	return NULL;
 }
 
+/* A name cut at NAME_LEN may end inside a UTF-8 character: that partial character goes (the
+ * trace is JSON, which must be valid UTF-8). */
+static void utf8_trim(char *text)
+{
+	size_t n = strlen(text), i = n;
+	while (i > 0 && ((unsigned char)text[i - 1] & 0xC0) == 0x80)
+		i--; /* continuation bytes */
+	if (i == 0)
+		return;
+	unsigned char lead = (unsigned char)text[i - 1];
+	size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+	if (n - (i - 1) < want)
+		text[i - 1] = '\0';
+}
+
 int tdm__observe_name(uintptr_t fn, const char *name)
 {
 	if (fn == 0 || name == NULL || name[0] == '\0')
@@ -160,6 +175,7 @@ int tdm__observe_name(uintptr_t fn, const char *name)
 		    atomic_compare_exchange_strong_explicit(&s->fn, &seen, fn, memory_order_relaxed,
 		                                            memory_order_relaxed)) {
 			snprintf(s->text, sizeof(s->text), "%s", name);
+			utf8_trim(s->text);
 			s->name = nvtx_register(s->text);
 			s->color = palette[h % (sizeof(palette) / sizeof(palette[0]))];
 			/* Release: pairs with the acquire load in lookup, as there. */

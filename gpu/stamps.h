@@ -1,11 +1,11 @@
 /*
- * Device-side stamps (gpu/stamps.c): while a trace records or metrics are on, every launch made
- * through the launch gate (tdm_launch_begin/end, and tandem's own copies, memsets, kernels and
- * graph launches) is bracketed on its stream by two timing stamps the device takes itself (CUDA
- * timing events; on sim, the stream's thread reads the clock as it reaches them). Once both
- * have happened, the pair is resolved into a span of device time, in tdm_now_ns's clock, which
- * goes to the trace (a track per stream) and to the metrics (gpu/metrics.c).
- * docs/design/observe.md, "GPU spans".
+ * Device-side stamps (gpu/stamps.c): while a trace records or a layer's metrics are on, every
+ * launch made through the launch gate (tdm_launch_begin/end, and tandem's own copies, memsets,
+ * kernels and graph launches) is followed on its stream by a timer the device records itself
+ * (a CUDA timing event; on sim, an event that keeps the time a device would have run it at), and
+ * one launch in 16 is preceded by one too. A thread of the layer's own resolves them every
+ * millisecond into spans of device time in tdm_now_ns's clock, which go to the trace (a track
+ * per stream) and to the metrics (gpu/metrics.c). docs/design/observe.md, "GPU spans".
  */
 #ifndef TDM_GPU_STAMPS_H
 #define TDM_GPU_STAMPS_H
@@ -57,9 +57,9 @@ bool tdm__metrics_on(const struct tdm_gpu *gpu);
  * stamps when the trace records or s's layer has metrics on, and s is not capturing. */
 void tdm__stamp_begin(struct tdm_stream *s, enum tdm__span_kind kind, uint64_t bytes);
 void tdm__stamp_end(struct tdm_stream *s);
-/* Resolves the stamps of the layer that have happened (the poller calls it now and then while
- * stamping, the trace's stop and tdm_gpu_metrics_get before they read); wait: also those still
- * pending, waiting for them (stop, destroy). */
+/* Resolves the stamps of the layer that have happened (the layer's stamps thread every
+ * millisecond while stamping, the trace's stop and tdm_gpu_metrics_get before they read); wait:
+ * also those still pending, waiting for them up to 2 s in all (stop, destroy). */
 void tdm__stamps_flush(struct tdm_gpu *gpu, bool wait);
 int tdm__stamps_init(struct tdm_gpu *gpu);
 void tdm__stamps_fini(struct tdm_gpu *gpu);

@@ -315,8 +315,10 @@ uint64_t tdm_now_ns(void);
  * of fn is then shown as `name` (at most 63 bytes kept) instead of fn's symbol. Name it before
  * it first runs while observed: a function's name is taken once per process, at its first
  * observed run or at this call, and stays. -EINVAL: fn or name NULL, or name empty.
- * -EALREADY: fn has a name already (this call made before, or a run named it).  -ENOSPC: 256
- * functions are named already (more are named "task").
+ * -EALREADY: fn has a name already (this call made before, or a run named it).  -ENOSPC: no
+ * room for it in the table of names (256 slots, 8 looked at per function: a program with many
+ * task functions; its runs are then named "task"). A name cut at 63 bytes loses a partial
+ * UTF-8 character at its end.
  */
 int tdm_task_name(tdm_fn fn, const char *name);
 int tdm_resumable_name(tdm_resume_fn fn, const char *name);

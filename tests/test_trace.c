@@ -644,6 +644,11 @@ void named_task(void *arg)
 	(void)arg;
 }
 
+void long_named_task(void *arg)
+{
+	(void)arg;
+}
+
 int named_resumable(tdm_task *t, void *arg)
 {
 	(void)t;
@@ -662,6 +667,11 @@ Test(trace, task_names)
 	cr_assert_eq(tdm_task_name(named_task, "load a \"batch\""), 0);
 	cr_assert_eq(tdm_task_name(named_task, "another"), -EALREADY, "a name stays");
 	cr_assert_eq(tdm_resumable_name(named_resumable, "decode"), 0);
+	/* 62 bytes, then a 2-byte character that the 63-byte cut would split: it goes whole. */
+	char long_name[80];
+	memset(long_name, 'a', 62);
+	strcpy(long_name + 62, "\xc3\xa9");
+	cr_assert_eq(tdm_task_name(long_named_task, long_name), 0);
 
 	tdm_executor *ex = tdm_test_create(2);
 	char path[64];
@@ -673,23 +683,28 @@ Test(trace, task_names)
 		cr_assert_eq(tdm_group_spawn(&g, named_task, NULL), 0);
 		cr_assert_eq(tdm_spawn(ex, named_resumable, NULL, &g), 0);
 	}
+	cr_assert_eq(tdm_group_spawn(&g, long_named_task, NULL), 0);
 	cr_assert_eq(tdm_group_wait(&g), 0);
 	cr_assert_eq(tdm_trace_stop(ex), 0);
 	tdm_test_destroy(ex);
 	FILE *f = fopen(path, "r");
 	cr_assert_not_null(f);
 	char line[1024];
-	unsigned load = 0, decode = 0, by_symbol = 0;
+	unsigned load = 0, decode = 0, by_symbol = 0, cut = 0;
+	char want_cut[80];
+	snprintf(want_cut, sizeof(want_cut), "\"name\":\"%.62s\"", long_name);
 	while (fgets(line, sizeof(line), f) != NULL) {
 		if (strncmp(line, "{\"ph\":\"B\"", 9) != 0)
 			continue;
 		load += strstr(line, "\"name\":\"load a \\\"batch\\\"\"") != NULL;
 		decode += strstr(line, "\"name\":\"decode\"") != NULL;
 		by_symbol += strstr(line, "\"name\":\"named_") != NULL;
+		cut += strstr(line, want_cut) != NULL;
 	}
 	fclose(f);
 	cr_assert_eq(load, 5, "each run under its name (escaped): %u", load);
 	cr_assert_eq(decode, 5, "%u", decode);
 	cr_assert_eq(by_symbol, 0, "not under the symbol");
+	cr_assert_eq(cut, 1, "a name cut at 63 bytes loses its partial character: %u", cut);
 	unlink(path);
 }
