@@ -223,6 +223,7 @@ struct tdm__metrics {
 	pthread_mutex_t lock;
 	bool started, running;                   /* lock */
 	uint64_t start_ns, stop_ns;              /* lock */
+	uint64_t lost_at_start;                  /* lock: tdm__stamps_lost at the start */
 	double peak[TDM_METRICS_MAX_DEVICES][2]; /* lock: H2D, D2H; 0 unknown */
 	struct mdev *_Atomic devs;               /* made at the first start (release) */
 	struct aw_shard *_Atomic aw;             /* idem */
@@ -369,6 +370,7 @@ static int metrics_start(tdm_gpu *gpu)
 	atomic_store_explicit(&m->hist_max, 0, memory_order_relaxed);
 	atomic_store_explicit(&m->untimed, 0, memory_order_relaxed);
 	m->start_ns = now;
+	m->lost_at_start = tdm__stamps_lost(gpu);
 	m->stop_ns = 0;
 	m->started = true;
 	if (!m->running) {
@@ -681,6 +683,7 @@ static int metrics_get(tdm_gpu *gpu, tdm_gpu_metrics *out)
 	memset(out, 0, sizeof(*out));
 	out->running = m->running;
 	out->start_ns = m->start_ns;
+	out->spans_lost = tdm__stamps_lost(gpu) - m->lost_at_start;
 	out->end_ns = end;
 	out->ndevices = m->ndev;
 	/* Relaxed: m->lock held, under which it is stored. */
@@ -733,6 +736,9 @@ int tdm_metrics_print(const tdm_gpu_metrics *m, FILE *f)
 	uint64_t window = m->end_ns > m->start_ns ? m->end_ns - m->start_ns : 0;
 	fprintf(f, "tandem metrics: window %s, %s\n", human_ns(window, b1, sizeof(b1)),
 	        m->running ? "running" : "stopped");
+	if (m->spans_lost != 0)
+		fprintf(f, "  %llu launches' spans lost (not in the figures)\n",
+		        (unsigned long long)m->spans_lost);
 	int ndev = m->ndevices < TDM_METRICS_MAX_DEVICES ? m->ndevices : TDM_METRICS_MAX_DEVICES;
 	for (int i = 0; i < ndev; i++) {
 		const tdm_device_metrics *d = &m->devices[i];

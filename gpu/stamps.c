@@ -81,7 +81,8 @@ struct tdm__stamps {
 	struct tdm__track *counters;       /* resolve */
 	uint64_t last_sweeps, last_sleeps; /* resolve */
 	unsigned layer;                    /* the process's layers, numbered from 1 */
-	_Atomic uint64_t lost;             /* relaxed: a count */
+	_Atomic uint64_t lost;             /* relaxed: a count, since the last report */
+	_Atomic uint64_t lost_total;       /* relaxed: a count, since the layer began */
 	_Atomic int first_error;           /* relaxed: the first error that lost a span */
 
 	pthread_mutex_t tlock; /* the thread's life */
@@ -99,8 +100,9 @@ static bool stamping(const struct tdm_gpu *gpu)
 
 static void lose(struct tdm__stamps *ss, int rc)
 {
-	/* Relaxed, both: counts for a report. */
+	/* Relaxed, all: counts for a report. */
 	atomic_fetch_add_explicit(&ss->lost, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ss->lost_total, 1, memory_order_relaxed);
 	int none = 0;
 	atomic_compare_exchange_strong_explicit(&ss->first_error, &none, rc, memory_order_relaxed,
 	                                        memory_order_relaxed);
@@ -347,11 +349,10 @@ static void report_lost(struct tdm_gpu *gpu)
 	uint64_t lost = atomic_exchange_explicit(&ss->lost, 0, memory_order_relaxed);
 	int err = atomic_exchange_explicit(&ss->first_error, 0, memory_order_relaxed);
 	if (lost > 0)
-		fprintf(stderr,
-		        "tandem: %llu GPU spans lost (%s): no stamp free (%u a stream), or "
-		        "their device failed\n",
-		        (unsigned long long)lost, err != 0 ? tdm_strerror(err) : "no stamp free",
-		        MAX_STAMPS);
+		fprintf(stderr, "tandem: %llu GPU spans lost: %s%s\n", (unsigned long long)lost,
+		        err != 0 ? "their times could not be read: "
+		                 : "a stream had its stamps out",
+		        err != 0 ? tdm_strerror(err) : " (4096 a stream)");
 }
 
 /* The trace's stop asks (tdm__trace_flusher_add): what has run goes in, what runs now too. */
@@ -512,10 +513,12 @@ void tdm__stamp_end(struct tdm_stream *s)
 	st->next = NULL;
 	st->host_end = tdm__now_ns();
 	pthread_mutex_lock(&q->sq.lock);
-	if (gpu->ops->event_record(gpu->b, st->t1, s->bs) != 0) {
+	int rc = gpu->ops->event_record(gpu->b, st->t1, s->bs);
+	if (rc != 0) {
 		st->next = q->sq.free;
 		q->sq.free = st;
 		q->sq.taken--;
+		lose(gpu->stamps, rc);
 	} else if (q->sq.tail != NULL) {
 		q->sq.tail->next = st;
 		q->sq.tail = st;
@@ -523,6 +526,14 @@ void tdm__stamp_end(struct tdm_stream *s)
 		q->sq.head = q->sq.tail = st;
 	}
 	pthread_mutex_unlock(&q->sq.lock);
+}
+
+uint64_t tdm__stamps_lost(struct tdm_gpu *gpu)
+{
+	/* Relaxed: a count. */
+	return gpu->stamps != NULL
+	           ? atomic_load_explicit(&gpu->stamps->lost_total, memory_order_relaxed)
+	           : 0;
 }
 
 /* ---- life ---- */

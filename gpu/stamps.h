@@ -61,6 +61,8 @@ void tdm__stamp_end(struct tdm_stream *s);
  * millisecond while stamping, the trace's stop and tdm_gpu_metrics_get before they read); wait:
  * also those still pending, waiting for them up to 2 s in all (stop, destroy). */
 void tdm__stamps_flush(struct tdm_gpu *gpu, bool wait);
+/* Spans lost since the layer began: a monotonic count (the metrics take their window's). */
+uint64_t tdm__stamps_lost(struct tdm_gpu *gpu);
 int tdm__stamps_init(struct tdm_gpu *gpu);
 void tdm__stamps_fini(struct tdm_gpu *gpu);
 

@@ -624,7 +624,11 @@ typedef struct tdm_await_metrics {
 
 /* About 36 KiB: keep one in static or heap memory rather than on a small thread stack. */
 typedef struct tdm_gpu_metrics {
-	int running;               /* 1: not stopped; the window ends at the get */
+	int running; /* 1: not stopped; the window ends at the get */
+	/* Launches in the window whose spans are missing from the figures: not stamped (a
+	 * stream had 4096 stamps out), or their device failed before their times could be read.
+	 * 0 unless the device fails or the layer's stamps thread falls far behind. */
+	uint64_t spans_lost;
 	uint64_t start_ns, end_ns; /* the window, on tdm_now_ns's clock */
 	int ndevices;              /* entries in devices[]: the layer's, at most 16 */
 	tdm_await_metrics awaits;

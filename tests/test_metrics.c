@@ -428,3 +428,47 @@ Test(metrics, kernels_and_idle_gaps_on_sim_read_back_within_5_percent,
 	cr_assert_eq(mx.awaits.count, KERNELS, "the stream awaits timed, not the deadlines");
 	env_close(&e);
 }
+
+/* ---- nothing lost silently ---- */
+
+#define FLOOD 5000u
+
+struct flood_state {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	int rc;
+};
+
+/* FLOOD kernels on one stream before one await: more stamps out at once than a stream has
+ * (4096), so some launches go unstamped. */
+static int flood_task(tdm_task *t, void *arg)
+{
+	struct flood_state *c = arg;
+	TDM_BEGIN(t);
+	c->rc = tdm_stream_lease(c->gpu, 0, TDM_STREAM_EXCLUSIVE, &c->s);
+	if (c->rc != 0)
+		return c->rc;
+	for (unsigned i = 0; i < FLOOD && c->rc == 0; i++)
+		c->rc = tdm_launch_spin(c->s, 50000);
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	tdm_stream_release(c->s);
+	TDM_END(t);
+}
+
+Test(metrics, spans_not_measured_are_counted_lost, .timeout = TDM_TEST_TIMEOUT(60))
+{
+	struct env e;
+	open_sim(&e);
+	cr_assert_eq(tdm_gpu_metrics_start(e.gpu), 0);
+	struct flood_state c = {.gpu = e.gpu};
+	cr_assert_eq(run_one(&e, flood_task, &c), 0);
+	cr_assert_eq(c.rc, 0);
+	cr_assert_eq(tdm_gpu_metrics_stop(e.gpu), 0);
+	get(e.gpu);
+	const tdm_device_metrics *d = &mx.devices[0];
+	cr_assert_gt(mx.spans_lost, 0, "more launches than stamps: some unstamped");
+	cr_assert_eq(d->kernels + mx.spans_lost, FLOOD,
+	             "every launch measured or counted lost: %llu + %llu",
+	             (unsigned long long)d->kernels, (unsigned long long)mx.spans_lost);
+	env_close(&e);
+}
