@@ -121,15 +121,6 @@ static struct tdm__track *track_of(struct tdm__stream *s)
 	return s->sq.track;
 }
 
-static void give_back(struct tdm__stream *s, struct stamp *st)
-{
-	pthread_mutex_lock(&s->sq.lock);
-	st->next = s->sq.free;
-	s->sq.free = st;
-	s->sq.taken--;
-	pthread_mutex_unlock(&s->sq.lock);
-}
-
 /* A t0 sample: device time of the record against the host's before its call. The smallest
  * over recent samples is the offset (samples on a busy stream ran later); between samples it
  * may rise by DRIFT_NS_PER_S, at most DRIFT_MAX_NS, so that a drifting clock is followed and a
@@ -249,6 +240,11 @@ static void resolve_stream(struct tdm_gpu *gpu, struct tdm__stream *s, bool wait
 	struct stamp *q = s->sq.head;
 	s->sq.head = s->sq.tail = NULL;
 	pthread_mutex_unlock(&s->sq.lock);
+	if (q == NULL)
+		return;
+	/* Resolved stamps go back in one batch: the stream's lock is the launching tasks' too. */
+	struct stamp *done = NULL, *done_last = NULL;
+	unsigned ndone = 0;
 	while (q != NULL) {
 		uint64_t start = 0, end = 0;
 		int rc = resolve_one(gpu, s, q, &start, &end);
@@ -262,9 +258,13 @@ static void resolve_stream(struct tdm_gpu *gpu, struct tdm__stream *s, bool wait
 			break; /* not yet: the rest goes back */
 		struct stamp *st = q;
 		q = q->next;
+		st->next = done;
+		done = st;
+		if (done_last == NULL)
+			done_last = st;
+		ndone++;
 		if (rc != 0) { /* a failed device: its work has no times */
 			lose(gpu->stamps, rc);
-			give_back(s, st);
 			continue;
 		}
 		s->sq.last_end = end;
@@ -276,19 +276,22 @@ static void resolve_stream(struct tdm_gpu *gpu, struct tdm__stream *s, bool wait
 			                       s->dev->index, s->sq.index, st->kind};
 			tdm__metrics_span(gpu, &sp);
 		}
-		give_back(s, st);
 	}
-	if (q == NULL)
-		return;
-	/* What has not run goes back in front of what was appended meanwhile. */
-	pthread_mutex_lock(&s->sq.lock);
 	struct stamp *last = q;
-	while (last->next != NULL)
+	while (last != NULL && last->next != NULL)
 		last = last->next;
-	last->next = s->sq.head;
-	if (s->sq.head == NULL)
-		s->sq.tail = last;
-	s->sq.head = q;
+	pthread_mutex_lock(&s->sq.lock);
+	if (done != NULL) {
+		done_last->next = s->sq.free;
+		s->sq.free = done;
+		s->sq.taken -= ndone;
+	}
+	if (q != NULL) { /* what has not run, in front of what was appended meanwhile */
+		last->next = s->sq.head;
+		if (s->sq.head == NULL)
+			s->sq.tail = last;
+		s->sq.head = q;
+	}
 	pthread_mutex_unlock(&s->sq.lock);
 }
 
