@@ -12,7 +12,8 @@
  *   when the launch call returned plus the device's submission latency, learned from the t0
  *   samples: a t0 recorded on an idle stream runs that latency after its record call, so the
  *   smallest (t0 on the device - host time before its record) over the recent samples is it
- *   (it also absorbs the error of the backend's anchor between the clocks). A
+ *   (it also absorbs the unknown device time of the reference timer the others are read
+ *   against, struct devclock). A
  *   t0 recorded before the launch would itself be a start too early by the launch call's own
  *   length (about 5 us on the H200) on an idle stream: it is only a lower bound.
  *
