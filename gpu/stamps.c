@@ -82,9 +82,14 @@ struct tdm__stamps {
 	struct tdm__track *counters;       /* resolve */
 	uint64_t last_sweeps, last_sleeps; /* resolve */
 	unsigned layer;                    /* the process's layers, numbered from 1 */
-	_Atomic uint64_t lost;             /* relaxed: a count, since the last report */
-	_Atomic uint64_t lost_total;       /* relaxed: a count, since the layer began */
-	_Atomic int first_error;           /* relaxed: the first error that lost a span */
+	/* Read at create: TANDEM_STAMPS=0 leaves the trace without GPU spans (and the metrics
+	 * without device figures), TANDEM_STAMPS_PERIOD_US sets the resolver's period: for
+	 * measuring what each part of a traced run costs (perf/README.md). */
+	bool off;
+	uint64_t period_ns;
+	_Atomic uint64_t lost;       /* relaxed: a count, since the last report */
+	_Atomic uint64_t lost_total; /* relaxed: a count, since the layer began */
+	_Atomic int first_error;     /* relaxed: the first error that lost a span */
 
 	pthread_mutex_t tlock; /* the thread's life */
 	pthread_cond_t cond;   /* tlock: stop */
@@ -96,7 +101,7 @@ struct tdm__stamps {
 
 static bool stamping(const struct tdm_gpu *gpu)
 {
-	return tdm__tracing() || tdm__metrics_on(gpu);
+	return !gpu->stamps->off && (tdm__tracing() || tdm__metrics_on(gpu));
 }
 
 static void lose(struct tdm__stamps *ss, int rc)
@@ -390,7 +395,7 @@ static void *resolver_main(void *arg)
 		 * a trace or a metrics window started later is served without a wake-up of its
 		 * own (the condition's clock is CLOCK_MONOTONIC: no jump of the wall clock stalls
 		 * it). */
-		uint64_t step = stamping(gpu) ? PERIOD_NS : IDLE_NS;
+		uint64_t step = stamping(gpu) ? ss->period_ns : IDLE_NS;
 		struct timespec dl;
 		clock_gettime(CLOCK_MONOTONIC, &dl);
 		dl.tv_sec += (time_t)(step / 1000000000ull);
@@ -552,6 +557,11 @@ int tdm__stamps_init(struct tdm_gpu *gpu)
 		free(ss);
 		return -ENOMEM;
 	}
+	const char *off = getenv("TANDEM_STAMPS");
+	ss->off = off != NULL && strcmp(off, "0") == 0;
+	const char *period = getenv("TANDEM_STAMPS_PERIOD_US");
+	unsigned long us = period != NULL ? strtoul(period, NULL, 10) : 0;
+	ss->period_ns = us >= 100 && us <= 1000000 ? us * 1000ull : PERIOD_NS;
 	static atomic_uint layers;
 	ss->layer = atomic_fetch_add_explicit(&layers, 1, memory_order_relaxed) + 1; /* a name */
 	pthread_mutex_init(&ss->resolve, NULL);

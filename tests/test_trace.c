@@ -708,3 +708,24 @@ Test(trace, task_names)
 	cr_assert_eq(cut, 1, "a name cut at 63 bytes loses its partial character: %u", cut);
 	unlink(path);
 }
+
+/* TANDEM_STAMPS=0, read when a layer is made: its launches are not stamped, so a trace has
+ * its CPU side only (for measuring the stamps' own share of a traced run's cost). */
+Test(trace, stamps_off_by_environment)
+{
+	setenv("TANDEM_STAMPS", "0", 1);
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
+	unsetenv("TANDEM_STAMPS");
+	char path[64];
+	temp_path(path, sizeof(path));
+	cr_assert_eq(tdm_trace_start(e.ex, path), 0);
+	struct spinner sp = {.gpu = e.gpu};
+	cr_assert_eq(run_one(&e, spin_task, &sp), 0);
+	cr_assert_eq(tdm_trace_stop(e.ex), 0);
+	struct trace r = read_trace(path);
+	cr_assert_eq(r.gpu_spans, 0, "no spans with the stamps off");
+	cr_assert_eq(r.await_s, SPINS, "the CPU side is all there");
+	env_close(&e);
+	unlink(path);
+}
