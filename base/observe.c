@@ -114,39 +114,6 @@ static void name_of(uintptr_t fn, char *out, size_t len)
 
 static void *nvtx_register(const char *text);
 
-/* The slot of fn, filled (waiting for a thread that fills it now); NULL when the table is full. */
-static const struct name_slot *lookup(uintptr_t fn)
-{
-	uint32_t h = hash_fn(fn);
-	for (uint32_t i = 0; i < NAME_PROBES; i++) {
-		struct name_slot *s = &names[(h + i) & (NAME_SLOTS - 1)];
-		/* Relaxed, load and claim: the key alone; what goes with it is published by
-		 * ready. */
-		uintptr_t seen = atomic_load_explicit(&s->fn, memory_order_relaxed);
-		if (seen == 0 &&
-		    atomic_compare_exchange_strong_explicit(&s->fn, &seen, fn, memory_order_relaxed,
-		                                            memory_order_relaxed)) {
-			/* Claimed: this thread fills it. */
-			name_of(fn, s->text, sizeof(s->text));
-			s->name = nvtx_register(s->text);
-			s->color = palette[h % (sizeof(palette) / sizeof(palette[0]))];
-			/* Release: pairs with the acquire load below; name, colour and text are
-			 * written. */
-			atomic_store_explicit(&s->ready, 1, memory_order_release);
-			return s;
-		}
-		if (seen == fn) {
-			/* Another thread fills it (dladdr, microseconds, once per function): wait
-			 * rather than name this run "task". Acquire: pairs with the release store
-			 * of the thread that filled it. */
-			while (!atomic_load_explicit(&s->ready, memory_order_acquire))
-				sched_yield();
-			return s;
-		}
-	}
-	return NULL;
-}
-
 /* A name cut at NAME_LEN may end inside a UTF-8 character: that partial character goes (the
  * trace is JSON, which must be valid UTF-8). */
 static void utf8_trim(char *text)
@@ -162,30 +129,62 @@ static void utf8_trim(char *text)
 		text[i - 1] = '\0';
 }
 
-int tdm__observe_name(uintptr_t fn, const char *name)
+/*
+ * The slot of fn, filled: claimed and filled here (with `given`, or fn's symbol when NULL;
+ * *claimed true), or found claimed by another call, waiting for that one to fill it; NULL when
+ * the table is full.
+ */
+static const struct name_slot *slot_of(uintptr_t fn, const char *given, bool *claimed)
 {
-	if (fn == 0 || name == NULL || name[0] == '\0')
-		return -EINVAL;
 	uint32_t h = hash_fn(fn);
+	*claimed = false;
 	for (uint32_t i = 0; i < NAME_PROBES; i++) {
 		struct name_slot *s = &names[(h + i) & (NAME_SLOTS - 1)];
-		/* Relaxed: as in lookup. */
+		/* Relaxed, load and claim: the key alone; what goes with it is published by
+		 * ready. */
 		uintptr_t seen = atomic_load_explicit(&s->fn, memory_order_relaxed);
 		if (seen == 0 &&
 		    atomic_compare_exchange_strong_explicit(&s->fn, &seen, fn, memory_order_relaxed,
 		                                            memory_order_relaxed)) {
-			snprintf(s->text, sizeof(s->text), "%s", name);
-			utf8_trim(s->text);
+			if (given != NULL) {
+				snprintf(s->text, sizeof(s->text), "%s", given);
+				utf8_trim(s->text);
+			} else {
+				name_of(fn, s->text, sizeof(s->text));
+			}
 			s->name = nvtx_register(s->text);
 			s->color = palette[h % (sizeof(palette) / sizeof(palette[0]))];
-			/* Release: pairs with the acquire load in lookup, as there. */
+			/* Release: pairs with the acquire load below; name, colour and text are
+			 * written. */
 			atomic_store_explicit(&s->ready, 1, memory_order_release);
-			return 0;
+			*claimed = true;
+			return s;
 		}
-		if (seen == fn) /* named already: by a call like this, or by a run */
-			return -EALREADY;
+		if (seen == fn) {
+			/* Another call fills it (dladdr takes microseconds, once per function):
+			 * wait rather than name this run "task". Acquire: pairs with the release
+			 * store of the call that filled it. */
+			while (!atomic_load_explicit(&s->ready, memory_order_acquire))
+				sched_yield();
+			return s;
+		}
 	}
-	return -ENOSPC;
+	return NULL;
+}
+
+static const struct name_slot *lookup(uintptr_t fn)
+{
+	bool claimed;
+	return slot_of(fn, NULL, &claimed);
+}
+
+int tdm__observe_name(uintptr_t fn, const char *name)
+{
+	if (fn == 0 || name == NULL || name[0] == '\0')
+		return -EINVAL;
+	bool claimed;
+	const struct name_slot *s = slot_of(fn, name, &claimed);
+	return s == NULL ? -ENOSPC : claimed ? 0 : -EALREADY; /* a name stays */
 }
 
 int tdm_task_name(tdm_fn fn, const char *name)

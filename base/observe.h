@@ -80,14 +80,13 @@ struct tdm__track;
 struct tdm__track *tdm__trace_track_open(const char *name);
 void tdm__trace_track_close(struct tdm__track *tr);
 /* A GPU span (tdm_now_ns's clock): kind a gpu/stamps.h tdm__span_kind; launch: its launch
- * flow's id (TDM__TR_LAUNCH on the launching thread), 0 for none; task: the launching task's
+ * flow's id (TDM__TR_LAUNCH on the launching thread; ids with the top bit set, made unique by
+ * gpu/stamps.c), 0 for none; task: the launching task's
  * next await flow (tdm__trace_await_flow), 0 for none. */
 void tdm__trace_track_span(struct tdm__track *tr, uint64_t start, uint64_t end, unsigned kind,
                            uint64_t bytes, uint64_t launch, uint64_t task);
 void tdm__trace_track_counter(struct tdm__track *tr, enum tdm__trace_counter c, uint64_t ts,
                               uint64_t value);
-/* Launch flow ids: unique in the process, in a space of their own (the top bit set). */
-uint64_t tdm__trace_launch_id(void);
 /* executor/worker.c: the flow id the running task's next await will have; 0 outside a task. */
 uint64_t tdm__trace_await_flow(void);
 

@@ -72,7 +72,6 @@ static _Atomic uint32_t cap_next;
 static _Atomic uint32_t session;     /* the current (or last) trace; 0: none yet */
 static uint64_t tasks_before;        /* lock: the owner's tasks run when its trace started */
 static int next_track_tid = 1 << 30; /* lock: tracks' tids, above any thread's */
-static _Atomic uint64_t next_launch; /* tdm__trace_launch_id */
 
 /* Flushers: registered under flush_lock, which a stop holds while it calls them. */
 struct flusher {
@@ -90,16 +89,12 @@ static _Thread_local char thread_name[THREAD_NAME_LEN];
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 
-/* A thread that recorded ends. */
-static void thread_ended(void *arg)
+/* A buffer's owner is done with it (its thread ended, or its track closed): freed now, or, while
+ * a trace runs, left on the list for the stop to write (its events and its name) and free. */
+static void buffer_release(struct buffer *b)
 {
-	struct buffer *b = arg;
-	mine_closed = true;
-	mine = NULL;
 	pthread_mutex_lock(&lock);
 	if (owner != NULL) {
-		/* A trace runs: the stop writes its events (if it recorded) and its name, then
-		 * frees it. */
 		b->dead = true;
 		pthread_mutex_unlock(&lock);
 		return;
@@ -112,6 +107,15 @@ static void thread_ended(void *arg)
 	pthread_mutex_unlock(&lock);
 	free(b->events);
 	free(b);
+}
+
+/* A thread that recorded ends. */
+static void thread_ended(void *arg)
+{
+	struct buffer *b = arg;
+	mine_closed = true;
+	mine = NULL;
+	buffer_release(b);
 }
 
 static void make_key(void)
@@ -231,22 +235,8 @@ struct tdm__track *tdm__trace_track_open(const char *name)
 void tdm__trace_track_close(struct tdm__track *tr)
 {
 	struct buffer *b = (struct buffer *)tr;
-	if (b == NULL)
-		return;
-	pthread_mutex_lock(&lock);
-	if (owner != NULL) { /* the stop writes it, then frees it */
-		b->dead = true;
-		pthread_mutex_unlock(&lock);
-		return;
-	}
-	for (struct buffer **p = &buffers; *p != NULL; p = &(*p)->next)
-		if (*p == b) {
-			*p = b->next;
-			break;
-		}
-	pthread_mutex_unlock(&lock);
-	free(b->events);
-	free(b);
+	if (b != NULL)
+		buffer_release(b);
 }
 
 /* Only while the trace records: a track written meanwhile would start over into a session
@@ -284,13 +274,6 @@ void tdm__trace_track_counter(struct tdm__track *tr, enum tdm__trace_counter c, 
 	b->events[n] = (struct event){ts, value << 8 | (unsigned)c, TDM__TR_COUNTER};
 	/* Release: pairs with the stop's acquire load of n. */
 	atomic_store_explicit(&b->n, n + 1, memory_order_release);
-}
-
-uint64_t tdm__trace_launch_id(void)
-{
-	/* Relaxed: a unique number is all it is. */
-	return (1ull << 63) |
-	       (atomic_fetch_add_explicit(&next_launch, 1, memory_order_relaxed) + 1);
 }
 
 void tdm__trace_flusher_add(void (*fn)(void *), void *arg)

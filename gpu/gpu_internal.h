@@ -60,7 +60,7 @@ struct tdm__stream {
 	_Alignas(TDM__CACHELINE) struct {
 		pthread_mutex_t lock;
 		struct stamp *head, *tail, *free, *all;
-		unsigned made, taken, launches;
+		unsigned made, launches;
 		uint64_t last_end;
 		struct tdm__track *track;
 		unsigned index; /* class * nstreams + slot */

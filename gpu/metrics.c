@@ -26,118 +26,11 @@
 #include "base/observe.h"
 #include "base/gate.h"
 #include "gpu_internal.h"
+#include "iset.h"
 #include "metrics.h"
 #include "stamps.h"
 
-/* ---- a device's busy time: disjoint intervals and what was folded out of them ---- */
-
-/*
- * Spans of different streams reach the metrics out of order (each stream's in order), so the
- * union is kept as a sorted list of disjoint intervals that each span merges into. It grows to
- * SET_MAX intervals (separate ones: back-to-back work merges into one); past that the older half
- * is folded into a sum, and a span that comes after its time was folded counts only from the
- * fold's end on (the part before goes to `unplaced`): overlap with what was folded can no longer
- * be told.
- */
-#define SET_MIN 64u
-#define SET_MAX 4096u
-
-struct ival {
-	uint64_t start, end; /* start < end */
-};
-
-struct iset {
-	struct ival *v; /* sorted by start, disjoint and not touching */
-	unsigned n, cap;
-	uint64_t folded_ns; /* the lengths of the intervals folded away */
-	uint64_t floor_ns;  /* the end of the last one folded: spans count from here */
-	uint64_t unplaced_ns;
-};
-
 enum { SET_COMPUTE, SET_H2D, SET_D2H, SETS };
-
-static void iset_reset(struct iset *s)
-{
-	s->n = 0;
-	s->folded_ns = s->floor_ns = s->unplaced_ns = 0;
-}
-
-/* Room for one more: grows, or folds the older half. */
-static void iset_room(struct iset *s)
-{
-	if (s->n < s->cap)
-		return;
-	if (s->cap < SET_MAX) {
-		unsigned cap = s->cap != 0 ? 2 * s->cap : SET_MIN;
-		struct ival *v = realloc(s->v, cap * sizeof(*v));
-		if (v != NULL) {
-			s->v = v;
-			s->cap = cap;
-			return;
-		}
-		if (s->n == 0)
-			return; /* nowhere to keep anything: iset_add drops the span (unplaced) */
-	}
-	unsigned k = (s->n + 1) / 2;
-	for (unsigned i = 0; i < k; i++)
-		s->folded_ns += s->v[i].end - s->v[i].start;
-	s->floor_ns = s->v[k - 1].end;
-	memmove(s->v, s->v + k, (s->n - k) * sizeof(*s->v));
-	s->n -= k;
-}
-
-static void iset_add(struct iset *s, uint64_t a, uint64_t b)
-{
-	if (a >= b)
-		return;
-	iset_room(s);
-	if (a < s->floor_ns) {
-		uint64_t cut = b < s->floor_ns ? b : s->floor_ns;
-		s->unplaced_ns += cut - a;
-		a = cut;
-		if (a >= b)
-			return;
-	}
-	if (s->n == s->cap) { /* no memory at all */
-		s->unplaced_ns += b - a;
-		return;
-	}
-	/* The first interval that ends at or after a (ends grow with starts: disjoint). */
-	unsigned lo = 0, hi = s->n;
-	while (lo < hi) {
-		unsigned mid = lo + (hi - lo) / 2;
-		if (s->v[mid].end < a)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	unsigned i = lo, j = lo;
-	while (j < s->n && s->v[j].start <= b)
-		j++;
-	if (i == j) { /* touches none: a new interval at i */
-		memmove(s->v + i + 1, s->v + i, (s->n - i) * sizeof(*s->v));
-		s->v[i] = (struct ival){a, b};
-		s->n++;
-		return;
-	}
-	/* Merges v[i..j) with [a, b). */
-	if (s->v[i].start < a)
-		a = s->v[i].start;
-	if (s->v[j - 1].end > b)
-		b = s->v[j - 1].end;
-	s->v[i] = (struct ival){a, b};
-	memmove(s->v + i + 1, s->v + j, (s->n - j) * sizeof(*s->v));
-	s->n -= j - i - 1;
-}
-
-/* The union's length up to `end`. */
-static uint64_t iset_total(const struct iset *s, uint64_t end)
-{
-	uint64_t t = s->folded_ns;
-	for (unsigned i = 0; i < s->n && s->v[i].start < end; i++)
-		t += (s->v[i].end < end ? s->v[i].end : end) - s->v[i].start;
-	return t;
-}
 
 /* ---- per device ---- */
 
@@ -320,19 +213,8 @@ fail:
 	return -ENOMEM;
 }
 
-static bool stopping(const struct tdm_gpu *gpu)
-{
-	/* Relaxed: calls must not race tdm_gpu_destroy (tandem_gpu.h); this catches those made
-	 * while it runs, as far as they can be caught. */
-	return atomic_load_explicit(&gpu->stopping, memory_order_relaxed) != 0;
-}
-
 static int metrics_start(tdm_gpu *gpu)
 {
-	if (gpu == NULL)
-		return -EINVAL;
-	if (stopping(gpu))
-		return -ESHUTDOWN;
 	struct tdm__metrics *m = gpu->metrics;
 	pthread_mutex_lock(&m->lock);
 	int rc = make_state(gpu, m);
@@ -348,7 +230,7 @@ static int metrics_start(tdm_gpu *gpu)
 		struct mdev *d = &devs[i];
 		pthread_mutex_lock(&d->lock);
 		for (int k = 0; k < SETS; k++)
-			iset_reset(&d->set[k]);
+			tdm__iset_reset(&d->set[k]);
 		memset(d->count, 0, sizeof(d->count));
 		memset(d->bytes, 0, sizeof(d->bytes));
 		memset(d->streams, 0, d->nslots * sizeof(*d->streams));
@@ -386,10 +268,6 @@ static int metrics_start(tdm_gpu *gpu)
 
 static int metrics_stop(tdm_gpu *gpu)
 {
-	if (gpu == NULL)
-		return -EINVAL;
-	if (stopping(gpu))
-		return -ESHUTDOWN;
 	struct tdm__metrics *m = gpu->metrics;
 	pthread_mutex_lock(&m->lock);
 	if (!m->running) {
@@ -417,14 +295,10 @@ static int metrics_stop(tdm_gpu *gpu)
 
 static int metrics_peak(tdm_gpu *gpu, int device, double h2d_gbps, double d2h_gbps)
 {
-	if (gpu == NULL)
-		return -EINVAL;
 	struct tdm__metrics *m = gpu->metrics;
 	if (device < 0 || device >= m->ndev || !isfinite(h2d_gbps) || !isfinite(d2h_gbps) ||
 	    h2d_gbps < 0 || d2h_gbps < 0)
 		return -EINVAL;
-	if (stopping(gpu))
-		return -ESHUTDOWN;
 	pthread_mutex_lock(&m->lock);
 	m->peak[device][0] = h2d_gbps;
 	m->peak[device][1] = d2h_gbps;
@@ -451,13 +325,13 @@ static void add_span(struct mdev *d, const struct tdm__span *sp)
 	switch (kind) {
 	case TDM__SPAN_KERNEL:
 	case TDM__SPAN_GRAPH:
-		iset_add(&d->set[SET_COMPUTE], ca, cb);
+		tdm__iset_add(&d->set[SET_COMPUTE], ca, cb);
 		break;
 	case TDM__SPAN_H2D:
-		iset_add(&d->set[SET_H2D], ca, cb);
+		tdm__iset_add(&d->set[SET_H2D], ca, cb);
 		break;
 	case TDM__SPAN_D2H:
-		iset_add(&d->set[SET_D2H], ca, cb);
+		tdm__iset_add(&d->set[SET_D2H], ca, cb);
 		break;
 	default:
 		break;
@@ -587,9 +461,9 @@ static void read_device(struct mdev *d, uint64_t end, const double peak[2], tdm_
 	if (d->win_end < end)
 		end = d->win_end;
 	o->window_ns = end > start ? end - start : 0;
-	o->busy_ns = iset_total(&d->set[SET_COMPUTE], end);
-	o->h2d_ns = iset_total(&d->set[SET_H2D], end);
-	o->d2h_ns = iset_total(&d->set[SET_D2H], end);
+	o->busy_ns = tdm__iset_total(&d->set[SET_COMPUTE], end);
+	o->h2d_ns = tdm__iset_total(&d->set[SET_H2D], end);
+	o->d2h_ns = tdm__iset_total(&d->set[SET_D2H], end);
 	double w = (double)o->window_ns;
 	o->busy_fraction = o->window_ns != 0 ? (double)o->busy_ns / w : 0.0;
 	o->kernels = d->count[TDM__SPAN_KERNEL];
@@ -667,10 +541,6 @@ static void read_awaits(struct tdm__metrics *m, tdm_await_metrics *o)
 
 static int metrics_get(tdm_gpu *gpu, tdm_gpu_metrics *out)
 {
-	if (gpu == NULL || out == NULL)
-		return -EINVAL;
-	if (stopping(gpu))
-		return -ESHUTDOWN;
 	struct tdm__metrics *m = gpu->metrics;
 	pthread_mutex_lock(&m->lock);
 	if (!m->started) {
@@ -697,91 +567,6 @@ static int metrics_get(tdm_gpu *gpu, tdm_gpu_metrics *out)
 	read_awaits(m, &out->awaits);
 	pthread_mutex_unlock(&m->lock);
 	return 0;
-}
-
-/* ---- printing ---- */
-
-/* ns as a human reads it: "812 ns", "12.3 us", "4.56 ms", "1.234 s". */
-static const char *human_ns(uint64_t ns, char *buf, size_t len)
-{
-	if (ns < 1000)
-		snprintf(buf, len, "%llu ns", (unsigned long long)ns);
-	else if (ns < 1000000)
-		snprintf(buf, len, "%.1f us", (double)ns / 1e3);
-	else if (ns < 1000000000)
-		snprintf(buf, len, "%.2f ms", (double)ns / 1e6);
-	else
-		snprintf(buf, len, "%.3f s", (double)ns / 1e9);
-	return buf;
-}
-
-static void print_copy(FILE *f, const char *dir, uint64_t bytes, uint64_t ns, double fraction,
-                       double gbps, double gbps_window, double peak, double share)
-{
-	char b[32];
-	fprintf(f, "  %s  %.3f GB, copying %5.1f%% (%s) at %.2f GB/s, %.2f GB/s over the window",
-	        dir, (double)bytes / 1e9, fraction * 100.0, human_ns(ns, b, sizeof(b)), gbps,
-	        gbps_window);
-	if (peak > 0)
-		fprintf(f, ", %.1f%% of peak %.2f GB/s\n", share * 100.0, peak);
-	else
-		fprintf(f, ", peak unknown\n");
-}
-
-int tdm_metrics_print(const tdm_gpu_metrics *m, FILE *f)
-{
-	if (m == NULL || f == NULL)
-		return -EINVAL;
-	char b1[32], b2[32], b3[32], b4[32];
-	uint64_t window = m->end_ns > m->start_ns ? m->end_ns - m->start_ns : 0;
-	fprintf(f, "tandem metrics: window %s, %s\n", human_ns(window, b1, sizeof(b1)),
-	        m->running ? "running" : "stopped");
-	if (m->spans_lost != 0)
-		fprintf(f, "  %llu launches' spans lost (not in the figures)\n",
-		        (unsigned long long)m->spans_lost);
-	int ndev = m->ndevices < TDM_METRICS_MAX_DEVICES ? m->ndevices : TDM_METRICS_MAX_DEVICES;
-	for (int i = 0; i < ndev; i++) {
-		const tdm_device_metrics *d = &m->devices[i];
-		fprintf(f,
-		        "device %d: busy %5.1f%% (%s; %llu kernels, %llu graphs, %llu copies, "
-		        "%llu memsets)\n",
-		        d->device, d->busy_fraction * 100.0, human_ns(d->busy_ns, b1, sizeof(b1)),
-		        (unsigned long long)d->kernels, (unsigned long long)d->graphs,
-		        (unsigned long long)d->copies, (unsigned long long)d->memsets);
-		print_copy(f, "H2D", d->h2d_bytes, d->h2d_ns, d->h2d_fraction, d->h2d_gbps,
-		           d->h2d_gbps_window, d->h2d_peak_gbps, d->h2d_share);
-		print_copy(f, "D2H", d->d2h_bytes, d->d2h_ns, d->d2h_fraction, d->d2h_gbps,
-		           d->d2h_gbps_window, d->d2h_peak_gbps, d->d2h_share);
-		if (d->d2d_bytes != 0 || d->memset_bytes != 0)
-			fprintf(f, "  D2D  %.3f GB, memsets %.3f GB\n", (double)d->d2d_bytes / 1e9,
-			        (double)d->memset_bytes / 1e9);
-		if (d->unplaced_ns != 0)
-			fprintf(f, "  unplaced (spans that came late): %s\n",
-			        human_ns(d->unplaced_ns, b1, sizeof(b1)));
-		unsigned ns =
-		    d->nstreams < TDM_METRICS_MAX_STREAMS ? d->nstreams : TDM_METRICS_MAX_STREAMS;
-		if (ns != 0)
-			fprintf(f, "  %-12s %10s %12s %12s\n", "stream", "spans", "busy", "idle");
-		for (unsigned k = 0; k < ns; k++) {
-			const tdm_stream_metrics *s = &d->streams[k];
-			char name[24];
-			snprintf(name, sizeof(name), "%s %u", s->high ? "high" : "normal",
-			         s->index);
-			fprintf(f, "  %-12s %10llu %12s %12s\n", name, (unsigned long long)s->spans,
-			        human_ns(s->busy_ns, b1, sizeof(b1)),
-			        human_ns(s->idle_ns, b2, sizeof(b2)));
-		}
-		if (d->streams_over != 0)
-			fprintf(f, "  (%u more streams left out)\n", d->streams_over);
-	}
-	const tdm_await_metrics *a = &m->awaits;
-	fprintf(f, "awaits: %llu, p50 %s, p99 %s, max %s, mean %s", (unsigned long long)a->count,
-	        human_ns(a->p50_ns, b1, sizeof(b1)), human_ns(a->p99_ns, b2, sizeof(b2)),
-	        human_ns(a->max_ns, b3, sizeof(b3)), human_ns(a->mean_ns, b4, sizeof(b4)));
-	if (a->untimed != 0)
-		fprintf(f, " (%llu untimed)", (unsigned long long)a->untimed);
-	fprintf(f, "\n");
-	return ferror(f) ? -EIO : 0;
 }
 
 /*

@@ -250,7 +250,6 @@ static void resolve_stream(struct tdm_gpu *gpu, struct tdm__stream *s, bool wait
 		return;
 	/* Resolved stamps go back in one batch: the stream's lock is the launching tasks' too. */
 	struct stamp *done = NULL, *done_last = NULL;
-	unsigned ndone = 0;
 	while (q != NULL) {
 		uint64_t start = 0, end = 0;
 		int rc = resolve_one(gpu, s, q, &start, &end);
@@ -268,7 +267,6 @@ static void resolve_stream(struct tdm_gpu *gpu, struct tdm__stream *s, bool wait
 		done = st;
 		if (done_last == NULL)
 			done_last = st;
-		ndone++;
 		if (rc != 0) { /* a failed device: its work has no times */
 			lose(gpu->stamps, rc);
 			continue;
@@ -290,7 +288,6 @@ static void resolve_stream(struct tdm_gpu *gpu, struct tdm__stream *s, bool wait
 	if (done != NULL) {
 		done_last->next = s->sq.free;
 		s->sq.free = done;
-		s->sq.taken -= ndone;
 	}
 	if (q != NULL) { /* what has not run, in front of what was appended meanwhile */
 		last->next = s->sq.head;
@@ -422,7 +419,6 @@ static struct stamp *take(struct tdm_gpu *gpu, struct tdm__stream *s, bool *samp
 	s->sq.launches++;
 	if (st != NULL) {
 		s->sq.free = st->next;
-		s->sq.taken++;
 		pthread_mutex_unlock(&s->sq.lock);
 		return st;
 	}
@@ -432,14 +428,13 @@ static struct stamp *take(struct tdm_gpu *gpu, struct tdm__stream *s, bool *samp
 	}
 	s->sq.made++; /* claimed: the limit holds while the pair is made */
 	pthread_mutex_unlock(&s->sq.lock);
-	int dev = s->dev->index, rc = -ENOMEM;
+	int dev = s->dev->index;
 	st = calloc(1, sizeof(*st));
-	if (st != NULL && (rc = gpu->ops->timer_create(gpu->b, dev, &st->t0)) == 0) {
-		if ((rc = gpu->ops->timer_create(gpu->b, dev, &st->t1)) == 0) {
+	if (st != NULL && gpu->ops->timer_create(gpu->b, dev, &st->t0) == 0) {
+		if (gpu->ops->timer_create(gpu->b, dev, &st->t1) == 0) {
 			pthread_mutex_lock(&s->sq.lock);
 			st->all_next = s->sq.all;
 			s->sq.all = st;
-			s->sq.taken++;
 			pthread_mutex_unlock(&s->sq.lock);
 			return st;
 		}
@@ -526,7 +521,6 @@ void tdm__stamp_end(struct tdm_stream *s)
 	if (rc != 0) {
 		st->next = q->sq.free;
 		q->sq.free = st;
-		q->sq.taken--;
 		lose(gpu->stamps, rc);
 	} else if (q->sq.tail != NULL) {
 		q->sq.tail->next = st;
@@ -605,7 +599,7 @@ void tdm__stamps_fini(struct tdm_gpu *gpu)
 			free(st);
 		}
 		s->sq.all = s->sq.free = s->sq.head = s->sq.tail = NULL;
-		s->sq.made = s->sq.taken = 0;
+		s->sq.made = 0;
 	}
 	tdm__trace_track_close(ss->counters);
 	pthread_mutex_destroy(&ss->resolve);

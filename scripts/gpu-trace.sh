@@ -7,32 +7,7 @@
 # -C .trees/REV (.trees ignored). Run with carry [".devdeps", ".trees/REV"]:
 #   BEFORE=REV PASSES=3 bash scripts/gpu-trace.sh
 # Logs: $OUT/summary.txt and $OUT/logs.tgz (the device tool brings back 8 files at most).
-set -uo pipefail
-OUT=${OUT:-/tmp/tandem-out}
-mkdir -p "$OUT"
-export CMAKE_PREFIX_PATH=$PWD/.devdeps/root/usr
-export LD_LIBRARY_PATH=$PWD/.devdeps/root/usr/lib/x86_64-linux-gnu
-S=$OUT/summary.txt
-log() { printf '\n==== %s %s ====\n' "$(date -u +%T)" "$*" | tee -a "$S"; }
-pack() {
-	log finished
-	tar czf /tmp/logs.tgz -C "$OUT" --exclude summary.txt --exclude '*.json' . &&
-		find "$OUT" -mindepth 1 ! -name summary.txt -delete && mv /tmp/logs.tgz "$OUT/logs.tgz"
-}
-trap pack EXIT
-A=build-gpu
-B=${BEFORE:+.trees/$BEFORE/build-gpu}
-
-log build
-{ date -u; nvidia-smi --query-gpu=name,driver_version,mig.mode.current --format=csv; nproc; } >>"$S" 2>&1
-(cmake -S . -B $A -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON && cmake --build $A -j12) \
-	>"$OUT/build.log" 2>&1 &
-if [ -n "$B" ]; then
-	(cmake -S .trees/$BEFORE -B $B -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON &&
-		cmake --build $B -j4 --target tandem-bench) >"$OUT/build-before.log" 2>&1 &
-fi
-wait %1 || { tail -40 "$OUT/build.log" | tee -a "$S"; exit 1; }
-[ -z "$B" ] || wait %2 || tail -20 "$OUT/build-before.log" | tee -a "$S"
+source scripts/gpu-common.sh
 
 log "trace and metrics tests on cuda"
 for t in test_trace test_metrics; do

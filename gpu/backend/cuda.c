@@ -335,7 +335,9 @@ static void *tdm__cuda_stream_native(struct tdm__backend *b, void *stream)
 
 /* ---- events ------------------------------------------------------------------------------ */
 
-static int tdm__cuda_event_create(struct tdm__backend *b, int dev, void **out)
+/* An event of dev with `flags`: timing disabled for the pools' events (cheaper to record),
+ * cudaEventDefault for the stamps' timers. */
+static int tdm__cuda_event_make(struct tdm__backend *b, int dev, unsigned flags, void **out)
 {
 	struct tdm__cuda_event *ev;
 	cudaError_t e;
@@ -348,7 +350,7 @@ static int tdm__cuda_event_create(struct tdm__backend *b, int dev, void **out)
 		return -ENOMEM;
 	e = tdm__cuda_enter(dev, &prev);
 	if (e == cudaSuccess)
-		e = cudaEventCreateWithFlags(&ev->e, cudaEventDisableTiming);
+		e = cudaEventCreateWithFlags(&ev->e, flags);
 	tdm__cuda_leave(dev, prev);
 	if (e != cudaSuccess) {
 		free(ev);
@@ -357,6 +359,11 @@ static int tdm__cuda_event_create(struct tdm__backend *b, int dev, void **out)
 	ev->dev = dev;
 	*out = ev;
 	return 0;
+}
+
+static int tdm__cuda_event_create(struct tdm__backend *b, int dev, void **out)
+{
+	return tdm__cuda_event_make(b, dev, cudaEventDisableTiming, out);
 }
 
 static void tdm__cuda_event_destroy(struct tdm__backend *b, void *event)
@@ -420,26 +427,7 @@ static int tdm__cuda_event_query(struct tdm__backend *b, void *event)
 
 static int tdm__cuda_timer_create(struct tdm__backend *b, int dev, void **out)
 {
-	struct tdm__cuda_event *ev;
-	cudaError_t e;
-	int prev;
-
-	if (out == NULL || tdm__cuda_bad_dev(b, dev))
-		return -EINVAL;
-	ev = malloc(sizeof(*ev));
-	if (ev == NULL)
-		return -ENOMEM;
-	e = tdm__cuda_enter(dev, &prev);
-	if (e == cudaSuccess)
-		e = cudaEventCreateWithFlags(&ev->e, cudaEventDefault);
-	tdm__cuda_leave(dev, prev);
-	if (e != cudaSuccess) {
-		free(ev);
-		return tdm__cuda_fail(e);
-	}
-	ev->dev = dev;
-	*out = ev;
-	return 0;
+	return tdm__cuda_event_make(b, dev, cudaEventDefault, out);
 }
 
 /* A timers' read that failed for a reason other than "not yet": said once per process, with
