@@ -60,7 +60,8 @@ struct tdm__stream {
 	_Alignas(TDM__CACHELINE) struct {
 		pthread_mutex_t lock;
 		struct stamp *head, *tail, *free, *all;
-		unsigned made, launches;
+		unsigned made;
+		uint64_t launches, timed; /* through the gate; those timed */
 		uint64_t last_end;
 		struct tdm__track *track;
 		unsigned index; /* class * nstreams + slot */

@@ -3,8 +3,10 @@
  *
  * While the trace records or the layer's metrics are on, every launch through the gate is
  * followed on its stream by a timer record (t1), and one launch in SAMPLE_EVERY per stream, and
- * each first one, is also preceded by one (t0). A thread of the layer's own, started at the
- * first stamp, resolves the streams' queues every millisecond into spans of device time:
+ * each first one, is also preceded by one (t0). A trace without metrics times one launch in
+ * `every` per stream (pace: at most `rate` a second) and counts the others untimed. A thread of the
+ * layer's own, started at the first stamp, resolves the streams' queues every millisecond into
+ * spans of device time:
  *
  * - the end is t1: when the stream finished the launch's work (exact, to the timer's 0.5 us);
  * - the start is the latest of: the end of the stream's previous span (a stream runs its work
@@ -46,6 +48,8 @@
 #define DRIFT_NS_PER_S 1000ull    /* how fast the offset may rise (see learn) */
 #define DRIFT_MAX_NS 2000         /* and at most, between two samples */
 #define REF_AGE_NS 4000000000ull  /* a reference older than this is replaced (float ms) */
+#define RATE_DEFAULT 50000u       /* timed launches per second per layer, trace alone (auto) */
+#define EVERY_MAX 1024u           /* `every` at most (struct tdm__stamps) */
 
 struct stamp {
 	void *t0, *t1;
@@ -87,7 +91,17 @@ struct tdm__stamps {
 	 * measuring what each part of a traced run costs (perf/README.md). */
 	bool off;
 	uint64_t period_ns;
-	_Atomic uint64_t lost;       /* relaxed: a count, since the last report */
+	/* TANDEM_STAMPS=all times every launch; by default (auto) a trace without metrics times
+	 * one launch in `every` per stream, `every` set by the thread each period so that the
+	 * layer times at most `rate` launches a second (docs/design/observe.md, "What a traced
+	 * launch costs"). Metrics time every launch. */
+	bool all;
+	uint64_t rate;
+	_Atomic unsigned every;   /* relaxed: written by the thread, read by launches as a hint */
+	_Atomic uint64_t untimed; /* relaxed: a count of launches left untimed by `every` */
+	uint64_t seen, seen_at;   /* the thread's: launches counted at its last look, and when */
+	uint64_t untimed_said;    /* report_lost's (a trace stop, destroy): untimed reported */
+	_Atomic uint64_t lost;    /* relaxed: a count, since the last report */
 	_Atomic uint64_t lost_total; /* relaxed: a count, since the layer began */
 	_Atomic int first_error;     /* relaxed: the first error that lost a span */
 
@@ -324,6 +338,8 @@ static void sample_counters(struct tdm_gpu *gpu)
 	ss->last_sleeps = sl;
 	tdm__trace_track_counter(ss->counters, TDM__CTR_SPANS_LOST, now,
 	                         atomic_load_explicit(&ss->lost, memory_order_relaxed));
+	tdm__trace_track_counter(ss->counters, TDM__CTR_UNTIMED, now,
+	                         atomic_load_explicit(&ss->untimed, memory_order_relaxed));
 }
 
 #define EACH_STREAM(gpu, s)                                                                        \
@@ -347,6 +363,39 @@ void tdm__stamps_flush(struct tdm_gpu *gpu, bool wait)
 	pthread_mutex_unlock(&ss->resolve);
 }
 
+/*
+ * The thread's, each period: a trace without metrics times one launch in `every` per stream,
+ * the least power of two that keeps the layer's timed launches under `rate` a second at the
+ * last period's launch rate. Each timing event costs the launching thread a driver call, which
+ * at a million launches a second is most of what a launch costs (docs/design/observe.md).
+ */
+static void pace(struct tdm_gpu *gpu, uint64_t now)
+{
+	struct tdm__stamps *ss = gpu->stamps;
+	uint64_t n = 0;
+	struct tdm__stream *s;
+	/* Acquire (EACH_STREAM): pairs with the release that published each stream. */
+	EACH_STREAM(gpu, s)
+	{
+		pthread_mutex_lock(&s->sq.lock);
+		n += s->sq.launches;
+		pthread_mutex_unlock(&s->sq.lock);
+	}
+	uint64_t dt = now - ss->seen_at, dn = n - ss->seen;
+	bool first = ss->seen_at == 0;
+	ss->seen = n;
+	ss->seen_at = now;
+	if (ss->all || first || dt == 0)
+		return;
+	/* Launches a second over the layer's budget, rounded up to a power of two. */
+	uint64_t want = dn * 1000000000ull / dt;
+	unsigned every = 1;
+	while (every < EVERY_MAX && want > ss->rate * every)
+		every *= 2;
+	/* Relaxed: a hint for the launches (take). */
+	atomic_store_explicit(&ss->every, every, memory_order_relaxed);
+}
+
 /* Says once per layer what was lost, and why. */
 static void report_lost(struct tdm_gpu *gpu)
 {
@@ -359,6 +408,16 @@ static void report_lost(struct tdm_gpu *gpu)
 		        err != 0 ? "their times could not be read: "
 		                 : "a stream had its stamps out",
 		        err != 0 ? tdm_strerror(err) : " (4096 a stream)");
+	/* Relaxed: a count for a report. */
+	uint64_t untimed = atomic_load_explicit(&ss->untimed, memory_order_relaxed);
+	if (untimed > ss->untimed_said) {
+		fprintf(stderr,
+		        "tandem: %llu GPU launches untimed: the trace timed at most %llu a second "
+		        "(TANDEM_STAMPS=all times each, TANDEM_STAMPS_RATE sets the rate)\n",
+		        (unsigned long long)(untimed - ss->untimed_said),
+		        (unsigned long long)ss->rate);
+		ss->untimed_said = untimed;
+	}
 }
 
 /* The trace's stop asks (tdm__trace_flusher_add): what has run goes in, what runs now too. */
@@ -382,6 +441,7 @@ static void *resolver_main(void *arg)
 	while (!ss->stop) {
 		pthread_mutex_unlock(&ss->tlock);
 		tdm__stamps_flush(gpu, false);
+		pace(gpu, tdm__now_ns());
 		pthread_mutex_lock(&ss->resolve);
 		sample_counters(gpu);
 		pthread_mutex_unlock(&ss->resolve);
@@ -410,13 +470,23 @@ static void *resolver_main(void *arg)
 /* ---- stamping a launch ---- */
 
 /* A free stamp of s, or a new one: NULL when s has MAX_STAMPS out, or none can be made. */
-static struct stamp *take(struct tdm_gpu *gpu, struct tdm__stream *s, bool *sample)
+static struct stamp *take(struct tdm_gpu *gpu, struct tdm__stream *s, bool *sample, bool *untimed)
 {
+	/* Relaxed: a hint; metrics time every launch (their figures are sums over all). */
+	unsigned every = atomic_load_explicit(&gpu->stamps->every, memory_order_relaxed);
+	if (every > 1 && tdm__metrics_on(gpu))
+		every = 1;
 	pthread_mutex_lock(&s->sq.lock);
+	s->sq.launches++;
+	*untimed = every > 1 && s->sq.launches % every != 0;
+	if (*untimed) {
+		pthread_mutex_unlock(&s->sq.lock);
+		return NULL;
+	}
 	struct stamp *st = s->sq.free;
 	/* Every launch at first, so that the latency's minimum is soon found. */
-	*sample = s->sq.launches < 4 * SAMPLE_EVERY || s->sq.launches % SAMPLE_EVERY == 0;
-	s->sq.launches++;
+	*sample = s->sq.timed < 4 * SAMPLE_EVERY || s->sq.timed % SAMPLE_EVERY == 0;
+	s->sq.timed++;
 	if (st != NULL) {
 		s->sq.free = st->next;
 		pthread_mutex_unlock(&s->sq.lock);
@@ -480,10 +550,16 @@ void tdm__stamp_begin(struct tdm_stream *s, enum tdm__span_kind kind, uint64_t b
 	    /* Relaxed: the capture is this thread's own (it began it), or none. */
 	    atomic_load_explicit(&s->cap, memory_order_relaxed) != NULL)
 		return; /* a capture would record the timers into its graph */
-	bool sample;
-	struct stamp *st = take(gpu, s->st, &sample);
+	bool sample = false, untimed = false;
+	struct stamp *st = take(gpu, s->st, &sample, &untimed);
 	if (st == NULL) {
-		lose(ss, 0);
+		if (untimed) /* relaxed: a count */
+			atomic_fetch_add_explicit(&ss->untimed, 1, memory_order_relaxed);
+		else
+			lose(ss, 0);
+		/* Relaxed: a hint; start_thread reads it again under tlock. */
+		if (!atomic_load_explicit(&ss->started, memory_order_relaxed))
+			start_thread(ss, gpu);
 		return;
 	}
 	/* Read before the record: the record reaches the device after it, so no sample is
@@ -551,8 +627,13 @@ int tdm__stamps_init(struct tdm_gpu *gpu)
 		free(ss);
 		return -ENOMEM;
 	}
-	const char *off = getenv("TANDEM_STAMPS");
-	ss->off = off != NULL && strcmp(off, "0") == 0;
+	const char *mode = getenv("TANDEM_STAMPS");
+	ss->off = mode != NULL && strcmp(mode, "0") == 0;
+	ss->all = mode != NULL && strcmp(mode, "all") == 0;
+	const char *rate = getenv("TANDEM_STAMPS_RATE");
+	unsigned long r = rate != NULL ? strtoul(rate, NULL, 10) : 0;
+	ss->rate = r >= 1000 && r <= 100000000ul ? r : RATE_DEFAULT;
+	atomic_init(&ss->every, 1u);
 	const char *period = getenv("TANDEM_STAMPS_PERIOD_US");
 	unsigned long us = period != NULL ? strtoul(period, NULL, 10) : 0;
 	ss->period_ns = us >= 100 && us <= 1000000 ? us * 1000ull : PERIOD_NS;

@@ -3,9 +3,11 @@
  * launch made through the launch gate (tdm_launch_begin/end, and tandem's own copies, memsets,
  * kernels and graph launches) is followed on its stream by a timer the device records itself
  * (a CUDA timing event; on sim, an event that keeps the time a device would have run it at), and
- * one launch in 16 is preceded by one too. A thread of the layer's own resolves them every
- * millisecond into spans of device time in tdm_now_ns's clock, which go to the trace (a track
- * per stream) and to the metrics (gpu/metrics.c). docs/design/observe.md, "GPU spans".
+ * one launch in 16 is preceded by one too (a trace without metrics times at most
+ * TANDEM_STAMPS_RATE launches a second, 50,000 by default, and counts the others). A thread of the
+ * layer's own resolves them every millisecond into spans of device time in tdm_now_ns's clock,
+ * which go to the trace (a track per stream) and to the metrics (gpu/metrics.c).
+ * docs/design/observe.md, "GPU spans".
  */
 #ifndef TDM_GPU_STAMPS_H
 #define TDM_GPU_STAMPS_H

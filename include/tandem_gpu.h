@@ -556,9 +556,10 @@ int tdm_gpu_device_info(const tdm_gpu *gpu, int device, tdm_device_info *out);
  * from tdm_gpu_metrics_start to tdm_gpu_metrics_stop (to the tdm_gpu_metrics_get while it runs).
  * Spans are cut at the window's edges; a span still running at the get is not counted yet. While
  * metrics are on, each launch costs a timer record on its stream (two on one launch in 16), which
- * a thread of the layer resolves every millisecond; off, one relaxed load per launch and per
- * await. Work enqueued outside the launch gate (your launches not wrapped in tdm_launch_begin/
- * end) is not seen.
+ * a thread of the layer resolves every millisecond: every launch is timed (a trace alone times
+ * at most TANDEM_STAMPS_RATE a second), which on an H200 costs a launch-bound run of 1 us
+ * kernels a third of its rate; off, one relaxed load per launch and per await. Work enqueued
+ * outside the launch gate (your launches not wrapped in tdm_launch_begin/ end) is not seen.
  */
 
 #define TDM_METRICS_MAX_DEVICES 16 /* devices reported: the layer's first 16 */

@@ -57,15 +57,15 @@ for l in sys.stdin:
     print({k: r[k] for k in keep if k in r})' | tee -a "$S"
 
 log "gpu-throughput 1 us: untraced against traced, and the trace's parts"
-# on: the whole trace; nostamps: its CPU side alone (TANDEM_STAMPS=0); slow: the stamps
-# resolved every 20 ms instead of every 1 (does the resolver's driver traffic cost?).
+# on: the whole trace (launches past TANDEM_STAMPS_RATE untimed); all: every launch timed
+# (TANDEM_STAMPS=all); nostamps: its CPU side alone (TANDEM_STAMPS=0).
 for p in 1 2 3; do
-	for mode in off on nostamps slow; do
+	for mode in off on all nostamps; do
 		case $mode in
 		off) env= ;;
 		on) env="TANDEM_TRACE=/tmp/tp.json TANDEM_TRACE_EVENTS=3000000" ;;
 		nostamps) env="TANDEM_TRACE=/tmp/tp.json TANDEM_TRACE_EVENTS=3000000 TANDEM_STAMPS=0" ;;
-		slow) env="TANDEM_TRACE=/tmp/tp.json TANDEM_TRACE_EVENTS=3000000 TANDEM_STAMPS_PERIOD_US=20000" ;;
+		all) env="TANDEM_TRACE=/tmp/tp.json TANDEM_TRACE_EVENTS=3000000 TANDEM_STAMPS=all" ;;
 		esac
 		env $env timeout 200 $A/perf/tandem-bench gpu-throughput --workers 1,16 --kernel-us 1 \
 			--reps 5 --json >>"$OUT/tp-$mode.jsonl" 2>>"$OUT/tp-$mode.err"

@@ -29,6 +29,7 @@ struct trace {
 	/* GPU tracks: complete events, by kind; overlapping ones on one track; kernels' lengths
 	 * (us); tracks named "GPU ..."; counter samples. */
 	unsigned long gpu_spans, kernels, copies, counters, steals;
+	unsigned long untimed, lost; /* the counters' largest samples */
 	bool gpu_overlap, gpu_track;
 	double kernel_min, kernel_max, kernel_sum, last_end[MAX_TIDS], gpu_open[MAX_TIDS];
 	double kernel_dur[64]; /* the first 64 kernels' lengths */
@@ -210,6 +211,12 @@ static struct trace read_trace(const char *path)
 		} else if (ph == 'C') {
 			cr_assert_not_null(strstr(line, "\"args\":{\"value\":"), "%s", line);
 			r.counters++;
+			const char *v = strstr(line, "\"args\":{\"value\":");
+			unsigned long n = strtoul(v + 16, NULL, 10); /* counts: the largest */
+			if (strstr(line, "GPU launches untimed") != NULL && n > r.untimed)
+				r.untimed = n;
+			if (strstr(line, "GPU spans lost") != NULL && n > r.lost)
+				r.lost = n;
 		} else if (ph == 'M') {
 			if (strstr(line, "\"args\":{\"name\":\"GPU ") != NULL)
 				r.gpu_track = true;
@@ -728,4 +735,75 @@ Test(trace, stamps_off_by_environment)
 	cr_assert_eq(r.await_s, SPINS, "the CPU side is all there");
 	env_close(&e);
 	unlink(path);
+}
+
+/* ---- what a trace times ---- */
+
+#define BURSTS 50
+#define BURST 100
+
+/* Launches BURSTS bursts of BURST empty kernels on an exclusive stream, awaiting each burst. */
+int burst_task(tdm_task *t, void *arg)
+{
+	struct spinner *sp = arg;
+	TDM_BEGIN(t);
+	cr_assert_eq(tdm_stream_lease(sp->gpu, 0, TDM_STREAM_EXCLUSIVE, &sp->s), 0);
+	for (sp->i = 0; sp->i < BURSTS; sp->i++) {
+		for (int k = 0; k < BURST; k++)
+			cr_assert_eq(tdm_launch_spin(sp->s, 0), 0);
+		TDM_AWAIT(t, tdm_await_stream(t, sp->s));
+		cr_assert_eq(tdm_task_result(t), 0);
+	}
+	cr_assert_eq(tdm_stream_release(sp->s), 0);
+	TDM_END(t);
+}
+
+/* A trace of a layer made with TANDEM_STAMPS=mode (NULL: unset) and TANDEM_STAMPS_RATE=1000,
+ * metrics on or not, over BURSTS * BURST launches. */
+static struct trace burst_trace(const char *mode, bool metrics)
+{
+	if (mode != NULL)
+		setenv("TANDEM_STAMPS", mode, 1);
+	setenv("TANDEM_STAMPS_RATE", "1000", 1);
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
+	unsetenv("TANDEM_STAMPS");
+	unsetenv("TANDEM_STAMPS_RATE");
+	char path[64];
+	temp_path(path, sizeof(path));
+	if (metrics)
+		cr_assert_eq(tdm_gpu_metrics_start(e.gpu), 0);
+	cr_assert_eq(tdm_trace_start(e.ex, path), 0);
+	struct spinner sp = {.gpu = e.gpu};
+	cr_assert_eq(run_one(&e, burst_task, &sp), 0);
+	cr_assert_eq(tdm_trace_stop(e.ex), 0);
+	if (metrics)
+		cr_assert_eq(tdm_gpu_metrics_stop(e.gpu), 0);
+	struct trace r = read_trace(path);
+	env_close(&e);
+	unlink(path);
+	return r;
+}
+
+/* Launches faster than TANDEM_STAMPS_RATE a second: a trace times only some, and counts the
+ * others (each launch is a span or counted, none is missing). */
+Test(trace, launches_past_the_rate_go_untimed_and_counted)
+{
+	struct trace r = burst_trace(NULL, false);
+	cr_assert_gt(r.untimed, 0, "the launch rate passed 1000 a second");
+	cr_assert_gt(r.gpu_spans, 0, "some were timed");
+	cr_assert_eq(r.gpu_spans + r.untimed + r.lost, BURSTS * BURST, "%lu + %lu + %lu",
+	             r.gpu_spans, r.untimed, r.lost);
+	cr_assert(r.flows_paired, "every flow has both ends, untimed launches none");
+}
+
+/* TANDEM_STAMPS=all, or metrics on: every launch is timed. */
+Test(trace, all_or_metrics_time_every_launch)
+{
+	struct trace r = burst_trace("all", false);
+	cr_assert_eq(r.untimed, 0);
+	cr_assert_eq(r.gpu_spans + r.lost, BURSTS * BURST, "%lu + %lu", r.gpu_spans, r.lost);
+	r = burst_trace(NULL, true);
+	cr_assert_eq(r.untimed, 0, "metrics time every launch");
+	cr_assert_eq(r.gpu_spans + r.lost, BURSTS * BURST, "%lu + %lu", r.gpu_spans, r.lost);
 }
