@@ -70,6 +70,7 @@ enum tdm__trace_counter {
 	TDM__CTR_SLEEPS,     /* the poller's sleeps since the last sample */
 	TDM__CTR_SPANS_LOST, /* GPU spans dropped (no stamp free) */
 	TDM__CTR_UNTIMED,    /* launches left untimed to bound the trace's cost */
+	TDM__CTR_READY,      /* tasks queued in an executor's deques */
 	TDM__CTR_COUNT
 };
 

@@ -367,9 +367,9 @@ enum { FLOW_SPAWN, FLOW_AWAIT, FLOW_LAUNCH, FLOW_DONE };
 static const char *const flow_names[] = {"spawn", "await", "launch", "done"};
 static const char *const span_names[] = {"kernel",   "copy H2D", "copy D2H",
                                          "copy D2D", "memset",   "graph"};
-static const char *const counter_names[] = {"awaits outstanding", "pinned bytes in use",
-                                            "poller sweeps",      "poller sleeps",
-                                            "GPU spans lost",     "GPU launches untimed"};
+static const char *const counter_names[] = {
+    "awaits outstanding", "pinned bytes in use",  "poller sweeps", "poller sleeps",
+    "GPU spans lost",     "GPU launches untimed", "ready tasks"};
 _Static_assert(sizeof(counter_names) / sizeof(counter_names[0]) == TDM__CTR_COUNT,
                "a name per counter");
 

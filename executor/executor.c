@@ -76,6 +76,8 @@ static void free_executor(struct tdm_executor *ex, unsigned ndeques)
 	tdm__task_pool_fini(ex);
 	pthread_mutex_destroy(&ex->pool_lock);
 	pthread_mutex_destroy(&ex->idle_lock);
+	tdm__trace_track_close(ex->ready_track); /* a trace recording keeps its samples */
+	pthread_mutex_destroy(&ex->ready_lock);
 	free(ex->sleepers);
 	free(ex->workers);
 	free(ex);
@@ -131,6 +133,8 @@ int tdm_executor_create(tdm_executor **out, const tdm_config *cfg_in)
 	ex->cfg.cpus = NULL;
 	pthread_mutex_init(&ex->idle_lock, NULL);
 	pthread_mutex_init(&ex->pool_lock, NULL);
+	pthread_mutex_init(&ex->ready_lock, NULL);
+	atomic_init(&ex->ready_next, 0);
 	atomic_init(&ex->idle_state, n * TDM__IDLE_UNPARKED);
 	ex->sleepers = calloc(n, sizeof(*ex->sleepers));
 	ex->workers = aligned_alloc(TDM__CACHELINE, n * sizeof(struct tdm__worker));

@@ -201,6 +201,12 @@ struct tdm_executor {
 	 * base/gate.h). */
 	struct tdm__gate outside;
 
+	/* The trace's "ready tasks" counter (worker.c, tdm__ready_sample): its track, the lock
+	 * that makes one sampler at a time its writer, and when the next sample is due. */
+	pthread_mutex_t ready_lock;
+	struct tdm__track *ready_track; /* ready_lock */
+	_Atomic uint64_t ready_next;    /* relaxed: a hint of when to look again */
+
 	/* Task memory: free tasks beyond the workers' caches, and every slab for destroy. */
 	_Alignas(TDM__CACHELINE) pthread_mutex_t pool_lock;
 	struct tdm__link *pool_free; /* pool_lock */
@@ -220,6 +226,10 @@ static inline struct tdm__worker *tdm__self_of(const struct tdm_executor *ex)
 	struct tdm__worker *w = tdm__self;
 	return (w != NULL && w->ex == ex) ? w : NULL;
 }
+
+/* worker.c: while tracing, samples the tasks queued in ex's deques into the trace's "ready
+ * tasks" counter, at most once a millisecond (whichever worker comes first). */
+void tdm__ready_sample(struct tdm_executor *ex);
 
 /* task.c */
 struct tdm__task *tdm__task_alloc(struct tdm_executor *ex, struct tdm__worker *w);

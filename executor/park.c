@@ -295,8 +295,10 @@ bool tdm__park(struct tdm__worker *w)
 
 	/* Read once: the wake is recorded exactly when the sleep was. */
 	bool traced = tdm__observing() && tdm__tracing();
-	if (traced)
+	if (traced) {
+		tdm__ready_sample(ex);
 		tdm__trace_record(TDM__TR_PARK_BEGIN, 0);
+	}
 	for (;;) {
 		/* Acquire: pairs with the release store in unpark. */
 		if (atomic_exchange_explicit(&w->notified, false, memory_order_acquire))

@@ -10,8 +10,10 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 
+#include "base/clock.h"
 #include "base/observe.h"
 #include "internal.h"
 
@@ -109,10 +111,34 @@ static struct tdm__task *steal(struct tdm__worker *w)
 	return take_inject(w);
 }
 
+void tdm__ready_sample(struct tdm_executor *ex)
+{
+	uint64_t now = tdm__now_ns();
+	/* Relaxed: a hint; the lock orders the samples and the track. */
+	if (now < atomic_load_explicit(&ex->ready_next, memory_order_relaxed) ||
+	    pthread_mutex_trylock(&ex->ready_lock) != 0)
+		return;
+	atomic_store_explicit(&ex->ready_next, now + 1000000u, memory_order_relaxed);
+	if (ex->ready_track == NULL) {
+		char name[32];
+		snprintf(name, sizeof(name), "executor %u", (unsigned)ex->id);
+		ex->ready_track = tdm__trace_track_open(name);
+	}
+	/* The deques only: what the injection queue and the inboxes hold moves into a deque as
+	 * a worker takes it. */
+	uint64_t n = 0;
+	for (unsigned i = 0; i < ex->nworkers; i++)
+		n += (uint64_t)tdm__deque_size(&ex->workers[i].deque);
+	tdm__trace_track_counter(ex->ready_track, TDM__CTR_READY, now, n);
+	pthread_mutex_unlock(&ex->ready_lock);
+}
+
 struct tdm__task *tdm__find_task(struct tdm__worker *w, bool may_steal)
 {
 	struct tdm__task *t;
 	if (++w->tick % TDM__GLOBAL_TICK == 0) {
+		if (tdm__observing() && tdm__tracing())
+			tdm__ready_sample(w->ex);
 		if ((t = take_inbox(w, w)) != NULL || (t = take_inject(w)) != NULL)
 			return t;
 	}

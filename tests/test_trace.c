@@ -29,7 +29,8 @@ struct trace {
 	/* GPU tracks: complete events, by kind; overlapping ones on one track; kernels' lengths
 	 * (us); tracks named "GPU ..."; counter samples. */
 	unsigned long gpu_spans, kernels, copies, counters, steals;
-	unsigned long untimed, lost; /* the counters' largest samples */
+	unsigned long untimed, lost;            /* the counters' largest samples */
+	unsigned long ready_samples, ready_max; /* "executor N: ready tasks" */
 	bool gpu_overlap, gpu_track;
 	double kernel_min, kernel_max, kernel_sum, last_end[MAX_TIDS], gpu_open[MAX_TIDS];
 	double kernel_dur[64]; /* the first 64 kernels' lengths */
@@ -217,6 +218,12 @@ static struct trace read_trace(const char *path)
 				r.untimed = n;
 			if (strstr(line, "GPU spans lost") != NULL && n > r.lost)
 				r.lost = n;
+			if (strstr(line, "\"name\":\"executor ") != NULL &&
+			    strstr(line, ": ready tasks\"") != NULL) {
+				r.ready_samples++;
+				if (n > r.ready_max)
+					r.ready_max = n;
+			}
 		} else if (ph == 'M') {
 			if (strstr(line, "\"args\":{\"name\":\"GPU ") != NULL)
 				r.gpu_track = true;
@@ -806,4 +813,43 @@ Test(trace, all_or_metrics_time_every_launch)
 	r = burst_trace(NULL, true);
 	cr_assert_eq(r.untimed, 0, "metrics time every launch");
 	cr_assert_eq(r.gpu_spans + r.lost, BURSTS * BURST, "%lu + %lu", r.gpu_spans, r.lost);
+}
+
+/* ---- the ready tasks counter ---- */
+
+#define FANOUT 20000
+
+static void busy_child(void *arg)
+{
+	(void)arg;
+	uint64_t end = tdm_now_ns() + 2000;
+	while (tdm_now_ns() < end)
+		;
+}
+
+static void fan_out(void *arg)
+{
+	tdm_group *g = arg;
+	for (int i = 0; i < FANOUT; i++)
+		cr_assert_eq(tdm_group_spawn(g, busy_child, NULL), 0);
+}
+
+/* A worker that queues many tasks at once: the trace's "ready tasks" counter of the executor
+ * is sampled while they wait, and shows them. */
+Test(trace, ready_tasks_counter)
+{
+	tdm_executor *ex = tdm_test_create(2);
+	char path[64];
+	temp_path(path, sizeof(path));
+	cr_assert_eq(tdm_trace_start(ex, path), 0);
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	cr_assert_eq(tdm_group_spawn(&g, fan_out, &g), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(tdm_trace_stop(ex), 0);
+	tdm_test_destroy(ex);
+	struct trace r = read_trace(path);
+	cr_assert_gt(r.ready_samples, 0, "the counter was sampled");
+	cr_assert_gt(r.ready_max, 0, "and saw the queued tasks");
+	unlink(path);
 }
