@@ -10,9 +10,9 @@ CMAKE       ?= cmake
 CTEST       ?= ctest
 
 # What clang-format checks and cppcheck reads; folders that do not exist yet are left out.
-FORMAT_FILES = $(shell find $(wildcard include base executor gpu testing tests perf examples cmake) -type f \
+FORMAT_FILES = $(shell find $(wildcard include base executor gpu mpi testing tests perf examples cmake) -type f \
 	\( -name '*.[ch]' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' \) | sort)
-LINT_DIRS    = $(wildcard include base executor gpu testing examples)
+LINT_DIRS    = $(wildcard include base executor gpu mpi testing examples)
 CPPCHECK_FLAGS = --error-exitcode=1 --enable=warning,performance,portability --inline-suppr \
 	--std=c11 -q --suppress=missingIncludeSystem -I include -I testing -I . -I executor -I gpu
 VALGRIND_FLAGS = --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect

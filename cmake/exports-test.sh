@@ -10,7 +10,7 @@ shift 2
 declared=$(grep -hE '^[a-z_][a-z0-9_ *]*\btdm_[a-z0-9_]+\(' "$@" | grep -oE '\btdm_[a-z0-9_]+\(' |
 	tr -d '(' | sort -u)
 listed=$(grep -oE '^[[:space:]]+tdm_[a-z0-9_]+;' "$map" | tr -d ' \t;' | sort -u)
-node=$(grep -oE '^TANDEM_[0-9.]+' "$map")
+node=$(grep -oE "^TANDEM_([A-Z]+_)?[0-9.]+" "$map")
 exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -v "^${node}\$" | sort -u)
 fail=0
 if [ "$declared" != "$listed" ]; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The ctest test install_consumer: installs the build tree into a scratch prefix, then builds
 # tests/install/consumer.c against that prefix the ways a user would, and runs each program:
-#   1. find_package(tandem): tandem::tandem and tandem::tandem_static.
+#   1. find_package(tandem): tandem::tandem and tandem::tandem_static, and tandem::mpi where
+#      tandem was built with MPI (consumer_mpi, run as a single MPI process).
 #   2. find_package(tandem) with the CUDA toolkit hidden from CMake and from PATH, as on a machine
 #      without one: tandem::tandem still builds and runs. Against a CUDA build of tandem, also
 #      that tandem::tandem_static is then left undefined and that COMPONENTS static fails,
@@ -29,6 +30,15 @@ echo "== find_package(tandem)"
 "$cmake" --build "$work/build"
 "$work/build/consumer_shared"
 "$work/build/consumer_static"
+# One MPI process without mpirun (a singleton), over shared memory only, root or not.
+mpi_env=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "OMPI_MCA_btl=self,vader"
+	OMPI_MCA_btl_vader_single_copy_mechanism=none)
+mpi_build=0
+if [ -e "$prefix/$libdir/cmake/tandem/tandemMpiTargets.cmake" ]; then
+	mpi_build=1
+	[ -x "$work/build/consumer_mpi" ] || fail "tandem was built with MPI, but no tandem::mpi"
+	"${mpi_env[@]}" "$work/build/consumer_mpi"
+fi
 
 echo "== find_package(tandem) without the CUDA toolkit"
 cuda_build=0
@@ -58,7 +68,7 @@ out=$("${hide_cuda[@]}" "$cmake" -S "$src" -B "$work/no-toolkit" "${nocuda_args[
 	fail "find_package(tandem) failed without the CUDA toolkit"
 }
 echo "$out" | grep -E '^-- tandem(:| [0-9])'
-if [ $cuda_build = 1 ] && ! echo "$out" | grep -q 'targets: tandem::tandem$'; then
+if [ $cuda_build = 1 ] && echo "$out" | grep 'targets: ' | grep -q 'tandem::tandem_static'; then
 	fail "a CUDA build's tandem::tandem_static was defined with the CUDA toolkit hidden"
 fi
 "${hide_cuda[@]}" "$cmake" --build "$work/no-toolkit"
@@ -101,3 +111,10 @@ fi
 # shellcheck disable=SC2046
 "$cc" -o "$work/consumer_pc" "$src/consumer.c" $(pkg-config --cflags --libs tandem)
 LD_LIBRARY_PATH=$prefix/$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$work/consumer_pc"
+if [ $mpi_build = 1 ]; then
+	echo "pkg-config --cflags --libs tandem_mpi: $(pkg-config --cflags --libs tandem_mpi)"
+	# shellcheck disable=SC2046
+	"$cc" -o "$work/consumer_mpi_pc" "$src/consumer_mpi.c" $(pkg-config --cflags --libs tandem_mpi) \
+		-Wl,-rpath,$(pkg-config --variable=libdir tandem_mpi)
+	"${mpi_env[@]}" "$work/consumer_mpi_pc"
+fi

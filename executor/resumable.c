@@ -38,10 +38,33 @@ tdm_executor *tdm_task_executor(const tdm_task *t)
 /* ---- host notifications ---- */
 
 #define NOTIFY_MAGIC 0x74646e66u /* "tdnf" */
-#define NOTIFY_FIRED ((uintptr_t)1)
+
+/*
+ * A fired notification keeps the result its awaiting task resumes with in its state word, so that
+ * tdm_notify keeps its public size: the word is odd once fired (a task is cache-line aligned, so
+ * a task's address is even), and the result, 0 or negative, is held negated above the low bit.
+ * Fired with 0 the word is 1, as it was before fires carried a result.
+ */
+#define NOTIFY_FIRED_BIT ((uintptr_t)1)
+
+static uintptr_t fired_state(int result)
+{
+	uint64_t negated = (uint64_t)(0 - (int64_t)result); /* result <= 0: no overflow */
+	return (uintptr_t)(negated << 1) | NOTIFY_FIRED_BIT;
+}
+
+static bool is_fired(uintptr_t state)
+{
+	return (state & NOTIFY_FIRED_BIT) != 0;
+}
+
+static int fired_result(uintptr_t state)
+{
+	return (int)-(int64_t)(state >> 1);
+}
 
 struct notify {
-	/* 0, the awaiting task, or NOTIFY_FIRED. */
+	/* 0, the awaiting task, or fired_state(result) (odd). */
 	_Atomic(uintptr_t) state;
 	uint32_t magic;
 	uint32_t ex_id; /* the executor's id: only its tasks may await the notification */
@@ -80,7 +103,7 @@ int tdm_notify_reset(tdm_notify *n)
 	 * the caller hands the notification on after this returns. */
 	uintptr_t cur = atomic_load_explicit(&in->state, memory_order_relaxed);
 	do {
-		if (cur != 0 && cur != NOTIFY_FIRED)
+		if (cur != 0 && !is_fired(cur))
 			return -EBUSY;
 	} while (!atomic_compare_exchange_weak_explicit(&in->state, &cur, 0, memory_order_relaxed,
 	                                                memory_order_relaxed));
@@ -147,22 +170,29 @@ void tdm__notify_cancel(struct tdm__task *t)
 	}
 }
 
-int tdm_notify_fire(tdm_notify *n)
+int tdm_notify_fire_result(tdm_notify *n, int result)
 {
 	struct notify *in = notify_of(n);
-	if (in == NULL)
+	if (in == NULL || result > 0)
 		return -EINVAL;
 	pthread_mutex_lock(&waiters_lock);
 	/* Acq_rel: acquires the awaiting task (release CAS in tdm_await_notify); releases what
-	 * the firing thread wrote before to the task, through tdm__task_wake. */
-	uintptr_t prev = atomic_exchange_explicit(&in->state, NOTIFY_FIRED, memory_order_acq_rel);
-	struct tdm__task *t = prev != 0 && prev != NOTIFY_FIRED ? (struct tdm__task *)prev : NULL;
+	 * the firing thread wrote before to the task, through tdm__task_wake, or to a task that
+	 * awaits later, through its acquire load of the state. */
+	uintptr_t prev =
+	    atomic_exchange_explicit(&in->state, fired_state(result), memory_order_acq_rel);
+	struct tdm__task *t = prev != 0 && !is_fired(prev) ? (struct tdm__task *)prev : NULL;
 	if (t != NULL)
 		waiter_unlink(tdm__task_executor(t), t);
 	pthread_mutex_unlock(&waiters_lock);
 	if (t != NULL)
-		tdm__task_wake(t, 0);
+		tdm__task_wake(t, result);
 	return 0;
+}
+
+int tdm_notify_fire(tdm_notify *n)
+{
+	return tdm_notify_fire_result(n, 0);
 }
 
 int tdm_await_notify(tdm_task *pub, tdm_notify *n)
@@ -180,8 +210,8 @@ int tdm_await_notify(tdm_task *pub, tdm_notify *n)
 	if (in->ex_id != ex->id)
 		return t->result = -EINVAL;
 	uintptr_t cur = atomic_load_explicit(&in->state, memory_order_acquire);
-	if (cur == NOTIFY_FIRED)
-		return t->result = 0; /* acquire above pairs with the fire's exchange */
+	if (is_fired(cur))
+		return t->result = fired_result(cur); /* acquire: pairs with the fire's exchange */
 	if (cur != 0)
 		return t->result = -EBUSY;
 	pthread_mutex_lock(&waiters_lock);
@@ -205,5 +235,5 @@ int tdm_await_notify(tdm_task *pub, tdm_notify *n)
 	/* Fired, or taken by another task, meanwhile: t was never published, so nobody else can
 	 * wake it; undo the count and go on at once, as the load above would have. */
 	tdm__suspended_done(ex, 1);
-	return t->result = expected == NOTIFY_FIRED ? 0 : -EBUSY;
+	return t->result = is_fired(expected) ? fired_result(expected) : -EBUSY;
 }

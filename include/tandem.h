@@ -253,9 +253,21 @@ int tdm_notify_init(tdm_notify *n, tdm_executor *ex);
 /* Unfired again, for reuse.  -EINVAL: n is NULL or not initialised.  -EBUSY: a task awaits n
  * (not fired yet): starting it over would lose that task. */
 int tdm_notify_reset(tdm_notify *n);
-/* Fires n, resuming its awaiting task if there is one. -EINVAL: n is NULL or not initialised. */
+/* Fires n, resuming its awaiting task if there is one: tdm_notify_fire_result(n, 0).
+ * -EINVAL: n is NULL or not initialised. */
 int tdm_notify_fire(tdm_notify *n);
-/* TDM_SUSPENDED, or 0 at once when n has fired. -EINVAL: t is NULL or not the task running on
+/*
+ * Fires n with a result: its awaiting task resumes with `result` as tdm_task_result, and so does
+ * a task that awaits n later, until tdm_notify_reset (the await then returns it at once). A
+ * second fire before a reset replaces the result for awaits that come after it. For a layer
+ * that completes its own operations and hands their outcome on (tandem_mpi.h: -EIO,
+ * -ECANCELED), and for an await call that must fail at once: fire a notification of its own
+ * with the error, then await it. Since 0.5.0.
+ * -EINVAL: n is NULL or not initialised, or result > 0 (results are 0 or a negative errno).
+ */
+int tdm_notify_fire_result(tdm_notify *n, int result);
+/* TDM_SUSPENDED, or, at once when n has fired, the result it was fired with (0 by
+ * tdm_notify_fire), which is also tdm_task_result. -EINVAL: t is NULL or not the task running on
  * the calling thread, or n is NULL, not initialised, or initialised on another executor than
  * t's.  -EBUSY: another task already awaits n.
  * -ECANCELED: n is unfired and the executor's destroy began in TDM_SHUTDOWN_CANCEL (a task

@@ -15,12 +15,15 @@ have_header() {
 	return 1
 }
 have_tbb() { have_header oneapi/tbb/task_group.h || have_header tbb/task_group.h; }
+# Debian's Open MPI keeps mpi.h in a multiarch folder (/usr/include/x86_64-linux-gnu/mpi/).
+have_mpi_header() { have_header mpi.h || compgen -G '/usr/include/*/mpi/mpi.h' >/dev/null; }
 # Debian's matplotlib is for Debian's python3 (scripts/tandem-plot runs under it if need be).
 have_matplotlib() { /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1; }
 
 # Each check: required|optional, Debian package, test. Optional parts only turn off a step
 # (oneTBB baseline, valgrind run, format check, cppcheck, pkg-config half of the install test,
-# make plots, the speedscope test).
+# make plots, the speedscope test, tandem_mpi with its tests and example: Open MPI's headers and
+# library, and mpirun to run them).
 checks=(
 	"required libck-dev        have_header ck_ec.h"
 	"required libcriterion-dev have_header criterion/criterion.h"
@@ -36,6 +39,8 @@ checks=(
 	"optional valgrind         have valgrind"
 	"optional python3-matplotlib have_matplotlib"
 	"optional chromium         have chromium"
+	"optional libopenmpi-dev   have_mpi_header"
+	"optional openmpi-bin      have mpirun"
 )
 scan() {
 	missing=() missing_required=()

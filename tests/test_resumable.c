@@ -6,6 +6,7 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -100,6 +101,73 @@ Test(resumable, an_await_on_a_fired_notify_continues_at_once, .timeout = TDM_TES
 	cr_assert_eq(tdm_group_wait(&g), 0);
 	cr_assert_eq(w.first_rc, 0, "no suspension: the condition already held");
 	cr_assert_eq(w.after, 1);
+	cr_assert_eq(tdm_executor_destroy(ex), 0);
+}
+
+/*
+ * tdm_notify_fire_result: the awaiting task resumes with the result, and an await that comes
+ * after the fire gets it at once, from the call and from tdm_task_result; a reset forgets it.
+ */
+Test(resumable, a_notify_fired_with_a_result_hands_it_to_its_task_now_and_later,
+     .timeout = TDM_TEST_TIMEOUT(30))
+{
+	tdm_executor *ex = make(2, TDM_SHUTDOWN_DRAIN, NULL);
+	tdm_notify n;
+	cr_assert_eq(tdm_notify_init(&n, ex), 0);
+	static int shared;
+	struct waiter w = {.n = &n, .shared = &shared};
+	tdm_group g;
+	tdm_group_init(&g, ex);
+	cr_assert_eq(tdm_spawn(ex, wait_task, &w, &g), 0);
+	while (!__atomic_load_n(&w.registered, __ATOMIC_ACQUIRE))
+		sched_yield();
+	shared = 7;
+	cr_assert_eq(tdm_notify_fire_result(&n, -EIO), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0, "the task itself returned 0");
+	cr_assert_eq(w.first_rc, TDM_SUSPENDED);
+	cr_assert_eq(w.result, -EIO, "resumed with the fire's result, not %d", w.result);
+	cr_assert_eq(w.seen, 7);
+
+	/* Fired already: the next await gets the result at once. */
+	struct waiter later = {.n = &n};
+	tdm_group_init(&g, ex);
+	cr_assert_eq(tdm_spawn(ex, wait_task, &later, &g), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(later.first_rc, -EIO, "the await call returns the stored result");
+	cr_assert_eq(later.result, -EIO, "and so does tdm_task_result");
+
+	/* Every negative int survives the state word; a second fire replaces the result. */
+	const int results[] = {-ECANCELED, -1, -4095, INT_MIN + 1, INT_MIN, 0};
+	for (unsigned i = 0; i < sizeof(results) / sizeof(results[0]); i++) {
+		cr_assert_eq(tdm_notify_fire_result(&n, -ENOMEM), 0);
+		cr_assert_eq(tdm_notify_fire_result(&n, results[i]), 0);
+		struct waiter again = {.n = &n};
+		tdm_group_init(&g, ex);
+		cr_assert_eq(tdm_spawn(ex, wait_task, &again, &g), 0);
+		cr_assert_eq(tdm_group_wait(&g), 0);
+		cr_assert_eq(again.first_rc, results[i], "result %d came back as %d", results[i],
+		             again.first_rc);
+		cr_assert_eq(again.result, results[i]);
+	}
+
+	/* A reset forgets the result; tdm_notify_fire is a fire with 0. */
+	cr_assert_eq(tdm_notify_fire_result(&n, -EIO), 0);
+	cr_assert_eq(tdm_notify_reset(&n), 0);
+	cr_assert_eq(tdm_notify_fire(&n), 0);
+	struct waiter plain = {.n = &n};
+	tdm_group_init(&g, ex);
+	cr_assert_eq(tdm_spawn(ex, wait_task, &plain, &g), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(plain.first_rc, 0);
+	cr_assert_eq(plain.result, 0);
+
+	/* Bad input changes nothing. */
+	cr_assert_eq(tdm_notify_fire_result(&n, 1), -EINVAL, "results are 0 or negative");
+	cr_assert_eq(tdm_notify_fire_result(&n, TDM_SUSPENDED), -EINVAL);
+	cr_assert_eq(tdm_notify_fire_result(NULL, -EIO), -EINVAL);
+	tdm_notify fresh;
+	memset(&fresh, 0, sizeof(fresh));
+	cr_assert_eq(tdm_notify_fire_result(&fresh, -EIO), -EINVAL, "not initialised");
 	cr_assert_eq(tdm_executor_destroy(ex), 0);
 }
 
