@@ -61,6 +61,14 @@ static const struct subcommand {
      "compute-bound tasks spread over 1..G GPUs"},
     {"gpu-graph", bench_gpu_graph, "[options]   (tandem-bench SUBCOMMAND --help)",
      "GPU graphs: replay vs launches, awaited, beside hand-written CUDA graphs"},
+#ifdef TANDEM_HAVE_MPI
+    {"mpi-pingpong", bench_mpi, "[options]   (under mpirun -np 2; perf/bench_mpi.c)",
+     "MPI round trips: tdm_await_mpi beside MPI_Wait and an MPI_Test loop, with CPU use"},
+    {"mpi-overlap", bench_mpi, "[options]   (under mpirun -np 2)",
+     "fib on every worker with 10,000 MPI requests outstanding, against without"},
+    {"mpi-scaling", bench_mpi, "[options]   (under mpirun -np R)",
+     "compute-bound GPU tasks spread over the ranks, one GPU each"},
+#endif
 };
 #define NSUBCOMMANDS ((int)(sizeof(subcommands) / sizeof(subcommands[0])))
 #define bench_name(kind) (subcommands[(kind)].name)

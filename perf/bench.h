@@ -70,6 +70,9 @@ int bench_gpu_scaling(int argc, char **argv);
 int bench_gpu_graph(int argc, char **argv);
 int bench_gpu_idle(int argc, char **argv);
 int bench_topology(int argc, char **argv);
+/* bench_mpi.c (built with tandem_mpi, TANDEM_HAVE_MPI): mpi-pingpong, mpi-overlap and
+ * mpi-scaling, by the subcommand named in argv; run under mpirun. */
+int bench_mpi(int argc, char **argv);
 
 /* bench_gpu_open.c: adds b - a, counter by counter, to *sum (the poller's counts over a run). */
 struct tdm_gpu_stats;

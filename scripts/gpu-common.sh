@@ -22,7 +22,10 @@ B=${BEFORE:+.trees/$BEFORE/build-gpu}
 
 log build
 { date -u; nvidia-smi --query-gpu=name,driver_version,mig.mode.current --format=csv; nproc; } >>"$S" 2>&1
-(cmake -S . -B $A -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON && cmake --build $A -j12) \
+# GPU_CMAKE_ARGS: more options for this tree's build (scripts/gpu-mpi.sh: tandem_mpi on).
+# shellcheck disable=SC2086
+(cmake -S . -B $A -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON ${GPU_CMAKE_ARGS:-} &&
+	cmake --build $A -j12) \
 	>"$OUT/build.log" 2>&1 &
 pa=$! pb=
 if [ -n "$B" ]; then
