@@ -220,7 +220,8 @@ static int bench_mpi_pingpong(int argc, char **argv)
 		int size = (int)sizes[k];
 		/* Big messages: fewer round trips, at least 50 (about 64 MiB each way). */
 		int n = size <= 65536 ? iters : (int)(64ull * 1048576 / (uint64_t)size);
-		n = n < 50 ? 50 : n > iters ? iters : n;
+		n = n < 50 ? 50 : n;
+		n = n > iters ? iters : n; /* rtt has room for iters */
 		for (int im = 0; im < 3; im++) {
 			tdm_executor *ex = NULL;
 			tdm_mpi *m = NULL;
