@@ -66,8 +66,8 @@ static void print_decisions(const tdm_device_info *d, int n)
 		if (d[i].is_mig)
 			printf("  on physical GPU %d: %s\n", d[i].parent_index,
 			       or_unknown(d[i].parent_uuid));
-		printf("  - %s\n  - %s\n  - %s\n  - %s\n  - %s\n", d[i].why_streams,
-		       d[i].why_launch, d[i].why_pool, d[i].why_pin, d[i].why_mig);
+		printf("  - %s\n  - %s\n  - %s\n  - %s\n  - %s\n  - %s\n", d[i].why_streams,
+		       d[i].why_launch, d[i].why_pool, d[i].why_pin, d[i].why_mig, d[i].why_dsched);
 	}
 }
 

@@ -321,7 +321,9 @@ const char *tdm_strerror(int err)
 	case -ENOMEM:
 		return "out of memory";
 	case -EAGAIN:
-		return "could not start a thread";
+		return "try again: no thread could be started, or a queue is full";
+	case -EMSGSIZE:
+		return "arguments too large";
 	case -ESHUTDOWN:
 		return "shutting down";
 	case -ECANCELED:

@@ -12,7 +12,7 @@
  * Counts an await as active unless the layer is stopping. Seq_cst on both sides: pairs with
  * the store of stopping in tdm_gpu_destroy and the poller's load of active (Dekker).
  */
-static int register_await(struct tdm_gpu *gpu)
+int tdm__await_register(struct tdm_gpu *gpu)
 {
 	atomic_fetch_add_explicit(&gpu->active, 1, memory_order_seq_cst);
 	if (atomic_load_explicit(&gpu->stopping, memory_order_seq_cst)) {
@@ -62,7 +62,7 @@ static int held_poll(struct tdm__task *t, int *rc)
  * before it ends. A stream await submitted by its own task needs none of this: the task's lease
  * holds tdm_gpu_destroy back (it waits for every lease), and the task is still running here.
  */
-static void submit_guarded(struct tdm_gpu *gpu, struct tdm__task *t)
+void tdm__await_submit(struct tdm_gpu *gpu, struct tdm__task *t)
 {
 	atomic_fetch_add_explicit(&gpu->active, 1, memory_order_relaxed);
 	tdm__poller_submit(gpu, t);
@@ -72,7 +72,7 @@ static void submit_guarded(struct tdm_gpu *gpu, struct tdm__task *t)
 static void held_handoff(struct tdm__task *t)
 {
 	/* The handing worker is not t's runner: t may have returned and released its lease. */
-	submit_guarded(((struct tdm__stream *)TDM__AW_PTR(t))->dev->gpu, t);
+	tdm__await_submit(((struct tdm__stream *)TDM__AW_PTR(t))->dev->gpu, t);
 }
 
 int tdm_await_stream(tdm_task *pub, tdm_stream *lease)
@@ -91,7 +91,7 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *lease)
 	/* Acquire: pairs with the release in tdm__device_fail. */
 	if (atomic_load_explicit(&d->failed, memory_order_acquire))
 		return fail_now(t, -EIO);
-	int rc = register_await(gpu);
+	int rc = tdm__await_register(gpu);
 	if (rc != 0)
 		return fail_now(t, rc);
 	/* Relaxed: a hint the poller keeps; either mechanism is correct. */
@@ -158,7 +158,7 @@ int tdm_await_event(tdm_task *pub, tdm_event *e)
 	uint64_t t0 = tdm__metrics_await_t0(gpu); /* 0: not timed (metrics off) */
 	/* Counted first: the count keeps the poller, and so the backend, alive for the query
 	 * even when tdm_gpu_destroy runs meanwhile. */
-	int rc = register_await(gpu);
+	int rc = tdm__await_register(gpu);
 	if (rc != 0)
 		return fail_now(t, rc);
 	/* Counted first, like the query below: the lease handles it reads live until destroy. */
@@ -179,7 +179,7 @@ int tdm_await_event(tdm_task *pub, tdm_event *e)
 	if (t0 != 0) /* before t is handed on: its completion may come at once */
 		tdm__metrics_await_begin(gpu, t, t0);
 	tdm__task_suspend(t);
-	submit_guarded(gpu, t);
+	tdm__await_submit(gpu, t);
 	return TDM_SUSPENDED;
 }
 
@@ -192,12 +192,12 @@ int tdm_await_deadline(tdm_task *pub, tdm_gpu *gpu, uint64_t deadline_ns)
 		return fail_now(t, -EINVAL);
 	if (deadline_ns <= tdm_now_ns())
 		return fail_now(t, 0);
-	int rc = register_await(gpu);
+	int rc = tdm__await_register(gpu);
 	if (rc != 0)
 		return fail_now(t, rc);
 	TDM__AW(t)->obj = (void *)((uintptr_t)gpu | TDM__AW_DEADLINE);
 	TDM__AW(t)->seq = deadline_ns;
 	tdm__task_suspend(t);
-	submit_guarded(gpu, t);
+	tdm__await_submit(gpu, t);
 	return TDM_SUSPENDED;
 }

@@ -246,6 +246,9 @@ struct tdm_gpu {
 	/* Placement's rotation: written on every TDM_DEVICE_ANY lease, so kept off the line of
 	 * ops, b and devs at the top, which every launch reads. */
 	_Atomic unsigned place_rr;
+	/* Device schedulers alive (dsched.c), each made inside the `leases` gate: the destroy
+	 * waits for them as for leases. */
+	_Atomic int dscheds;
 	/* Free lease handles for threads that are not workers, and what a worker's list
 	 * overflows or lacks; every handle's chunk, freed at destroy (streams.c). */
 	pthread_mutex_t lease_lock;
@@ -270,6 +273,8 @@ struct tdm_gpu {
 	uint64_t sleep_over_ns;    /* how late a back-off step wakes, a moving average */
 	unsigned stalled_events;   /* stalled streams waiting on an event, at the last sweep */
 	struct tdm__task *ev_head; /* awaits on user events, unordered */
+	struct tdm__task *ds_head; /* awaits on device schedulers' items (dsched.c), unordered */
+	uint64_t ds_alive_ns;      /* when one of those last completed (or was checked on) */
 	struct tdm__task **heap;   /* deadline awaits, a binary min-heap on their slots' seq */
 	unsigned nheap, capheap;
 	_Atomic uint64_t n_word, n_event; /* stream awaits taken in, by mechanism (tdm_gpu_stats) */
@@ -295,14 +300,20 @@ enum {
 	    1,             /* the slot's seq holds the pooled tdm_event *, which holds the seq */
 	TDM__AW_EVENT = 2, /* a user's event */
 	TDM__AW_DEADLINE = 3,
+	TDM__AW_DSCHED = 4, /* an item of a device scheduler (dsched.c): seq holds its ticket */
 };
-#define TDM__AW_KIND(t) ((unsigned)((uintptr_t)TDM__AW(t)->obj & 3u))
-#define TDM__AW_PTR(t) ((void *)((uintptr_t)TDM__AW(t)->obj & ~(uintptr_t)3u))
+#define TDM__AW_KIND(t) ((unsigned)((uintptr_t)TDM__AW(t)->obj & 7u))
+#define TDM__AW_PTR(t) ((void *)((uintptr_t)TDM__AW(t)->obj & ~(uintptr_t)7u))
 
 /* poller.c */
 void *tdm__poller_main(void *arg);
 /* Hands a suspended task's await to the poller. */
 void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t);
+/* await.c: counts an await in gpu->active unless the layer is stopping (-ESHUTDOWN). */
+int tdm__await_register(struct tdm_gpu *gpu);
+/* await.c: tdm__poller_submit for an await whose task may be resumed, and the layer freed,
+ * before the call returns (one held by nothing tdm_gpu_destroy waits for but `active`). */
+void tdm__await_submit(struct tdm_gpu *gpu, struct tdm__task *t);
 /* work.c: an operation's -EIO (rc) may come from a dead device; if the stream says -EIO too, the
  * device is marked failed (leases and awaits on it fail at once from here on). True then. */
 bool tdm__fail_if_dead(struct tdm__stream *s, int rc);

@@ -171,7 +171,7 @@ static bool config_valid(const tdm_gpu_config *cfg)
 	       cfg->connections >= TDM_CONNECTIONS_KEEP &&
 	       cfg->connections <= TDM__TOPO_MAX_QUEUES &&
 	       cfg->graph_capture_after >= TDM_GRAPH_CAPTURE_FIRST &&
-	       cfg->graph_cache <= (1u << 20) &&
+	       cfg->graph_cache <= (1u << 20) && cfg->sim_sm_count <= 1024 &&
 	       (cfg->pinned_cap_bytes == 0 || cfg->pinned_cap_bytes >= ((size_t)64 << 10));
 }
 
@@ -335,7 +335,7 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 		return -EINVAL;
 	if (tdm_worker_index(gpu->ex) >= 0)
 		return -EDEADLK; /* the tasks it waits for may need this very worker */
-	/* Seq_cst: pairs with the registration in register_await (Dekker on active/stopping):
+	/* Seq_cst: pairs with the registration in tdm__await_register (Dekker on active/stopping):
 	 * either the registrant sees stopping, or the poller sees its count. */
 	atomic_store_explicit(&gpu->stopping, 1, memory_order_seq_cst);
 	/* Leases in progress: let them finish, so that the scan of leases below sees theirs.
@@ -356,6 +356,10 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 				       atomic_load_explicit(&s->leases, memory_order_acquire) != 0)
 					sched_yield();
 			}
+	/* Device schedulers hold their streams, pinned and device memory like leases: wait until
+	 * each was destroyed. Acquire: pairs with the release in tdm_dsched_destroy. */
+	while (atomic_load_explicit(&gpu->dscheds, memory_order_acquire) != 0)
+		sched_yield();
 	/* Leases and awaits refused since the drain above still touch the gate, `stopping` and
 	 * `active` (an await counts itself before it sees `stopping`, and the poller may have
 	 * ended before): wait for their leaves and their drops of `active` (releases, paired with

@@ -31,6 +31,8 @@
  *   Where the await waits longer than a worker spins before it parks, the due spin begins by
  *   waking a worker (tdm__expect_wake), so that the futex wake-up happens during the lead and
  *   not after the completion: a spinning worker takes the task.
+ * - Awaits on device schedulers' items (dsched.c) complete out of order, each by a word of its
+ *   own: they wait in one list, every one looked at on every sweep (sweep_dsched).
  * - Everything a sweep completes is woken in one batch (tdm__task_wake_batch).
  * - Not every await reaches the poller: a word await made by a worker's own task while that
  *   worker has nothing else to run is watched by the worker itself (tdm__task_hold, await.c
@@ -46,6 +48,7 @@
 #include <time.h>
 
 #include "base/observe.h"
+#include "dsched.h"
 #include "gpu_internal.h"
 #include "metrics.h"
 
@@ -220,6 +223,13 @@ static void intake(struct tdm_gpu *gpu, uint64_t now)
 			break;
 		case TDM__AW_DEADLINE:
 			heap_push(gpu, t);
+			break;
+		case TDM__AW_DSCHED:
+			if (gpu->ds_head == NULL)
+				gpu->ds_alive_ns = now;
+			TDM__AW(t)->link.next =
+			    gpu->ds_head != NULL ? &TDM__AW(gpu->ds_head)->link : NULL;
+			gpu->ds_head = t;
 			break;
 		}
 	}
@@ -448,6 +458,40 @@ static bool due_soon(const struct tdm_gpu *gpu, uint64_t now)
 	       in_due_window(now, gpu->due_ns, due_lead(gpu), gpu->due_late_ns);
 }
 
+/*
+ * Awaits on device schedulers' items (dsched.c): each item has a completion word of its own
+ * (items complete out of order), so every such await is looked at on every sweep, one memory
+ * read each. A scheduler whose awaits saw no completion for TDM__CHECK_NS has its stream asked
+ * whether the device died (a handler that traps kills the context; the words then never come).
+ * An await's end is the poller's last access to its scheduler (the scheduler's destroy waits
+ * for its awaits, then frees it); the scheduler's other awaits still in the list keep it alive.
+ */
+static bool sweep_dsched(struct tdm_gpu *gpu, uint64_t now)
+{
+	bool progress = false, check = now - gpu->ds_alive_ns > TDM__CHECK_NS;
+	if (check)
+		gpu->ds_alive_ns = now;
+	struct tdm__task **tp = &gpu->ds_head;
+	while (*tp != NULL) {
+		struct tdm__task *t = *tp;
+		struct tdm_dsched *ds = TDM__AW_PTR(t);
+		if (check)
+			tdm__dsched_health(ds, now);
+		int rc;
+		if (tdm__dsched_poll(t, &rc) == 0) {
+			tp = (struct tdm__task **)&TDM__AW(t)->link.next;
+			continue;
+		}
+		*tp = (struct tdm__task *)(void *)TDM__AW(t)->link.next;
+		add_wake(gpu, t, rc);
+		tdm__dsched_await_end(ds);
+		progress = true;
+	}
+	if (progress)
+		gpu->ds_alive_ns = now;
+	return progress;
+}
+
 static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 {
 	bool progress = false;
@@ -510,6 +554,8 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 		add_wake(gpu, t, rc);
 		progress = true;
 	}
+	if (gpu->ds_head != NULL && sweep_dsched(gpu, now))
+		progress = true;
 	bool stopping = atomic_load_explicit(&gpu->stopping, memory_order_relaxed);
 	while (gpu->nheap > 0 && (stopping || TDM__AW(gpu->heap[0])->seq <= now)) {
 		struct tdm__task *t = heap_pop(gpu);
@@ -529,7 +575,7 @@ static void flush_wakes(struct tdm_gpu *gpu)
 
 static bool outstanding(struct tdm_gpu *gpu)
 {
-	return gpu->busy != NULL || gpu->ev_head != NULL || gpu->nheap > 0;
+	return gpu->busy != NULL || gpu->ev_head != NULL || gpu->nheap > 0 || gpu->ds_head != NULL;
 }
 
 void *tdm__poller_main(void *arg)
@@ -599,8 +645,9 @@ void *tdm__poller_main(void *arg)
 				tdm__ec32_wait_until(&gpu->ec, &tdm__ec_mode, snap, &dl);
 			continue;
 		}
-		/* Seq_cst: pairs with register_await (await.c) and the store in tdm_gpu_destroy:
-		 * a registrant that missed `stopping` is counted in `active` here. */
+		/* Seq_cst: pairs with tdm__await_register (await.c) and the store in
+		 * tdm_gpu_destroy: a registrant that missed `stopping` is counted in `active` here.
+		 */
 		if (atomic_load_explicit(&gpu->stopping, memory_order_seq_cst) &&
 		    atomic_load_explicit(&gpu->active, memory_order_seq_cst) == 0 &&
 		    tdm__stack_empty(&gpu->submit))

@@ -88,6 +88,9 @@ typedef struct tdm_gpu_config {
 	 * captures on the first run). */
 	unsigned graph_cache;
 	int graph_capture_after;
+	/* sim backend: SMs each simulated device reports (0: 132, an H200's; at most 1024), for
+	 * what tandem sizes by them (a MIG instance's 16, say). Since 0.5.0. */
+	unsigned sim_sm_count;
 } tdm_gpu_config;
 
 enum {
@@ -141,20 +144,21 @@ int tdm_gpu_prepare(const tdm_gpu_config *cfg, unsigned workers);
  * Starts the GPU layer for ex: backend, poller thread, pools. cfg may be NULL for the defaults.
  * -EINVAL: out or ex is NULL; backend, completion, placement or pageable not one of its values;
  * streams_per_device or launch_limit above 1024; connections below -1 or above 32; sim_devices
- * above 1024 (sim); pinned_chunk_bytes above 64 GiB; pinned_cap_bytes from 1 to 64 KiB - 1;
- * TANDEM_GPU (with TDM_BACKEND_AUTO) other than cuda, sim or none; TANDEM_COMPLETION (with
- * TDM_COMPLETION_AUTO) other than word, event or adaptive; TANDEM_NVML other than 0, off, 1, on.
- * -ENODEV: the backend asked for (cuda by default) has no device or is not built in.
- * -ENOTSUP: word or adaptive completion asked for (cfg or TANDEM_COMPLETION) on a device that
- * cannot write completion words.  -ENOMEM, -EAGAIN: no memory, no thread.  -EIO: the driver
- * failed while the devices were set up (cuda).
+ * above 1024 (sim); sim_sm_count above 1024; pinned_chunk_bytes above 64 GiB; pinned_cap_bytes from
+ * 1 to 64 KiB - 1; TANDEM_GPU (with TDM_BACKEND_AUTO) other than cuda, sim or none;
+ * TANDEM_COMPLETION (with TDM_COMPLETION_AUTO) other than word, event or adaptive; TANDEM_NVML
+ * other than 0, off, 1, on. -ENODEV: the backend asked for (cuda by default) has no device or is
+ * not built in. -ENOTSUP: word or adaptive completion asked for (cfg or TANDEM_COMPLETION) on a
+ * device that cannot write completion words.  -ENOMEM, -EAGAIN: no memory, no thread.  -EIO: the
+ * driver failed while the devices were set up (cuda).
  */
 int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg);
 
 /*
  * Waits until every outstanding GPU await has completed and its task was handed back, resumes
  * tasks awaiting deadlines with -ECANCELED, stops the poller, waits until every stream lease was
- * released, and frees streams, events and the pools' memory. Leases and awaits after the call
+ * released and every device scheduler destroyed (tandem_dsched.h), and frees streams, events and
+ * the pools' memory. Leases and awaits after the call
  * began fail with -ESHUTDOWN; a lease already in progress is waited for, and then its release.
  * Tasks and other threads may go on leasing and awaiting while it runs: it frees gpu only after
  * every lease and await call that reached gpu has returned, refused ones included. It cannot
@@ -539,6 +543,10 @@ typedef struct tdm_device_info {
 	char why_pool[192];
 	char why_pin[192];
 	char why_mig[192];
+	/* A device scheduler's default share (tandem_dsched.h, tdm_dsched_config.blocks): blocks,
+	 * an SM each, and why. Since 0.5.0. */
+	unsigned dsched_blocks;
+	char why_dsched[192];
 } tdm_device_info;
 
 /*

@@ -61,6 +61,8 @@ static const struct subcommand {
      "compute-bound tasks spread over 1..G GPUs"},
     {"gpu-graph", bench_gpu_graph, "[options]   (tandem-bench SUBCOMMAND --help)",
      "GPU graphs: replay vs launches, awaited, beside hand-written CUDA graphs"},
+    {"gpu-dsched", bench_gpu_dsched, "[options]   (tandem-bench SUBCOMMAND --help)",
+     "tiny steps on the device scheduler vs launches, graphs and a persistent kernel"},
 #ifdef TANDEM_HAVE_MPI
     {"mpi-pingpong", bench_mpi, "[options]   (under mpirun -np 2; perf/bench_mpi.c)",
      "MPI round trips: tdm_await_mpi beside MPI_Wait and an MPI_Test loop, with CPU use"},

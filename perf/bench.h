@@ -62,12 +62,14 @@ int bench_gpu_throughput(const struct bench_gpu_opts *o);
 /*
  * The subcommands that parse their own options from the whole command line (their name in it)
  * and return the process's exit status (3: the backend has no device): bench_pipeline.c,
- * bench_pinned.c, bench_gpu_scaling.c, bench_gpu_graph.c, bench_gpu_idle.c, bench_topology.c.
+ * bench_pinned.c, bench_gpu_scaling.c, bench_gpu_graph.c, bench_gpu_idle.c, bench_topology.c,
+ * bench_gpu_dsched.c.
  */
 int bench_pipeline(int argc, char **argv);
 int bench_pinned(int argc, char **argv);
 int bench_gpu_scaling(int argc, char **argv);
 int bench_gpu_graph(int argc, char **argv);
+int bench_gpu_dsched(int argc, char **argv);
 int bench_gpu_idle(int argc, char **argv);
 int bench_topology(int argc, char **argv);
 /* bench_mpi.c (built with tandem_mpi, TANDEM_HAVE_MPI): mpi-pingpong, mpi-overlap and

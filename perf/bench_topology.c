@@ -39,14 +39,17 @@ int bench_topology(int argc, char **argv)
 			json_str("name", in.name, 1);
 			json_str("uuid", in.uuid, 1);
 			printf("\"sms\":%d,\"memory_bytes\":%llu,\"numa_node\":%d,\"is_mig\":%d,"
-			       "\"mig_mode\":%d,\"streams\":%u,\"launch_limit\":%u,",
+			       "\"mig_mode\":%d,\"streams\":%u,\"launch_limit\":%u,\"dsched_"
+			       "blocks\":%u,",
 			       in.sm_count, (unsigned long long)in.memory_bytes, in.numa_node,
-			       in.is_mig, in.mig_mode, in.streams, in.launch_limit);
+			       in.is_mig, in.mig_mode, in.streams, in.launch_limit,
+			       in.dsched_blocks);
 			json_str("pci_bus_id", in.pci_bus_id, 1);
 			json_str("cpus", in.cpus, 1);
 			json_str("why_streams", in.why_streams, 1);
 			json_str("why_launch", in.why_launch, 1);
-			json_str("why_mig", in.why_mig, 0);
+			json_str("why_mig", in.why_mig, 1);
+			json_str("why_dsched", in.why_dsched, 0);
 			printf("}\n");
 		} else {
 			printf("device %d: %s (%s), %d SMs, bus %s\n  %s\n  %s\n  %s\n", in.index,

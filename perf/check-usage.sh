@@ -16,7 +16,7 @@ help=$("$bench" --help)
 listed=$(awk '/^subcommands:/ { on = 1; next } on && /^  [a-z]/ { print $1; next } on { exit }' \
 	<<<"$help")
 for name in fib skynet spawn idle all gpu-latency gpu-throughput gpu-idle topology pinned \
-	pipeline gpu-scaling gpu-graph; do
+	pipeline gpu-scaling gpu-graph gpu-dsched; do
 	grep -qx -- "$name" <<<"$listed" || fail "--help does not list $name"
 done
 for name in $listed; do

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "gpu/dsched.h"
 #include "gpu/gpu_internal.h"
 #include "gpu/stamps.h"
 #include "tandem_sim.h"
@@ -33,6 +34,13 @@ int tdm_sim_inject(tdm_stream *s, tdm_sim_fault fault)
 	if (s == NULL || B(s)->ops->sim_inject == NULL)
 		return -EINVAL;
 	return B(s)->ops->sim_inject(B(s)->b, s->bs, fault);
+}
+
+int tdm_dsched_sim_inject(tdm_dsched *ds, tdm_sim_fault fault)
+{
+	if (ds == NULL || fault != TDM_SIM_FAULT_STICKY || ds->gpu->ops->sim_inject == NULL)
+		return -EINVAL;
+	return ds->gpu->ops->sim_inject(ds->gpu->b, ds->bs, fault);
 }
 
 const void *tdm_lease_stream(const tdm_stream *s)

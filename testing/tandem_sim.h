@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "tandem_dsched.h"
 #include "tandem_gpu.h"
 #include "../gpu/backend/sim_fault.h" /* tdm_sim_fault, shared with the backend interface */
 
@@ -37,6 +38,12 @@ int tdm_launch_fault(tdm_stream *s);
 
 /* -EINVAL: s is NULL or not a sim stream, or fault is unknown. */
 int tdm_sim_inject(tdm_stream *s, tdm_sim_fault fault);
+
+/* A device scheduler on sim (tandem_dsched.h) takes a fault: the next item one of its threads is
+ * about to run kills the device instead (TDM_SIM_FAULT_STICKY), as a handler that traps kills a
+ * CUDA context. -EINVAL: ds is NULL or not on sim, or another fault (on a GPU no item fails
+ * alone: a handler returns, or the context dies). */
+int tdm_dsched_sim_inject(tdm_dsched *ds, tdm_sim_fault fault);
 
 /* Which stream a lease is on, as an identity only: the same for every lease of one stream (each
  * lease is a handle of its own). NULL for a NULL or released s. For tests of placement. */

@@ -137,6 +137,7 @@ Test(gpu_errors, create_refuses_each_bad_config_field, .timeout = TDM_TEST_TIMEO
 	BAD_FIELD(streams_per_device, 1025);
 	BAD_FIELD(launch_limit, 1025);
 	BAD_FIELD(sim_devices, 1025);
+	BAD_FIELD(sim_sm_count, 1025);
 #undef BAD_FIELD
 	/* TDM_BACKEND_AUTO reads TANDEM_GPU: a value it does not know is refused, not taken for
 	 * cuda (which, without a device, would say -ENODEV). */

@@ -168,6 +168,8 @@ Test(topology, h200_gets_8_streams_and_the_full_launch_limit)
 	cr_assert_eq(p->pin_node, 0);
 	cr_assert_str_eq(p->pin_cpus, "0-15");
 	cr_assert_not_null(strstr(p->why_mig, "MIG disabled"), "%s", p->why_mig);
+	cr_assert_eq(p->dsched_blocks, 8, "a device scheduler: 132 / 16 SMs");
+	cr_assert_not_null(strstr(p->why_dsched, "124 left"), "%s", p->why_dsched);
 	tdm__topology_free(t);
 }
 
@@ -276,6 +278,9 @@ Test(topology, a_1g_instance_of_132_sms_gets_2_streams_and_2_launchers)
 	cr_assert_not_null(strstr(p->why_mig, "1g.10gb"), "%s", p->why_mig);
 	cr_assert_not_null(strstr(p->why_mig, "one of 7"), "%s", p->why_mig);
 	cr_assert_eq(p->pin_node, 0);
+	/* A device scheduler's share: 1/16 of the instance's own 16 SMs, at least 1. */
+	cr_assert_eq(p->dsched_blocks, 1);
+	cr_assert_not_null(strstr(p->why_dsched, "instance's 16 SMs"), "%s", p->why_dsched);
 	tdm__topology_free(t);
 }
 

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tandem_dsched.h" /* the device scheduler's queue and tables */
 #include "tandem_gpu.h"
 #include "sim_fault.h" /* tdm_sim_fault: the test operations below */
 
@@ -26,6 +27,17 @@ struct tdm__device_info {
 	int prio_least, prio_greatest; /* stream priority range: numerically least and greatest */
 	bool can_write_value64;        /* completion words possible */
 	int async_engines;
+	/* Device code reaches host_alloc memory at its host address (mapped, unified addressing):
+	 * a device scheduler's queue lives there. */
+	bool maps_host;
+};
+
+/* What a device scheduler's kernel is started with (gpu/dsched.c). */
+struct tdm__dsched_run {
+	const tdm_dsched_handlers *handlers;
+	struct tdm__dsched_queue queue; /* pinned host memory, and device memory for q.dev */
+	int device;
+	unsigned blocks, warps;
 };
 
 struct tdm__backend_ops {
@@ -191,6 +203,19 @@ struct tdm__backend_ops {
 	 * -EAGAIN: not yet; -EINVAL: one never recorded; -EIO. A device's timers have no clock
 	 * of the host's: the stamps read them against one of them (gpu/stamps.c). */
 	int (*timer_elapsed)(struct tdm__backend *b, void *from, void *to, int64_t *ns);
+
+	/* ---- the device scheduler (gpu/dsched.c); NULL in a backend without one ---- */
+	/* Starts r's kernel on `stream`, a stream made for it alone, after the work enqueued on it
+	 * before (the zeroing of q.dev); *engine is for dsched_join. cuda: the table's launcher,
+	 * blocks x (warps x 32) threads; sim: host threads standing in for its warps (at most 8),
+	 * running the table's host twins. -ENOTSUP: the table has nothing for this
+	 * backend. -EAGAIN (sim: no thread), -ENOMEM, -EIO (the launch failed; the device may
+	 * live on). */
+	int (*dsched_start)(struct tdm__backend *b, void *stream, const struct tdm__dsched_run *r,
+	                    void **engine);
+	/* Waits until the kernel ended (its queue's stop word told it to, or the device died) and
+	 * frees engine. */
+	void (*dsched_join)(struct tdm__backend *b, void *stream, void *engine);
 };
 
 extern const struct tdm__backend_ops tdm__backend_sim;

@@ -241,6 +241,9 @@ static int tdm__cuda_device_info(struct tdm__backend *b, int dev, struct tdm__de
 	/* Completion words need the driver call, the device's 64-bit memory operations, and pinned
 	 * host memory the device can write (mapped by host_alloc). */
 	out->can_write_value64 = b->write_value64 != NULL && d->memops64 && b->all_map_host;
+	/* A device scheduler's queue: pinned memory mapped, at its host address (unified
+	 * addressing). */
+	out->maps_host = b->all_map_host && d->uva;
 
 	/* The priority range is asked of "the current device": make dev current for the query
 	 * and give the caller (often the application's own thread) its device back. */
@@ -641,6 +644,54 @@ static int tdm__cuda_launch_fault(struct tdm__backend *b, void *stream)
 		return -EINVAL;
 	return tdm__cuda_launch(stream, &l);
 }
+/* ---- the device scheduler ------------------------------------------------------------------ */
+
+/*
+ * The kernel is the program's (tandem_dsched.cuh), compiled into its own module with its
+ * handlers, and launched by the table's launcher, which may run in another copy of the CUDA
+ * runtime (a program linking libtandem.so, which carries its own): a stream is the driver's
+ * handle in both, and both use the device's primary context. The launcher sets its runtime's
+ * device itself; this one's is set too, for a launcher of the same runtime.
+ */
+static int tdm__cuda_dsched_start(struct tdm__backend *b, void *stream,
+                                  const struct tdm__dsched_run *r, void **engine)
+{
+	const struct tdm__cuda_stream *st = stream;
+	cudaError_t e;
+	int prev;
+
+	(void)b;
+	if (st == NULL || r == NULL || engine == NULL)
+		return -EINVAL;
+	if (r->handlers->launch == NULL)
+		return -ENOTSUP;
+	tdm_dsched_launch l = {.stream = st->s,
+	                       .device = st->dev,
+	                       .blocks = r->blocks,
+	                       .threads = r->warps * 32u,
+	                       .queue = r->queue};
+	e = tdm__cuda_enter(st->dev, &prev);
+	if (e == cudaSuccess)
+		e = (cudaError_t)r->handlers->launch(&l);
+	tdm__cuda_leave(st->dev, prev);
+	*engine = NULL;
+	return e == cudaSuccess ? 0 : tdm__cuda_fail(e);
+}
+
+/* The kernel ends once it read its stop word (or the context died): its stream then drains. */
+static void tdm__cuda_dsched_join(struct tdm__backend *b, void *stream, void *engine)
+{
+	const struct tdm__cuda_stream *st = stream;
+	int prev;
+
+	(void)b;
+	(void)engine;
+	(void)tdm__cuda_enter(st->dev, &prev);
+	(void)cudaStreamSynchronize(st->s);
+	(void)cudaGetLastError();
+	tdm__cuda_leave(st->dev, prev);
+}
+
 /*
  * CUDA reads CUDA_DEVICE_MAX_CONNECTIONS once, as it starts. It has not started while libcuda is
  * not loaded in the process, or while the loaded one says CUDA_ERROR_NOT_INITIALIZED (any driver
@@ -722,6 +773,8 @@ const struct tdm__backend_ops tdm__backend_cuda = {
     .graph_free = tdm__cuda_graph_free,
     .graph_exec_free = tdm__cuda_graph_exec_free,
     .memset_async = tdm__cuda_memset_async,
+    .dsched_start = tdm__cuda_dsched_start,
+    .dsched_join = tdm__cuda_dsched_join,
 };
 
 #endif /* TANDEM_HAVE_CUDA */

@@ -78,6 +78,7 @@ static int sim_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 		return -ENOMEM;
 	}
 	b->ndev = (int)n;
+	b->sm_count = cfg != NULL && cfg->sim_sm_count != 0 ? (int)cfg->sim_sm_count : 132;
 	for (unsigned i = 0; i < n; i++)
 		pthread_mutex_init(&b->devs[i].busy, NULL);
 	pthread_mutex_init(&b->lock, NULL);
@@ -123,11 +124,12 @@ static int sim_device_info(struct tdm__backend *b, int dev, struct tdm__device_i
 		return -EINVAL;
 	memset(out, 0, sizeof(*out));
 	snprintf(out->name, sizeof(out->name), "tandem sim device %d", dev);
-	out->sm_count = 132;
+	out->sm_count = b->sm_count;
 	out->prio_least = 0;
 	out->prio_greatest = -5;
 	out->can_write_value64 = true;
 	out->async_engines = 3;
+	out->maps_host = true; /* its "device" runs on the host */
 	return 0;
 }
 
@@ -610,4 +612,6 @@ const struct tdm__backend_ops tdm__backend_sim = {
     .graph_free = tdm__sim_graph_free,
     .graph_exec_free = tdm__sim_graph_exec_free,
     .memset_async = sim_memset_async,
+    .dsched_start = tdm__sim_dsched_start,
+    .dsched_join = tdm__sim_dsched_join,
 };

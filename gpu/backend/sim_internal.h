@@ -36,6 +36,7 @@ struct sim_dev {
 
 struct tdm__backend {
 	int ndev;
+	int sm_count; /* what each device reports (tdm_gpu_config.sim_sm_count) */
 	struct sim_dev *devs;
 	pthread_mutex_t lock;
 	struct sim_link streams, events; /* lock */
@@ -231,6 +232,12 @@ void *tdm__sim_stream_native(struct tdm__backend *b, void *stream);
 int tdm__sim_word_status(struct tdm__backend *b, void *stream, uint64_t value);
 /* Runs one operation on s's thread, as the stream's queue would (a replay's nodes too). */
 void tdm__sim_execute(struct sim_stream *s, struct sim_op *o);
+
+/* ---- sim_dsched.c: the device scheduler's kernel, on host threads ---- */
+
+int tdm__sim_dsched_start(struct tdm__backend *b, void *stream, const struct tdm__dsched_run *r,
+                          void **engine);
+void tdm__sim_dsched_join(struct tdm__backend *b, void *stream, void *engine);
 
 /* ---- sim_graph.c: the hooks the rest of the backend calls ---- */
 

@@ -28,6 +28,9 @@
  *   Each CUDA device, a MIG instance included, is its own entry with its own pool: never shared.
  * - pinning: the device's nearest CPUs (local_cpulist) within the process's affinity, and its
  *   NUMA node; nothing when unknown or when none of them is the process's.
+ * - a device scheduler's default share (tandem_dsched.h): a 16th of the device's SMs (of a MIG
+ *   instance's own), at least 1: 8 of an H200's 132, 1 of a 1g instance's 16 (why 1/16:
+ *   docs/design/dsched.md).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -307,6 +310,27 @@ static void decide_mig(const struct tdm__topo_dev *d, struct tdm__device_plan *o
 	}
 }
 
+/* A device scheduler's default share. */
+static void decide_dsched(const struct tdm__topo_dev *d, struct tdm__device_plan *out)
+{
+	if (d->sm_count <= 0) {
+		out->dsched_blocks = 1;
+		tdm__topo_say(out->why_dsched, sizeof(out->why_dsched),
+		              "device scheduler: 1 block by default, the SM count unknown");
+		return;
+	}
+	unsigned sms = (unsigned)d->sm_count, blocks = sms / TDM__TOPO_DSCHED_DIV;
+	if (blocks == 0)
+		blocks = 1;
+	out->dsched_blocks = blocks;
+	tdm__topo_say(
+	    out->why_dsched, sizeof(out->why_dsched),
+	    "device scheduler: %u block%s (an SM each) by default, 1/%d of the %s %u SMs, "
+	    "at least 1; %u left to other kernels",
+	    blocks, blocks == 1 ? "" : "s", TDM__TOPO_DSCHED_DIV,
+	    d->mig ? "instance's" : "device's", sms, sms - blocks);
+}
+
 void tdm__topology_decide(const struct tdm__topo_dev *d, const struct tdm__decide_env *env,
                           struct tdm__device_plan *out)
 {
@@ -324,6 +348,7 @@ void tdm__topology_decide(const struct tdm__topo_dev *d, const struct tdm__decid
 	decide_pool(d, out);
 	decide_pin(d, env, out);
 	decide_mig(d, out);
+	decide_dsched(d, out);
 }
 
 int tdm__topology_plan(struct tdm__topology *t, const struct tdm__decide_env *env)

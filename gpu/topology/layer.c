@@ -157,5 +157,7 @@ int tdm_gpu_device_info(const tdm_gpu *gpu, int device, tdm_device_info *out)
 	tdm__topo_copy(out->why_pool, sizeof(out->why_pool), p->why_pool);
 	tdm__topo_copy(out->why_pin, sizeof(out->why_pin), p->why_pin);
 	tdm__topo_copy(out->why_mig, sizeof(out->why_mig), p->why_mig);
+	out->dsched_blocks = p->dsched_blocks;
+	tdm__topo_copy(out->why_dsched, sizeof(out->why_dsched), p->why_dsched);
 	return 0;
 }

@@ -22,7 +22,8 @@ static bool why_same(const struct tdm__device_plan *a, const struct tdm__device_
 {
 	return strcmp(a->why_streams, b->why_streams) == 0 &&
 	       strcmp(a->why_launch, b->why_launch) == 0 && strcmp(a->why_pool, b->why_pool) == 0 &&
-	       strcmp(a->why_pin, b->why_pin) == 0 && strcmp(a->why_mig, b->why_mig) == 0;
+	       strcmp(a->why_pin, b->why_pin) == 0 && strcmp(a->why_mig, b->why_mig) == 0 &&
+	       strcmp(a->why_dsched, b->why_dsched) == 0;
 }
 
 static void print_mem(FILE *f, uint64_t bytes)
@@ -98,8 +99,8 @@ int tdm__topology_print(const struct tdm__topology *t, FILE *f)
 			fprintf(f, ": the same reasons as device %d\n", t->devs[i - 1].index);
 			continue;
 		}
-		fprintf(f, "\n  - %s\n  - %s\n  - %s\n  - %s\n  - %s\n", pl->why_streams,
-		        pl->why_launch, pl->why_pool, pl->why_pin, pl->why_mig);
+		fprintf(f, "\n  - %s\n  - %s\n  - %s\n  - %s\n  - %s\n  - %s\n", pl->why_streams,
+		        pl->why_launch, pl->why_pool, pl->why_pin, pl->why_mig, pl->why_dsched);
 	}
 
 	fprintf(f, "\nmachine (%s): %d entr%s\n", t->nvml ? "as NVML shows it" : "as CUDA shows it",

@@ -105,6 +105,8 @@ struct tdm__device_plan {
 	char why_pool[TDM__TOPO_WHY];
 	char why_pin[TDM__TOPO_WHY];
 	char why_mig[TDM__TOPO_WHY];
+	unsigned dsched_blocks; /* a device scheduler's default share: blocks, an SM each */
+	char why_dsched[TDM__TOPO_WHY];
 };
 
 /* The rules, for tests and callers that want to state them. */
@@ -113,7 +115,8 @@ struct tdm__device_plan {
 #define TDM__TOPO_MIN_MIG_STREAMS 2
 #define TDM__TOPO_FULL_LAUNCH 16 /* a whole device's launch limit; why: gpu-streams.md */
 #define TDM__TOPO_MIG_SLICES 7   /* compute slices of a whole A100/H100/H200 in MIG mode */
-#define TDM__TOPO_REF_SMS 132 /* an H100/H200: the whole GPU assumed when nothing else is known */
+#define TDM__TOPO_REF_SMS 132   /* an H100/H200: the whole GPU assumed when nothing else is known */
+#define TDM__TOPO_DSCHED_DIV 16 /* a device scheduler takes 1/16 of the SMs by default */
 
 /*
  * Live discovery: CUDA runtime devices (none without TANDEM_HAVE_CUDA), enriched by NVML when

@@ -1,0 +1,539 @@
+/*
+ * The device scheduler (tandem_dsched.h): a persistent kernel started once per scheduler, fed
+ * through a queue in pinned host memory. This file owns the host side of the protocol: the
+ * queue's memory, claiming slots and publishing items (submit), the completion words as awaits
+ * and queries read them, and the life of a scheduler (create, destroy and what each item became).
+ * The kernel is the program's (tandem_dsched.cuh), started by the backend (dsched_start: cuda's
+ * launcher, or the sim's host threads). The protocol and every fence it relies on:
+ * docs/design/dsched.md.
+ *
+ * Awaits: a task awaiting an item suspends and is held by its own worker, which watches the
+ * item's completion word while it has nothing else to run (held_poll), or handed to the GPU
+ * layer's poller (poller.c, kind TDM__AW_DSCHED), which looks at every such await on each sweep.
+ * Items complete out of order (many warps), so a stream's one growing word cannot number them:
+ * each slot has a completion word of its own.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsched.h"
+#include "metrics.h"
+#include "topology/topology.h"
+
+#define DS_DEFAULT_WARPS 32u
+#define DS_DEFAULT_CAPACITY 4096u
+#define DS_MIN_CAPACITY 16u
+#define DS_MAX_CAPACITY 65536u
+/* q.dev: [0] the claims, [1] the front, [2] when it moved; a line of its own. */
+#define DS_DEV_BYTES 64u
+/* The pinned block: the stop word, then the completion words, then the items; each part on
+ * lines of its own, so that the device's writes (done) and the host's (items) share none. */
+#define DS_STOP_BYTES 256u
+
+void tdm_dsched_config_init(tdm_dsched_config *cfg)
+{
+	if (cfg != NULL)
+		memset(cfg, 0, sizeof(*cfg));
+}
+
+/* The calling thread's stripe of ds->stripe (and of the gate). */
+static inline unsigned my_stripe(void)
+{
+	return tdm__gate_mine != 0 ? tdm__gate_mine - 1 : tdm__gate_stripe_new();
+}
+
+/* ---- the completion words ---- */
+
+static inline uint64_t slot_of(const struct tdm_dsched *ds, uint64_t s)
+{
+	return s & ds->q.mask;
+}
+
+/* The last ticket completed in slot. Acquire: pairs with the kernel's release of the word (its
+ * fence before the store; sim: the release store) and with the destroy's release store for a
+ * cancelled item; what the handler wrote (or the destroy's cancelled mark) is seen after it. */
+static inline uint64_t done_word(const struct tdm_dsched *ds, uint64_t slot)
+{
+	return __atomic_load_n(&ds->q.done[slot], __ATOMIC_ACQUIRE);
+}
+
+/* Whether item s may be written: its slot's previous item (s - capacity) completed, so no warp
+ * reads the slot any more (the kernel writes the word after it copied the item out). */
+static inline bool slot_free(const struct tdm_dsched *ds, uint64_t s)
+{
+	return s < ds->capacity || done_word(ds, slot_of(ds, s)) >= s + 1 - ds->capacity;
+}
+
+/* 1 when item `ticket` is over, with its result in *rc; 0 not yet. A failed device fails every
+ * item (whatever its word says: a dead context's memory is not to be trusted), once the backend
+ * says nothing runs on the scheduler's stream any more (sim: a handler still writing). */
+static int item_state(struct tdm_dsched *ds, uint64_t ticket, int *rc)
+{
+	/* Acquire: pairs with the release in tdm__device_fail. */
+	if (atomic_load_explicit(&ds->dev->failed, memory_order_acquire)) {
+		if (ds->gpu->ops->stream_query(ds->gpu->b, ds->bs) == -EAGAIN)
+			return 0;
+		*rc = -EIO;
+		return 1;
+	}
+	uint64_t slot = slot_of(ds, ticket - 1);
+	if (done_word(ds, slot) < ticket)
+		return 0;
+	/* Relaxed: after the acquire above, which a cancelling destroy's release store of the
+	 * word pairs with (struct tdm_dsched's note). */
+	*rc = __atomic_load_n(&ds->cancelled[slot], __ATOMIC_RELAXED) == ticket ? -ECANCELED : 0;
+	return 1;
+}
+
+/* ---- publishing ---- */
+
+/* Claims n consecutive sequence numbers whose slots are free: 0 and *first, or -EAGAIN. */
+static int claim(struct tdm_dsched *ds, unsigned n, uint64_t *first)
+{
+	/* Relaxed, the load and the CAS: the tail only numbers the items among submitters; the
+	 * slots' reuse is ordered by the acquire loads of their completion words (slot_free). */
+	uint64_t s = atomic_load_explicit(&ds->tail, memory_order_relaxed);
+	for (;;) {
+		for (unsigned k = 0; k < n; k++)
+			if (!slot_free(ds, s + k)) {
+				atomic_fetch_add_explicit(&ds->stripe[my_stripe()].full, 1,
+				                          memory_order_relaxed);
+				return -EAGAIN;
+			}
+		if (atomic_compare_exchange_weak_explicit(
+		        &ds->tail, &s, s + n, memory_order_relaxed, memory_order_relaxed))
+			break;
+	}
+	*first = s;
+	return 0;
+}
+
+/* Writes item s: every word, each tagged with the ticket's low 32 bits, word 0 (handler and
+ * size) last. */
+static void put_item(struct tdm_dsched *ds, uint64_t s, unsigned handler, const void *args,
+                     unsigned size)
+{
+	uint64_t *item = ds->q.items + slot_of(ds, s) * TDM__DSCHED_WORDS;
+	uint64_t tag = (uint64_t)(uint32_t)(s + 1) << 32;
+	uint32_t pay[TDM__DSCHED_WORDS - 1] = {0};
+	if (size > 0)
+		memcpy(pay, args, size);
+	/*
+	 * Release, each word: pairs with the kernel's acquire fence after it has seen every word
+	 * it needs carry this tag (tandem_dsched.cuh; sim: its acquire loads): what the caller
+	 * wrote before the submit happens before the handler runs. Each word is read whole and
+	 * says by its tag which item it belongs to, so the order in which the words reach the
+	 * device does not matter; the slot's previous item has completed (slot_free), and its
+	 * words have different tags. Every word is written, so none left over from an older
+	 * item of the slot can carry this tag.
+	 */
+	for (unsigned k = 1; k < TDM__DSCHED_WORDS; k++)
+		__atomic_store_n(&item[k], tag | pay[k - 1], __ATOMIC_RELEASE);
+	__atomic_store_n(&item[0], tag | (uint64_t)handler | (uint64_t)size << 16,
+	                 __ATOMIC_RELEASE);
+}
+
+/* The gate of submits, awaits and queries: NULL once the destroy began. */
+static inline _Atomic unsigned *ds_enter(struct tdm_dsched *ds)
+{
+	return tdm__gate_enter(&ds->gate, &ds->closing);
+}
+
+int tdm_dsched_submit(tdm_dsched *ds, unsigned handler, const void *args, size_t size,
+                      uint64_t *ticket)
+{
+	tdm_dsched_item one = {handler, (unsigned)size, args};
+	if (ds == NULL || handler >= ds->nhandlers || (size > 0 && args == NULL))
+		return -EINVAL;
+	if (size > TDM_DSCHED_ARGS_MAX)
+		return -EMSGSIZE;
+	return tdm_dsched_submit_batch(ds, &one, 1, ticket);
+}
+
+int tdm_dsched_submit_batch(tdm_dsched *ds, const tdm_dsched_item *items, unsigned n,
+                            uint64_t *first)
+{
+	if (ds == NULL || items == NULL || n == 0 || n > ds->capacity)
+		return -EINVAL;
+	for (unsigned k = 0; k < n; k++) {
+		if (items[k].handler >= ds->nhandlers ||
+		    (items[k].size > 0 && items[k].args == NULL))
+			return -EINVAL;
+		if (items[k].size > TDM_DSCHED_ARGS_MAX)
+			return -EMSGSIZE;
+	}
+	_Atomic unsigned *in = ds_enter(ds);
+	if (in == NULL)
+		return -ESHUTDOWN;
+	uint64_t s;
+	int rc = -EIO;
+	/* Relaxed: a check that spares the queue work no device will run; an item pushed as the
+	 * device dies fails at its await. */
+	if (!atomic_load_explicit(&ds->dev->failed, memory_order_relaxed))
+		rc = claim(ds, n, &s);
+	if (rc == 0) {
+		for (unsigned k = 0; k < n; k++)
+			put_item(ds, s + k, items[k].handler, items[k].args, items[k].size);
+		if (first != NULL)
+			*first = s + 1;
+	}
+	tdm__gate_leave(in);
+	return rc;
+}
+
+/* ---- awaits and queries ---- */
+
+/* A ticket handed out already. Relaxed: the caller got it from a submit that happens before. */
+static bool ticket_valid(struct tdm_dsched *ds, uint64_t ticket)
+{
+	return ticket != 0 && ticket <= atomic_load_explicit(&ds->tail, memory_order_relaxed);
+}
+
+int tdm_dsched_query(tdm_dsched *ds, uint64_t ticket)
+{
+	if (ds == NULL)
+		return -EINVAL;
+	_Atomic unsigned *in = ds_enter(ds);
+	if (in == NULL)
+		return -ESHUTDOWN;
+	int rc = -EINVAL;
+	if (ticket_valid(ds, ticket) && item_state(ds, ticket, &rc) == 0)
+		rc = -EAGAIN;
+	tdm__gate_leave(in);
+	return rc;
+}
+
+int tdm__dsched_poll(struct tdm__task *t, int *rc)
+{
+	return item_state(TDM__AW_PTR(t), TDM__AW(t)->seq, rc);
+}
+
+void tdm__dsched_await_end(struct tdm_dsched *ds)
+{
+	/* Release: pairs with the destroy's acquire loads (awaits_out); this holder's reads of ds
+	 * happen before the destroy frees it. */
+	atomic_fetch_sub_explicit(&ds->stripe[my_stripe()].awaiting, 1, memory_order_release);
+}
+
+void tdm__dsched_health(struct tdm_dsched *ds, uint64_t now)
+{
+	if (ds->checked_ns == now)
+		return;
+	ds->checked_ns = now;
+	struct tdm_gpu *gpu = ds->gpu;
+	/* A running kernel's stream is busy (-EAGAIN); -EIO: a sticky error killed the context. */
+	if (gpu->ops->stream_query(gpu->b, ds->bs) == -EIO)
+		tdm__device_fail(ds->dev);
+}
+
+/* A held await (tdm__task_hold): the poller's test, then the poller's bookkeeping. */
+static int held_poll(struct tdm__task *t, int *rc)
+{
+	struct tdm_dsched *ds = TDM__AW_PTR(t);
+	if (item_state(ds, TDM__AW(t)->seq, rc) == 0)
+		return 0;
+	struct tdm_gpu *gpu = ds->gpu;
+	atomic_fetch_add_explicit(&ds->stripe[my_stripe()].direct, 1, memory_order_relaxed);
+	tdm__dsched_await_end(ds); /* the last access to ds */
+	tdm__metrics_await_done(gpu, t);
+	/* The last access to gpu. Release: pairs with the poller's seq_cst load of active before
+	 * it ends, after which tdm_gpu_destroy may free gpu. */
+	atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_release);
+	return 1;
+}
+
+static void held_handoff(struct tdm__task *t)
+{
+	/* The await still counts in ds->stripe: ds, and so its layer, live until it is over. */
+	tdm__await_submit(((struct tdm_dsched *)TDM__AW_PTR(t))->gpu, t);
+}
+
+static int fail_now(struct tdm__task *t, int rc)
+{
+	return t != NULL ? tdm__task_fail(t, rc) : rc;
+}
+
+int tdm_await_dsched(tdm_task *pub, tdm_dsched *ds, uint64_t ticket)
+{
+	struct tdm__task *t = tdm__task_cast(pub);
+	if (t == NULL || ds == NULL)
+		return fail_now(t, -EINVAL);
+	_Atomic unsigned *in = ds_enter(ds);
+	if (in == NULL)
+		return fail_now(t, -ESHUTDOWN);
+	struct tdm_gpu *gpu = ds->gpu;
+	int rc = 0;
+	if (tdm__task_executor(t) != gpu->ex || !ticket_valid(ds, ticket))
+		rc = -EINVAL;
+	else if (item_state(ds, ticket, &rc) == 0)
+		rc = 1; /* not over yet: suspend */
+	if (rc == 1) {
+		rc = tdm__await_register(gpu);
+		if (rc == 0) {
+			/* Counted while inside the gate: the destroy, past its drain, waits for it
+			 * (the gate's leave, a release, orders the count before the drain's end).
+			 */
+			unsigned k = my_stripe();
+			atomic_fetch_add_explicit(&ds->stripe[k].awaiting, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&ds->stripe[k].awaits, 1, memory_order_relaxed);
+			TDM__AW(t)->obj = (void *)((uintptr_t)ds | TDM__AW_DSCHED);
+			TDM__AW(t)->seq = ticket;
+			rc = 1;
+		}
+	}
+	/* The await's own count keeps ds alive past the gate from here. */
+	tdm__gate_leave(in);
+	if (rc != 1)
+		return fail_now(t, rc);
+	tdm__task_suspend(t);
+	/* A completion word is one memory read: the worker may watch it itself while it has
+	 * nothing else to run. After the hand-off, ds and gpu may be gone. */
+	if (!gpu->direct || !tdm__task_hold(t, held_poll, held_handoff))
+		tdm__await_submit(gpu, t);
+	return TDM_SUSPENDED;
+}
+
+/* ---- life ---- */
+
+static bool pow2(unsigned v)
+{
+	return v != 0 && (v & (v - 1)) == 0;
+}
+
+/* What create holds, freed in reverse: the stream (after the device memory's stream-ordered
+ * free), the pinned block, the cancel marks, the scheduler. */
+static void release_parts(struct tdm_dsched *ds)
+{
+	struct tdm_gpu *gpu = ds->gpu;
+	const struct tdm__backend_ops *ops = gpu->ops;
+	/* A dead device refuses the stream-ordered free (it enqueues nothing): freed at once then,
+	 * as a dead context's memory is (and with no kernel left to wait for). */
+	if (ds->dmem != NULL && (ds->dmem_sync || ops->free_async(gpu->b, ds->bs, ds->dmem) != 0))
+		(void)ops->device_free(gpu->b, ds->dev->index, ds->dmem);
+	if (ds->bs != NULL)
+		ops->stream_destroy(gpu->b, ds->bs);
+	if (ds->mem != NULL)
+		(void)tdm_pinned_free(gpu, ds->mem);
+	free(ds->cancelled);
+	free(ds);
+}
+
+/* Device memory for q.dev, zeroed in the stream's order before the kernel starts. Stream-ordered
+ * where the backend has it: cudaFree would wait for every kernel of the device, another
+ * scheduler's among them. */
+static int take_dev_memory(struct tdm_dsched *ds)
+{
+	struct tdm_gpu *gpu = ds->gpu;
+	const struct tdm__backend_ops *ops = gpu->ops;
+	int rc = ops->malloc_async(gpu->b, ds->bs, DS_DEV_BYTES, &ds->dmem);
+	if (rc == -ENOTSUP) {
+		ds->dmem_sync = true;
+		rc = ops->device_alloc(gpu->b, ds->dev->index, DS_DEV_BYTES, &ds->dmem);
+	}
+	if (rc != 0) {
+		ds->dmem = NULL;
+		return rc;
+	}
+	return ops->memset_async != NULL
+	           ? ops->memset_async(gpu->b, ds->bs, ds->dmem, 0, DS_DEV_BYTES)
+	           : -ENOTSUP;
+}
+
+static int dsched_open(struct tdm_dsched *ds, const tdm_dsched_config *cfg)
+{
+	struct tdm_gpu *gpu = ds->gpu;
+	const struct tdm__backend_ops *ops = gpu->ops;
+	size_t done_bytes = ((size_t)ds->capacity * sizeof(uint64_t) + 255u) & ~(size_t)255u;
+	size_t bytes = DS_STOP_BYTES + done_bytes +
+	               (size_t)ds->capacity * TDM__DSCHED_WORDS * sizeof(uint64_t);
+	ds->cancelled = calloc(ds->capacity, sizeof(*ds->cancelled));
+	if (ds->cancelled == NULL)
+		return -ENOMEM;
+	int rc = tdm_pinned_alloc(gpu, bytes, &ds->mem);
+	if (rc != 0) {
+		ds->mem = NULL;
+		return rc;
+	}
+	memset(ds->mem, 0, bytes);
+	ds->q.stop = ds->mem;
+	ds->q.done = (uint64_t *)((char *)ds->mem + DS_STOP_BYTES);
+	ds->q.items = (uint64_t *)((char *)ds->mem + DS_STOP_BYTES + done_bytes);
+	ds->q.mask = ds->capacity - 1;
+	/* No stop yet: every sequence number may run. The kernel is not started: no ordering. */
+	*ds->q.stop = TDM__DSCHED_CANCEL - 1;
+	/* Its own stream, of the high priority: its blocks get the first SMs that free up. */
+	rc = ops->stream_create(gpu->b, ds->dev->index, ds->dev->prio[1], &ds->bs);
+	if (rc != 0) {
+		ds->bs = NULL;
+		return rc;
+	}
+	if ((rc = take_dev_memory(ds)) != 0)
+		return rc;
+	ds->q.dev = ds->dmem;
+	struct tdm__dsched_run run = {.handlers = cfg->handlers,
+	                              .queue = ds->q,
+	                              .device = ds->dev->index,
+	                              .blocks = ds->blocks,
+	                              .warps = ds->warps};
+	rc = ops->dsched_start(gpu->b, ds->bs, &run, &ds->engine);
+	/* A launch refused by a dead context: the device's failure, as for any enqueue. */
+	if (rc == -EIO && ops->stream_query(gpu->b, ds->bs) == -EIO)
+		tdm__device_fail(ds->dev);
+	return rc;
+}
+
+int tdm_dsched_create(tdm_gpu *gpu, int device, const tdm_dsched_config *cfg, tdm_dsched **out)
+{
+	if (gpu == NULL || cfg == NULL || cfg->handlers == NULL || out == NULL)
+		return -EINVAL;
+	const tdm_dsched_handlers *h = cfg->handlers;
+	if (h->abi != TDM_DSCHED_ABI || h->count == 0 || h->count > TDM_DSCHED_MAX_HANDLERS ||
+	    cfg->warps > 32 ||
+	    (cfg->capacity != 0 && (!pow2(cfg->capacity) || cfg->capacity < DS_MIN_CAPACITY ||
+	                            cfg->capacity > DS_MAX_CAPACITY)))
+		return -EINVAL;
+	if (gpu->ops == NULL || gpu->ndev == 0)
+		return device < 0 ? -EINVAL : -ENODEV;
+	if (device < 0 || device >= gpu->ndev)
+		return -EINVAL;
+	struct tdm__gdev *d = &gpu->devs[device];
+	if (cfg->blocks > (unsigned)(d->info.sm_count > 0 ? d->info.sm_count : 1))
+		return -EINVAL;
+	if (gpu->ops->dsched_start == NULL || !d->info.maps_host)
+		return -ENOTSUP;
+	if (gpu->ops == &tdm__backend_sim ? h->host == NULL : h->launch == NULL)
+		return -ENOTSUP;
+	/* Inside the gate of leases: tdm_gpu_destroy, past its drain, sees the count below. */
+	_Atomic unsigned *in = tdm__gate_enter(&gpu->leases, &gpu->stopping);
+	if (in == NULL)
+		return -ESHUTDOWN;
+	int rc = -ENOMEM;
+	struct tdm_dsched *ds = NULL;
+	/* Acquire: pairs with the release in tdm__device_fail. */
+	if (atomic_load_explicit(&d->failed, memory_order_acquire))
+		rc = -ENODEV;
+	else if ((ds = aligned_alloc(TDM__CACHELINE, sizeof(*ds))) != NULL) {
+		memset(ds, 0, sizeof(*ds));
+		ds->gpu = gpu;
+		ds->dev = d;
+		ds->nhandlers = h->count;
+		ds->blocks =
+		    cfg->blocks != 0 ? cfg->blocks : gpu->topo->plans[device].dsched_blocks;
+		if (ds->blocks == 0)
+			ds->blocks = 1;
+		ds->warps = cfg->warps != 0 ? cfg->warps : DS_DEFAULT_WARPS;
+		ds->capacity = cfg->capacity != 0 ? cfg->capacity : DS_DEFAULT_CAPACITY;
+		rc = dsched_open(ds, cfg);
+		if (rc != 0) {
+			release_parts(ds);
+			ds = NULL;
+		}
+	}
+	if (rc == 0)
+		atomic_fetch_add_explicit(&gpu->dscheds, 1, memory_order_relaxed);
+	tdm__gate_leave(in);
+	if (rc == 0)
+		*out = ds;
+	return rc;
+}
+
+/*
+ * Whether awaits registered on ds are not all over. Past the destroy's gate drain none is
+ * registered any more: the stripes only go down while they are read, so a sum of 0 read stripe
+ * by stripe means 0 at the end of the reading (each stripe read at or above its final value).
+ * Acquire: pairs with tdm__dsched_await_end; those awaits' reads of ds come before the frees.
+ */
+static bool awaits_out(struct tdm_dsched *ds)
+{
+	int64_t sum = 0;
+	for (unsigned k = 0; k < TDM__GATE_STRIPES; k++)
+		sum += atomic_load_explicit(&ds->stripe[k].awaiting, memory_order_acquire);
+	return sum != 0;
+}
+
+/* The last ticket of `slot` among tickets 1..tail, or 0 when none went there. */
+static uint64_t last_ticket(const struct tdm_dsched *ds, uint64_t slot, uint64_t tail)
+{
+	if (tail <= slot)
+		return 0;
+	return slot + 1 + (tail - 1 - slot) / ds->capacity * ds->capacity;
+}
+
+int tdm_dsched_destroy(tdm_dsched *ds, int how, tdm_dsched_stats *out)
+{
+	if (ds == NULL || (how != TDM_DSCHED_DRAIN && how != TDM_DSCHED_CANCEL))
+		return -EINVAL;
+	struct tdm_gpu *gpu = ds->gpu;
+	const struct tdm__backend_ops *ops = gpu->ops;
+	/* Seq_cst: the gate's Dekker pair (base/gate.h); every submit is out after the drain, so
+	 * every sequence number below the tail is published. */
+	atomic_store_explicit(&ds->closing, 1, memory_order_seq_cst);
+	tdm__gate_drain(&ds->gate);
+	uint64_t tail = atomic_load_explicit(&ds->tail, memory_order_relaxed);
+	/* Release: pairs with the kernel's loads of the stop word (sim: acquire loads); no item at
+	 * or past the tail runs, and with CANCEL none a warp has not started. */
+	__atomic_store_n(ds->q.stop, tail | (how == TDM_DSCHED_CANCEL ? TDM__DSCHED_CANCEL : 0),
+	                 __ATOMIC_RELEASE);
+	ops->dsched_join(gpu->b, ds->bs, ds->engine);
+	/* The kernel is over: a word not written now never will be. A dead device fails what it
+	 * did not complete; a live one, under CANCEL, had it cancelled. The stream is idle now but
+	 * on a dead sim device, whose query says -EAGAIN while other work still writes memory. */
+	int q;
+	while ((q = ops->stream_query(gpu->b, ds->bs)) == -EAGAIN)
+		sched_yield();
+	if (q == -EIO)
+		tdm__device_fail(ds->dev);
+	bool dead = atomic_load_explicit(&ds->dev->failed, memory_order_acquire);
+	uint64_t cancelled = 0, failed = 0;
+	for (uint64_t slot = 0; slot < ds->capacity; slot++) {
+		uint64_t last = last_ticket(ds, slot, tail);
+		/* Earlier tickets of the slot completed before it was written again. */
+		if (last == 0 || done_word(ds, slot) >= last)
+			continue;
+		if (dead) {
+			failed++;
+			continue;
+		}
+		cancelled++;
+		__atomic_store_n(&ds->cancelled[slot], last, __ATOMIC_RELAXED);
+		/* Release: pairs with item_state's acquire load; the mark above is seen with it. */
+		__atomic_store_n(&ds->q.done[slot], last, __ATOMIC_RELEASE);
+	}
+	/* The awaits still out are resumed by the poller or their workers, now that every item is
+	 * over. Acquire: pairs with tdm__dsched_await_end; their reads of ds come before the frees.
+	 */
+	while (awaits_out(ds))
+		sched_yield();
+	/* Calls refused since the first drain touched the gate: let them leave it. */
+	tdm__gate_drain(&ds->gate);
+	if (out != NULL) {
+		(void)tdm_dsched_stats_get(ds, out);
+		out->cancelled = cancelled;
+		out->failed = failed;
+		out->completed = tail - cancelled - failed;
+	}
+	release_parts(ds);
+	/* Release: pairs with tdm_gpu_destroy's acquire load; this scheduler's frees come first. */
+	atomic_fetch_sub_explicit(&gpu->dscheds, 1, memory_order_release);
+	return 0;
+}
+
+int tdm_dsched_stats_get(const tdm_dsched *ds, tdm_dsched_stats *out)
+{
+	if (ds == NULL || out == NULL)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	/* Relaxed: counters; a snapshot is all that is promised. */
+	out->submitted = atomic_load_explicit(&ds->tail, memory_order_relaxed);
+	for (unsigned k = 0; k < TDM__GATE_STRIPES; k++) {
+		out->full += atomic_load_explicit(&ds->stripe[k].full, memory_order_relaxed);
+		out->awaits += atomic_load_explicit(&ds->stripe[k].awaits, memory_order_relaxed);
+		out->direct += atomic_load_explicit(&ds->stripe[k].direct, memory_order_relaxed);
+	}
+	out->blocks = ds->blocks;
+	out->warps = ds->warps;
+	out->capacity = ds->capacity;
+	return 0;
+}
