@@ -61,7 +61,10 @@ struct tdm__stream {
 		pthread_mutex_t lock;
 		struct stamp *head, *tail, *free, *all;
 		unsigned made;
-		uint64_t launches, timed; /* through the gate; those timed */
+		/* Launches through the gate (written under `lock`, read by the stamps thread
+		 * without it: relaxed, a count), and those timed. */
+		_Atomic uint64_t launches;
+		uint64_t timed;
 		uint64_t last_end;
 		struct tdm__track *track;
 		unsigned index; /* class * nstreams + slot */

@@ -376,11 +376,7 @@ static void pace(struct tdm_gpu *gpu, uint64_t now)
 	struct tdm__stream *s;
 	/* Acquire (EACH_STREAM): pairs with the release that published each stream. */
 	EACH_STREAM(gpu, s)
-	{
-		pthread_mutex_lock(&s->sq.lock);
-		n += s->sq.launches;
-		pthread_mutex_unlock(&s->sq.lock);
-	}
+	n += atomic_load_explicit(&s->sq.launches, memory_order_relaxed); /* a count */
 	uint64_t dt = now - ss->seen_at, dn = n - ss->seen;
 	bool first = ss->seen_at == 0;
 	ss->seen = n;
@@ -477,8 +473,11 @@ static struct stamp *take(struct tdm_gpu *gpu, struct tdm__stream *s, bool *samp
 	if (every > 1 && tdm__metrics_on(gpu))
 		every = 1;
 	pthread_mutex_lock(&s->sq.lock);
-	s->sq.launches++;
-	*untimed = every > 1 && s->sq.launches % every != 0;
+	/* Relaxed, both: written under the lock alone (no read-modify-write needed); pace reads
+	 * it without the lock, as a count. */
+	uint64_t launches = atomic_load_explicit(&s->sq.launches, memory_order_relaxed) + 1;
+	atomic_store_explicit(&s->sq.launches, launches, memory_order_relaxed);
+	*untimed = every > 1 && launches % every != 0;
 	if (*untimed) {
 		pthread_mutex_unlock(&s->sq.lock);
 		return NULL;
@@ -550,6 +549,10 @@ void tdm__stamp_begin(struct tdm_stream *s, enum tdm__span_kind kind, uint64_t b
 	    /* Relaxed: the capture is this thread's own (it began it), or none. */
 	    atomic_load_explicit(&s->cap, memory_order_relaxed) != NULL)
 		return; /* a capture would record the timers into its graph */
+	/* Relaxed: a hint; start_thread reads it again under tlock. The thread also paces: it
+	 * starts with the first launch, timed or not. */
+	if (!atomic_load_explicit(&ss->started, memory_order_relaxed))
+		start_thread(ss, gpu);
 	bool sample = false, untimed = false;
 	struct stamp *st = take(gpu, s->st, &sample, &untimed);
 	if (st == NULL) {
@@ -557,9 +560,6 @@ void tdm__stamp_begin(struct tdm_stream *s, enum tdm__span_kind kind, uint64_t b
 			atomic_fetch_add_explicit(&ss->untimed, 1, memory_order_relaxed);
 		else
 			lose(ss, 0);
-		/* Relaxed: a hint; start_thread reads it again under tlock. */
-		if (!atomic_load_explicit(&ss->started, memory_order_relaxed))
-			start_thread(ss, gpu);
 		return;
 	}
 	/* Read before the record: the record reaches the device after it, so no sample is
@@ -577,9 +577,6 @@ void tdm__stamp_begin(struct tdm_stream *s, enum tdm__span_kind kind, uint64_t b
 	}
 	s->stamp = st;
 	st->host_launch = tdm__now_ns();
-	/* Relaxed: a hint; start_thread reads it again under tlock. */
-	if (!atomic_load_explicit(&ss->started, memory_order_relaxed))
-		start_thread(ss, gpu);
 }
 
 void tdm__stamp_end(struct tdm_stream *s)
@@ -630,9 +627,14 @@ int tdm__stamps_init(struct tdm_gpu *gpu)
 	const char *mode = getenv("TANDEM_STAMPS");
 	ss->off = mode != NULL && strcmp(mode, "0") == 0;
 	ss->all = mode != NULL && strcmp(mode, "all") == 0;
+	if (mode != NULL && !ss->off && !ss->all && strcmp(mode, "auto") != 0)
+		fprintf(stderr, "tandem: TANDEM_STAMPS=%s ignored (0, all or auto)\n", mode);
 	const char *rate = getenv("TANDEM_STAMPS_RATE");
 	unsigned long r = rate != NULL ? strtoul(rate, NULL, 10) : 0;
 	ss->rate = r >= 1000 && r <= 100000000ul ? r : RATE_DEFAULT;
+	if (rate != NULL && ss->rate != r)
+		fprintf(stderr, "tandem: TANDEM_STAMPS_RATE=%s ignored (1000 to 100000000)\n",
+		        rate);
 	atomic_init(&ss->every, 1u);
 	const char *period = getenv("TANDEM_STAMPS_PERIOD_US");
 	unsigned long us = period != NULL ? strtoul(period, NULL, 10) : 0;

@@ -153,6 +153,11 @@ static uint64_t tandem_fib(void *ctx, int n)
 	return root.out;
 }
 
+uint64_t bench_tandem_fib(struct tdm_executor *ex, int n)
+{
+	return tandem_fib(ex, n);
+}
+
 struct tandem_sky {
 	tdm_executor *ex;
 	uint64_t num, size, out;
@@ -331,6 +336,58 @@ int bench_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 		return -1;
 	*out = v;
 	return 0;
+}
+
+int bench_parse_list(const char *s, unsigned *out, int *n, int max, unsigned lo, unsigned hi)
+{
+	*n = 0;
+	for (const char *p = s;;) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		char buf[32];
+		uint64_t v;
+
+		if (len == 0 || len >= sizeof(buf) || *n == max)
+			return -1;
+		memcpy(buf, p, len);
+		buf[len] = '\0';
+		if (bench_parse_u64(buf, lo, hi, &v) != 0)
+			return -1;
+		out[(*n)++] = (unsigned)v;
+		if (comma == NULL)
+			return 0;
+		p = comma + 1;
+	}
+}
+
+int bench_parse_uint(const char *s, unsigned *out, unsigned lo, unsigned hi)
+{
+	uint64_t v;
+
+	if (bench_parse_u64(s, lo, hi, &v) != 0)
+		return -1;
+	*out = (unsigned)v;
+	return 0;
+}
+
+int bench_parse_parts(const char *s, const char *const *names, int nnames, unsigned *parts)
+{
+	*parts = 0;
+	for (const char *p = s;;) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		int k;
+
+		for (k = 0; k < nnames; k++)
+			if (strlen(names[k]) == len && memcmp(p, names[k], len) == 0)
+				break;
+		if (k == nnames)
+			return -1;
+		*parts |= 1u << k;
+		if (comma == NULL)
+			return 0;
+		p = comma + 1;
+	}
 }
 
 /* bench_parse_u64 on the len characters at s (a token of a comma-separated list). */

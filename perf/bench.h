@@ -87,6 +87,15 @@ void bench_stats_json(const struct tdm_gpu_stats *s);
 /* bench.c: s, plain decimal digits (no sign, no blanks), as a number in [lo, hi]: 0 and *out,
  * or -1. */
 int bench_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
+/* bench.c, for the subcommands' own parsers, each 0 or -1: a comma-separated list of at most
+ * max numbers in [lo, hi] into out[0..*n); one number in [lo, hi]; a comma-separated list of
+ * names among names[0..nnames) as a bit mask (bit k: names[k]). */
+int bench_parse_list(const char *s, unsigned *out, int *n, int max, unsigned lo, unsigned hi);
+int bench_parse_uint(const char *s, unsigned *out, unsigned lo, unsigned hi);
+int bench_parse_parts(const char *s, const char *const *names, int nnames, unsigned *parts);
+/* bench.c: fib(n) as the fib benchmark computes it, on ex, from this (outside) thread. */
+struct tdm_executor;
+uint64_t bench_tandem_fib(struct tdm_executor *ex, int n);
 /* bench.c: the CPUs this process may run on (its affinity mask; else the CPUs online). */
 unsigned bench_cpus(void);
 

@@ -784,55 +784,6 @@ static int ds_usage(FILE *f)
 	return 2;
 }
 
-static int ds_list(const char *s, unsigned *out, int *n, unsigned lo, unsigned hi)
-{
-	*n = 0;
-	for (const char *p = s;;) {
-		const char *comma = strchr(p, ',');
-		size_t len = comma ? (size_t)(comma - p) : strlen(p);
-		char buf[32];
-		uint64_t v;
-		if (len == 0 || len >= sizeof(buf) || *n == DS_MAX_LIST)
-			return -1;
-		memcpy(buf, p, len);
-		buf[len] = '\0';
-		if (bench_parse_u64(buf, lo, hi, &v) != 0)
-			return -1;
-		out[(*n)++] = (unsigned)v;
-		if (comma == NULL)
-			return 0;
-		p = comma + 1;
-	}
-}
-
-static int ds_uint(const char *s, unsigned *out, unsigned lo, unsigned hi)
-{
-	uint64_t v;
-	if (bench_parse_u64(s, lo, hi, &v) != 0)
-		return -1;
-	*out = (unsigned)v;
-	return 0;
-}
-
-static int ds_parts(const char *s, unsigned *parts)
-{
-	*parts = 0;
-	for (const char *p = s;;) {
-		const char *comma = strchr(p, ',');
-		size_t len = comma ? (size_t)(comma - p) : strlen(p);
-		int k;
-		for (k = 0; k < NPARTS; k++)
-			if (strlen(part_names[k]) == len && memcmp(p, part_names[k], len) == 0)
-				break;
-		if (k == NPARTS)
-			return -1;
-		*parts |= 1u << k;
-		if (comma == NULL)
-			return 0;
-		p = comma + 1;
-	}
-}
-
 static int ds_parse(int argc, char **argv, struct ds_opts *o)
 {
 	int given_workers = 0, given_step = 0, given_cross = 0, given_steps = 0, given_tpw = 0,
@@ -873,36 +824,37 @@ static int ds_parse(int argc, char **argv, struct ds_opts *o)
 			o->sim = strcmp(v, "sim") == 0;
 			bad = !o->sim && strcmp(v, "cuda") != 0;
 		} else if (IS("--workers")) {
-			bad = ds_list(v, o->workers, &o->nworkers, 1, TDM_MAX_WORKERS);
+			bad = bench_parse_list(v, o->workers, &o->nworkers, DS_MAX_LIST, 1,
+			                       TDM_MAX_WORKERS);
 			given_workers = 1;
 		} else if (IS("--step-us")) {
-			bad = ds_list(v, o->step_us, &o->nstep, 0, 1000000);
+			bad = bench_parse_list(v, o->step_us, &o->nstep, DS_MAX_LIST, 0, 1000000);
 			given_step = 1;
 		} else if (IS("--cross-us")) {
-			bad = ds_list(v, o->cross_us, &o->ncross, 0, 1000000);
+			bad = bench_parse_list(v, o->cross_us, &o->ncross, DS_MAX_LIST, 0, 1000000);
 			given_cross = 1;
 		} else if (IS("--steps")) {
-			bad = ds_uint(v, &o->steps, 1, 100000000u);
+			bad = bench_parse_uint(v, &o->steps, 1, 100000000u);
 			given_steps = 1;
 		} else if (IS("--tasks-per-worker")) {
-			bad = ds_uint(v, &o->tasks_per_worker, 1, 1024);
+			bad = bench_parse_uint(v, &o->tasks_per_worker, 1, 1024);
 			given_tpw = 1;
 		} else if (IS("--batch")) {
-			bad = ds_uint(v, &o->batch, 1, DS_MAX_BATCH);
+			bad = bench_parse_uint(v, &o->batch, 1, DS_MAX_BATCH);
 			given_batch = 1;
 		} else if (IS("--rounds")) {
-			bad = ds_uint(v, &o->rounds, 1, 64);
+			bad = bench_parse_uint(v, &o->rounds, 1, 64);
 			given_rounds = 1;
 		} else if (IS("--rtt-reps")) {
 			bad = bench_parse_u64(v, 10, 100000000u, &u);
 			o->rtt_reps = u;
 			given_rtt = 1;
 		} else if (IS("--blocks")) {
-			bad = ds_uint(v, &o->blocks, 0, 1024);
+			bad = bench_parse_uint(v, &o->blocks, 0, 1024);
 		} else if (IS("--warps")) {
-			bad = ds_uint(v, &o->warps, 0, 32);
+			bad = bench_parse_uint(v, &o->warps, 0, 32);
 		} else if (IS("--parts")) {
-			bad = ds_parts(v, &o->parts);
+			bad = bench_parse_parts(v, part_names, NPARTS, &o->parts);
 		} else if (IS("--probe")) {
 			o->probe = v;
 		} else {

@@ -1330,59 +1330,6 @@ static int gg_usage(FILE *f)
 	return 2;
 }
 
-/* A comma-separated list of integers in [lo, hi]; 0 on success. */
-static int gg_list(const char *s, unsigned *out, int *n, unsigned lo, unsigned hi)
-{
-	*n = 0;
-	for (const char *p = s;;) {
-		const char *comma = strchr(p, ',');
-		size_t len = comma ? (size_t)(comma - p) : strlen(p);
-		char buf[32];
-		uint64_t v;
-
-		if (len == 0 || len >= sizeof(buf) || *n == GG_MAX_LIST)
-			return -1;
-		memcpy(buf, p, len);
-		buf[len] = '\0';
-		if (bench_parse_u64(buf, lo, hi, &v) != 0)
-			return -1;
-		out[(*n)++] = (unsigned)v;
-		if (comma == NULL)
-			return 0;
-		p = comma + 1;
-	}
-}
-
-static int gg_uint(const char *s, unsigned *out, unsigned lo, unsigned hi)
-{
-	uint64_t v;
-
-	if (bench_parse_u64(s, lo, hi, &v) != 0)
-		return -1;
-	*out = (unsigned)v;
-	return 0;
-}
-
-static int gg_parts(const char *s, unsigned *parts)
-{
-	*parts = 0;
-	for (const char *p = s;;) {
-		const char *comma = strchr(p, ',');
-		size_t len = comma ? (size_t)(comma - p) : strlen(p);
-		int k;
-
-		for (k = 0; k < NPARTS; k++)
-			if (strlen(part_names[k]) == len && memcmp(p, part_names[k], len) == 0)
-				break;
-		if (k == NPARTS)
-			return -1;
-		*parts |= 1u << k;
-		if (comma == NULL)
-			return 0;
-		p = comma + 1;
-	}
-}
-
 static int gg_parse(int argc, char **argv, struct gg_opts *o)
 {
 	int chains_given = 0, dag_given = 0;
@@ -1428,23 +1375,24 @@ static int gg_parse(int argc, char **argv, struct gg_opts *o)
 			o->sim = strcmp(v, "sim") == 0;
 			bad = !o->sim && strcmp(v, "cuda") != 0;
 		} else if (IS("--reps")) {
-			bad = gg_uint(v, &o->reps, 1, 10000000u);
+			bad = bench_parse_uint(v, &o->reps, 1, 10000000u);
 			o->reps_given = 1;
 		} else if (IS("--rounds")) {
-			bad = gg_uint(v, &o->rounds, 1, 1000);
+			bad = bench_parse_uint(v, &o->rounds, 1, 1000);
 		} else if (IS("--chains")) {
-			bad = gg_list(v, o->chains, &o->nchains, 1, 100000);
+			bad = bench_parse_list(v, o->chains, &o->nchains, GG_MAX_LIST, 1, 100000);
 			chains_given = 1;
 		} else if (IS("--workers")) {
-			bad = gg_uint(v, &o->workers, 1, TDM_MAX_WORKERS);
+			bad = bench_parse_uint(v, &o->workers, 1, TDM_MAX_WORKERS);
 			o->workers_given = 1;
 		} else if (IS("--kernel-us")) {
-			bad = gg_uint(v, &o->kernel_us, 0, GG_MAX_KERNEL_US);
+			bad = bench_parse_uint(v, &o->kernel_us, 0, GG_MAX_KERNEL_US);
 		} else if (IS("--dag-us")) {
-			bad = gg_list(v, o->dag_us, &o->ndag, 0, GG_MAX_KERNEL_US);
+			bad = bench_parse_list(v, o->dag_us, &o->ndag, GG_MAX_LIST, 0,
+			                       GG_MAX_KERNEL_US);
 			dag_given = 1;
 		} else if (IS("--parts")) {
-			bad = gg_parts(v, &o->parts);
+			bad = bench_parse_parts(v, part_names, NPARTS, &o->parts);
 		} else {
 			fprintf(stderr, "tandem-bench gpu-graph: unknown option '%.*s'\n", (int)len,
 			        a);

@@ -185,24 +185,22 @@ static void pp_plain(char *buf, int size, int iters, uint64_t *rtt, bool busy)
 
 static int bench_mpi_pingpong(int argc, char **argv)
 {
-	uint64_t sizes[32] = {8, 64, 512, 4096, 32768, 262144, 1048576, 4194304};
-	int nsizes = 8, iters = 2000, json = 0;
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--json") == 0) {
+	unsigned sizes[32] = {8, 64, 512, 4096, 32768, 262144, 1048576, 4194304}, iters = 2000;
+	int nsizes = 8, json = 0, bad = 0;
+	for (int i = 1; i < argc && !bad; i++) {
+		const char *v = i + 1 < argc ? argv[i + 1] : "";
+		if (strcmp(argv[i], "--json") == 0)
 			json = 1;
-		} else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
-			iters = atoi(argv[++i]);
-		} else if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
-			nsizes = 0;
-			for (char *s = strtok(argv[++i], ","); s != NULL && nsizes < 32;
-			     s = strtok(NULL, ","))
-				sizes[nsizes++] = strtoull(s, NULL, 10);
-		} else if (strncmp(argv[i], "--", 2) == 0) {
+		else if (strcmp(argv[i], "--iters") == 0 && ++i)
+			bad = bench_parse_uint(v, &iters, 10, 10000000);
+		else if (strcmp(argv[i], "--sizes") == 0 && ++i)
+			bad = bench_parse_list(v, sizes, &nsizes, 32, 1, 1u << 30);
+		else if (strncmp(argv[i], "--", 2) == 0)
 			return unknown("mpi-pingpong", argv[i]);
-		}
 	}
-	if (iters < 10 || nsizes == 0) {
-		fprintf(stderr, "mpi-pingpong: --iters at least 10, --sizes a list of bytes\n");
+	if (bad) {
+		fprintf(stderr,
+		        "mpi-pingpong: --iters 10..10^7, --sizes a list of 1..2^30 bytes\n");
 		return 2;
 	}
 	int rc = start_mpi(&argc, &argv, 2);
@@ -219,9 +217,10 @@ static int bench_mpi_pingpong(int argc, char **argv)
 	for (int k = 0; k < nsizes; k++) {
 		int size = (int)sizes[k];
 		/* Big messages: fewer round trips, at least 50 (about 64 MiB each way). */
-		int n = size <= 65536 ? iters : (int)(64ull * 1048576 / (uint64_t)size);
+		int most = (int)iters; /* rtt has room for iters */
+		int n = size <= 65536 ? most : (int)(64ull * 1048576 / (uint64_t)size);
 		n = n < 50 ? 50 : n;
-		n = n > iters ? iters : n; /* rtt has room for iters */
+		n = n > most ? most : n;
 		for (int im = 0; im < 3; im++) {
 			tdm_executor *ex = NULL;
 			tdm_mpi *m = NULL;
@@ -298,33 +297,6 @@ static int bench_mpi_pingpong(int argc, char **argv)
 
 /* ---- mpi-overlap ---- */
 
-struct fib {
-	tdm_executor *ex;
-	int n;
-	uint64_t out;
-};
-
-static uint64_t fib_rec(tdm_executor *ex, int n);
-
-static void fib_task(void *arg)
-{
-	struct fib *f = arg;
-	f->out = fib_rec(f->ex, f->n);
-}
-
-static uint64_t fib_rec(tdm_executor *ex, int n)
-{
-	if (n < 2)
-		return (uint64_t)n;
-	struct fib child = {ex, n - 1, 0};
-	tdm_group g;
-	MUST(tdm_group_init(&g, ex));
-	MUST(tdm_group_spawn(&g, fib_task, &child));
-	uint64_t y = fib_rec(ex, n - 2);
-	MUST(tdm_group_wait(&g));
-	return child.out + y;
-}
-
 struct waiter {
 	tdm_mpi *m;
 	int word;
@@ -341,17 +313,13 @@ static int waiter_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-/* fib(n) run from outside on ex, ms. */
+/* fib(n) on ex, from this (outside) thread: ms. */
 static double fib_ms(tdm_executor *ex, int n)
 {
-	struct fib root = {ex, n, 0};
-	tdm_group g;
-	MUST(tdm_group_init(&g, ex));
 	uint64_t t0 = now_ns();
-	MUST(tdm_group_spawn(&g, fib_task, &root));
-	MUST(tdm_group_wait(&g));
+	uint64_t got = bench_tandem_fib(ex, n);
 	double ms = (now_ns() - t0) / 1e6;
-	if (root.out == 0)
+	if (got == 0)
 		die("fib", -EIO);
 	return ms;
 }
@@ -364,26 +332,31 @@ static int cmp_double(const void *a, const void *b)
 
 static int bench_mpi_overlap(int argc, char **argv)
 {
-	int requests = 10000, n = 30, reps = 10, json = 0;
-	unsigned workers = 0;
-	for (int i = 1; i < argc; i++) {
+	unsigned ureq = 10000, un = 30, ureps = 10, workers = 0;
+	int json = 0, bad = 0;
+	for (int i = 1; i < argc && !bad; i++) {
+		const char *v = i + 1 < argc ? argv[i + 1] : "";
 		if (strcmp(argv[i], "--json") == 0)
 			json = 1;
-		else if (strcmp(argv[i], "--requests") == 0 && i + 1 < argc)
-			requests = atoi(argv[++i]);
-		else if (strcmp(argv[i], "--n") == 0 && i + 1 < argc)
-			n = atoi(argv[++i]);
-		else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
-			reps = atoi(argv[++i]);
-		else if (strcmp(argv[i], "--workers") == 0 && i + 1 < argc)
-			workers = (unsigned)atoi(argv[++i]);
+		else if (strcmp(argv[i], "--requests") == 0 && ++i)
+			bad = bench_parse_uint(v, &ureq, 1, 10000000);
+		else if (strcmp(argv[i], "--n") == 0 && ++i)
+			bad = bench_parse_uint(v, &un, 10, 40);
+		else if (strcmp(argv[i], "--reps") == 0 && ++i)
+			bad = bench_parse_uint(v, &ureps, 1, 100);
+		else if (strcmp(argv[i], "--workers") == 0 && ++i)
+			bad = bench_parse_uint(v, &workers, 0, TDM_MAX_WORKERS);
 		else if (strncmp(argv[i], "--", 2) == 0)
 			return unknown("mpi-overlap", argv[i]);
 	}
-	if (requests < 1 || n < 10 || n > 40 || reps < 1 || reps > 100) {
-		fprintf(stderr, "mpi-overlap: --requests >= 1, --n 10..40, --reps 1..100\n");
+	if (bad) {
+		fprintf(stderr,
+		        "mpi-overlap: --requests 1..10^7, --n 10..40, --reps 1..100, "
+		        "--workers 0..%d\n",
+		        TDM_MAX_WORKERS);
 		return 2;
 	}
+	int n = (int)un, reps = (int)ureps, requests = (int)ureq;
 	int rc = start_mpi(&argc, &argv, 2);
 	if (rc != 0)
 		return rc;
@@ -469,29 +442,35 @@ static int spin_task(tdm_task *t, void *arg)
 
 static int bench_mpi_scaling(int argc, char **argv)
 {
-	int sim = 0, json = 0, reps = 5;
-	uint64_t tasks = 20000, kernel_us = 100;
-	unsigned workers = 0;
-	for (int i = 1; i < argc; i++) {
+	int sim = 0, json = 0, bad = 0;
+	unsigned utasks = 20000, ukernel = 100, workers = 0, ureps = 5;
+	for (int i = 1; i < argc && !bad; i++) {
+		const char *v = i + 1 < argc ? argv[i + 1] : "";
 		if (strcmp(argv[i], "--json") == 0)
 			json = 1;
-		else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc)
-			sim = strcmp(argv[++i], "sim") == 0;
-		else if (strcmp(argv[i], "--tasks") == 0 && i + 1 < argc)
-			tasks = strtoull(argv[++i], NULL, 10);
-		else if (strcmp(argv[i], "--kernel-us") == 0 && i + 1 < argc)
-			kernel_us = strtoull(argv[++i], NULL, 10);
-		else if (strcmp(argv[i], "--workers") == 0 && i + 1 < argc)
-			workers = (unsigned)atoi(argv[++i]);
-		else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
-			reps = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--backend") == 0 && ++i) {
+			sim = strcmp(v, "sim") == 0;
+			bad = !sim && strcmp(v, "cuda") != 0;
+		} else if (strcmp(argv[i], "--tasks") == 0 && ++i)
+			bad = bench_parse_uint(v, &utasks, 1, 100000000);
+		else if (strcmp(argv[i], "--kernel-us") == 0 && ++i)
+			bad = bench_parse_uint(v, &ukernel, 0, 4000000);
+		else if (strcmp(argv[i], "--workers") == 0 && ++i)
+			bad = bench_parse_uint(v, &workers, 0, TDM_MAX_WORKERS);
+		else if (strcmp(argv[i], "--reps") == 0 && ++i)
+			bad = bench_parse_uint(v, &ureps, 1, 100);
 		else if (strncmp(argv[i], "--", 2) == 0)
 			return unknown("mpi-scaling", argv[i]);
 	}
-	if (tasks < 1 || reps < 1 || reps > 100 || kernel_us > 4000000) {
-		fprintf(stderr, "mpi-scaling: --tasks >= 1, --reps 1..100, --kernel-us <= 4e6\n");
+	if (bad) {
+		fprintf(stderr,
+		        "mpi-scaling: --backend cuda|sim, --tasks 1..10^8, --kernel-us "
+		        "0..4e6, --workers 0..%d, --reps 1..100\n",
+		        TDM_MAX_WORKERS);
 		return 2;
 	}
+	uint64_t tasks = utasks, kernel_us = ukernel;
+	int reps = (int)ureps;
 	int rc = start_mpi(&argc, &argv, 0);
 	if (rc != 0)
 		return rc;
@@ -532,7 +511,7 @@ static int bench_mpi_scaling(int argc, char **argv)
 			secs[r] = all;
 	}
 	/* Distinct GPUs in use across the ranks: a bit per (host-local) device, or-ed. */
-	int used = 1 << (device & 30), all_used = 0;
+	int used = (int)(1u << (device & 31)), all_used = 0;
 	MPI_Reduce(&used, &all_used, 1, MPI_INT, MPI_BOR, 0, MPI_COMM_WORLD);
 	if (rank == 0) {
 		qsort(secs, (size_t)reps, sizeof(double), cmp_double);

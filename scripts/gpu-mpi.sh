@@ -88,38 +88,5 @@ C
 mpicc -O2 -Iinclude -o /tmp/idle /tmp/idle.c -L$A -ltandem_mpi -ltandem -Wl,-rpath,$PWD/$A &&
 	timeout 30 mpirun -np 1 /tmp/idle 2>&1 | tail -2 | tee -a "$S"
 
-if [ -n "$B" ]; then
-	log "off: fib and gpu-throughput against $BEFORE"
-	for p in 1 2; do
-		for t in before after; do
-			[ $((p % 2)) = 0 ] && t=$([ $t = before ] && echo after || echo before)
-			bin=$A/perf/tandem-bench
-			[ $t = before ] && bin=$B/perf/tandem-bench
-			timeout 120 $bin fib --n 30 --threads 1,16 --reps 10 --impl tandem --json \
-				>>"$OUT/fib-$t.jsonl" 2>>"$OUT/fib-$t.err"
-			timeout 120 $bin gpu-throughput --workers 1,16 --kernel-us 1 --reps 5 --json \
-				>>"$OUT/ab-$t.jsonl" 2>>"$OUT/ab-$t.err"
-			echo "pass $p $t exit $?" >>"$S"
-		done
-	done
-	python3 - "$OUT" <<'PY' | tee -a "$S"
-import json, sys, statistics as st, collections, os
-for f in sorted(os.listdir(sys.argv[1])):
-    if not (f.startswith("fib-") or f.startswith("ab-")) or not f.endswith(".jsonl"):
-        continue
-    d = collections.defaultdict(list)
-    for l in open(os.path.join(sys.argv[1], f)):
-        try:
-            r = json.loads(l)
-        except ValueError:
-            continue
-        if r.get("impl") != "tandem":
-            continue
-        k = (r.get("bench"), r.get("workers", r.get("threads")))
-        v = r.get("tasks_per_s", r.get("median_ms"))
-        if v is not None:
-            d[k].append(v)
-    for k, v in sorted(d.items(), key=str):
-        print(f, k, ["%.4g" % x for x in v])
-PY
-fi
+ab_off
+jsonl_summary

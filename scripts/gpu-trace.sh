@@ -75,36 +75,5 @@ done
 ls -la /tmp/tp.json >>"$S" 2>&1
 tail -3 "$OUT/tp-on.err" >>"$S"
 
-if [ -n "$B" ]; then
-	log "hooks off: fib and gpu-throughput against $BEFORE"
-	for p in $(seq 1 "${PASSES:-3}"); do
-		for t in before after; do
-			[ $((p % 2)) = 0 ] && t=$([ $t = before ] && echo after || echo before)
-			bin=$A/perf/tandem-bench
-			[ $t = before ] && bin=$B/perf/tandem-bench
-			timeout 120 $bin fib --n 30 --threads 1,16 --reps 10 --impl tandem --json \
-				>>"$OUT/fib-$t.jsonl" 2>>"$OUT/fib-$t.err"
-			timeout 120 $bin gpu-throughput --workers 1,16 --kernel-us 1 --reps 5 --json \
-				>>"$OUT/ab-$t.jsonl" 2>>"$OUT/ab-$t.err"
-			echo "pass $p $t exit $?" >>"$S"
-		done
-	done
-fi
-python3 - "$OUT" <<'PY' | tee -a "$S"
-import json, sys, statistics as st, collections, os
-for f in sorted(os.listdir(sys.argv[1])):
-    if not f.endswith(".jsonl"):
-        continue
-    d = collections.defaultdict(list)
-    for l in open(os.path.join(sys.argv[1], f)):
-        try:
-            r = json.loads(l)
-        except ValueError:
-            continue
-        k = (r.get("bench"), r.get("impl"), r.get("workers", r.get("threads")))
-        v = r.get("tasks_per_s", r.get("median_ms", r.get("ms")))
-        if v is not None:
-            d[k].append(v)
-    for k, v in sorted(d.items(), key=str):
-        print(f, k, len(v), "median %.4g" % st.median(v), "min %.4g max %.4g" % (min(v), max(v)))
-PY
+ab_off
+jsonl_summary

@@ -8,6 +8,7 @@
  */
 #include "gpu_env.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -260,27 +261,19 @@ static void temp_path(char *out, size_t len)
 	close(fd);
 }
 
-static uint64_t tasks_run(tdm_executor *ex)
+/* A counter of tdm_worker_stats (its offset), summed over ex's workers. */
+static uint64_t stat_sum(tdm_executor *ex, size_t off)
 {
 	uint64_t n = 0;
 	for (int i = 0; i < tdm_executor_workers(ex); i++) {
 		tdm_worker_stats s;
 		cr_assert_eq(tdm_executor_stats(ex, (unsigned)i, &s), 0);
-		n += s.tasks_run;
+		n += *(const uint64_t *)(const void *)((const char *)&s + off);
 	}
 	return n;
 }
-
-static uint64_t steals_won(tdm_executor *ex)
-{
-	uint64_t n = 0;
-	for (int i = 0; i < tdm_executor_workers(ex); i++) {
-		tdm_worker_stats s;
-		cr_assert_eq(tdm_executor_stats(ex, (unsigned)i, &s), 0);
-		n += s.steals_won;
-	}
-	return n;
-}
+#define tasks_run(ex) stat_sum((ex), offsetof(tdm_worker_stats, tasks_run))
+#define steals_won(ex) stat_sum((ex), offsetof(tdm_worker_stats, steals_won))
 
 /* ---- the tasks (not static: -rdynamic names them by their symbols) ---- */
 
