@@ -23,9 +23,11 @@ B=${BEFORE:+.trees/$BEFORE/build-gpu}
 
 log build
 { date -u; nvidia-smi --query-gpu=name,driver_version,mig.mode.current --format=csv; nproc; } >>"$S" 2>&1
-# GPU_CMAKE_ARGS: more options for this tree's build (scripts/gpu-mpi.sh: tandem_mpi on).
+# GPU_CMAKE_ARGS: more options for this tree's build; by default tandem_mpi off: the Open MPI
+# staged in .devdeps is found through CMAKE_PREFIX_PATH, but runs only as scripts/mpi-env.sh
+# relocates it (scripts/gpu-mpi.sh sources that and turns tandem_mpi on).
 # shellcheck disable=SC2086
-(cmake -S . -B $A -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON ${GPU_CMAKE_ARGS:-} &&
+(cmake -S . -B $A -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON ${GPU_CMAKE_ARGS:--DTANDEM_MPI=OFF} &&
 	cmake --build $A -j12) \
 	>"$OUT/build.log" 2>&1 &
 pa=$! pb=
