@@ -22,15 +22,17 @@
 #include "metrics.h"
 #include "topology/topology.h"
 
-#define DS_DEFAULT_WARPS 32u
+#define DS_DEFAULT_WARPS 15u
 #define DS_DEFAULT_CAPACITY 4096u
 #define DS_MIN_CAPACITY 16u
 #define DS_MAX_CAPACITY 65536u
 /* q.dev: [0] the claims, [1] the front, [2] when it moved; a line of its own. */
 #define DS_DEV_BYTES 64u
-/* The pinned block: the stop word, then the completion words, then the items; each part on
- * lines of its own, so that the device's writes (done) and the host's (items) share none. */
-#define DS_STOP_BYTES 256u
+/* The pinned block: the stop words (one a block, each on a 128-byte line of its own: several
+ * warps reading one line of host memory queue behind each other), then the completion words,
+ * then the items; each part on lines of its own, so that the device's writes (done) and the
+ * host's (items) share none. */
+#define DS_STOP_LINE (TDM__DSCHED_STOP_STRIDE * sizeof(uint64_t))
 
 void tdm_dsched_config_init(tdm_dsched_config *cfg)
 {
@@ -346,8 +348,9 @@ static int dsched_open(struct tdm_dsched *ds, const tdm_dsched_config *cfg)
 	struct tdm_gpu *gpu = ds->gpu;
 	const struct tdm__backend_ops *ops = gpu->ops;
 	size_t done_bytes = ((size_t)ds->capacity * sizeof(uint64_t) + 255u) & ~(size_t)255u;
-	size_t bytes = DS_STOP_BYTES + done_bytes +
-	               (size_t)ds->capacity * TDM__DSCHED_WORDS * sizeof(uint64_t);
+	size_t stop_bytes = ((size_t)ds->blocks * DS_STOP_LINE + 255u) & ~(size_t)255u;
+	size_t bytes =
+	    stop_bytes + done_bytes + (size_t)ds->capacity * TDM__DSCHED_WORDS * sizeof(uint64_t);
 	ds->cancelled = calloc(ds->capacity, sizeof(*ds->cancelled));
 	if (ds->cancelled == NULL)
 		return -ENOMEM;
@@ -358,11 +361,12 @@ static int dsched_open(struct tdm_dsched *ds, const tdm_dsched_config *cfg)
 	}
 	memset(ds->mem, 0, bytes);
 	ds->q.stop = ds->mem;
-	ds->q.done = (uint64_t *)((char *)ds->mem + DS_STOP_BYTES);
-	ds->q.items = (uint64_t *)((char *)ds->mem + DS_STOP_BYTES + done_bytes);
+	ds->q.done = (uint64_t *)((char *)ds->mem + stop_bytes);
+	ds->q.items = (uint64_t *)((char *)ds->mem + stop_bytes + done_bytes);
 	ds->q.mask = ds->capacity - 1;
 	/* No stop yet: every sequence number may run. The kernel is not started: no ordering. */
-	*ds->q.stop = TDM__DSCHED_CANCEL - 1;
+	for (unsigned k = 0; k < ds->blocks; k++)
+		ds->q.stop[(size_t)k * TDM__DSCHED_STOP_STRIDE] = TDM__DSCHED_CANCEL - 1;
 	/* Its own stream, of the high priority: its blocks get the first SMs that free up. */
 	rc = ops->stream_create(gpu->b, ds->dev->index, ds->dev->prio[1], &ds->bs);
 	if (rc != 0) {
@@ -390,7 +394,7 @@ int tdm_dsched_create(tdm_gpu *gpu, int device, const tdm_dsched_config *cfg, td
 		return -EINVAL;
 	const tdm_dsched_handlers *h = cfg->handlers;
 	if (h->abi != TDM_DSCHED_ABI || h->count == 0 || h->count > TDM_DSCHED_MAX_HANDLERS ||
-	    cfg->warps > 32 ||
+	    cfg->warps > TDM_DSCHED_MAX_WARPS ||
 	    (cfg->capacity != 0 && (!pow2(cfg->capacity) || cfg->capacity < DS_MIN_CAPACITY ||
 	                            cfg->capacity > DS_MAX_CAPACITY)))
 		return -EINVAL;
@@ -474,8 +478,10 @@ int tdm_dsched_destroy(tdm_dsched *ds, int how, tdm_dsched_stats *out)
 	uint64_t tail = atomic_load_explicit(&ds->tail, memory_order_relaxed);
 	/* Release: pairs with the kernel's loads of the stop word (sim: acquire loads); no item at
 	 * or past the tail runs, and with CANCEL none a warp has not started. */
-	__atomic_store_n(ds->q.stop, tail | (how == TDM_DSCHED_CANCEL ? TDM__DSCHED_CANCEL : 0),
-	                 __ATOMIC_RELEASE);
+	for (unsigned k = 0; k < ds->blocks; k++)
+		__atomic_store_n(&ds->q.stop[(size_t)k * TDM__DSCHED_STOP_STRIDE],
+		                 tail | (how == TDM_DSCHED_CANCEL ? TDM__DSCHED_CANCEL : 0),
+		                 __ATOMIC_RELEASE);
 	ops->dsched_join(gpu->b, ds->bs, ds->engine);
 	/* The kernel is over: a word not written now never will be. A dead device fails what it
 	 * did not complete; a live one, under CANCEL, had it cancelled. The stream is idle now but

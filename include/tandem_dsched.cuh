@@ -1,6 +1,6 @@
 /*
  * tandem's device scheduler, the device side: include in the .cu file that defines the handlers
- * (nvcc, sm_70 or later). The scheduler kernel is compiled here, in the program's own module,
+ * (nvcc, sm_80 or later). The scheduler kernel is compiled here, in the program's own module,
  * with the program's handlers: each item is a direct call through a table of the same module, no
  * device function pointer crosses modules. The host API is tandem_dsched.h.
  *
@@ -35,18 +35,21 @@
 
 #include "tandem_dsched.h"
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 700
-#error "tandem_dsched.cuh needs sm_70 or later (__nanosleep)"
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "tandem_dsched.cuh needs sm_80 or later (mbarrier)"
 #endif
 
 /* Defines a handler, `void name(void *args, unsigned size)`, for the device and the host. */
 #define TDM_DSCHED_HANDLER(name) static __host__ __device__ void name(void *args, unsigned size)
 
-/* Threads of a block of the scheduler kernel at most: 32 warps. */
-#define TDM__DSCHED_MAX_THREADS 1024
-/* After an item was seen, the warps nearest the front poll without sleeping for this long. */
+/* Warps of a block that run items, at most; a block has one warp more, its fetcher. */
+#define TDM__DSCHED_MAX_RUNNERS TDM_DSCHED_MAX_WARPS
+#define TDM__DSCHED_MAX_THREADS ((TDM__DSCHED_MAX_RUNNERS + 1) * 32)
+/* Items a fetcher holds claims on and looks at in one look, at most: 8 lanes an item. */
+#define TDM__DSCHED_WINDOW 4
+/* After an item was taken, the fetcher holding the next one polls without sleeping this long. */
 #define TDM__DSCHED_SPIN_NS 200000ull
-/* The farthest warps sleep at most this long between looks. */
+/* Fetchers holding later items sleep at most this long between looks. */
 #define TDM__DSCHED_NAP_MAX_NS 20000u
 
 typedef void (*tdm__dsched_device_fn)(void *args, unsigned size);
@@ -67,95 +70,287 @@ static __device__ __forceinline__ void tdm__dsched_fence(void)
 	asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
 
+/* ---- the hand-over between a block's fetcher and its runners: mbarriers in shared memory ----
+ * Each box has two, of one arrival each: `full` (the fetcher put an item in it; arrive is a
+ * release, the runner's wait an acquire, at block scope) and `empty` (the runner is done with
+ * it). A waiter names the phase it waits for by its parity. */
+
+static __device__ __forceinline__ unsigned tdm__dsched_smem(const void *p)
+{
+	return (unsigned)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void tdm__dsched_mbar_init(unsigned long long *bar)
+{
+	asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(tdm__dsched_smem(bar)) : "memory");
+}
+
+static __device__ __forceinline__ void tdm__dsched_mbar_arrive(unsigned long long *bar)
+{
+	asm volatile("{\n\t.reg .b64 st;\n\tmbarrier.arrive.shared.b64 st, [%0];\n\t}" ::"r"(
+	                 tdm__dsched_smem(bar))
+	             : "memory");
+}
+
+/* Whether the phase of `parity` completed (an acquire when it did); does not wait. */
+static __device__ __forceinline__ bool tdm__dsched_mbar_test(unsigned long long *bar,
+                                                             unsigned parity)
+{
+	unsigned ok;
+	asm volatile("{\n\t.reg .pred p;\n\tmbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n\t"
+	             "selp.u32 %0, 1, 0, p;\n\t}"
+	             : "=r"(ok)
+	             : "r"(tdm__dsched_smem(bar)), "r"(parity)
+	             : "memory");
+	return ok != 0;
+}
+
+/* Waits until the phase of `parity` completed (an acquire). sm_90: the thread is suspended in
+ * the wait (mbarrier.try_wait), issuing nothing; before it, short naps. */
+static __device__ __forceinline__ void tdm__dsched_mbar_wait(unsigned long long *bar,
+                                                             unsigned parity)
+{
+#if __CUDA_ARCH__ >= 900
+	for (;;) {
+		unsigned ok;
+		asm volatile(
+		    "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared.b64 p, [%1], %2;\n\t"
+		    "selp.u32 %0, 1, 0, p;\n\t}"
+		    : "=r"(ok)
+		    : "r"(tdm__dsched_smem(bar)), "r"(parity)
+		    : "memory");
+		if (ok != 0)
+			return;
+	}
+#else
+	while (!tdm__dsched_mbar_test(bar, parity))
+		__nanosleep(32);
+#endif
+}
+
+/* A block's boxes, in shared memory. */
+struct tdm__dsched_boxes {
+	uint32_t args[TDM__DSCHED_MAX_RUNNERS][TDM__DSCHED_WORDS]; /* [15]: handler | size << 16 */
+	unsigned long long seq[TDM__DSCHED_MAX_RUNNERS];           /* ~0: leave */
+	unsigned long long full[TDM__DSCHED_MAX_RUNNERS], empty[TDM__DSCHED_MAX_RUNNERS];
+};
+
 /*
- * The scheduler's loop, run by every warp of the kernel: claim the next sequence number, wait
- * until its item is published (or the scheduler stops), run it, write its completion word.
+ * The fetcher, warp 0 of each block. It holds claims on up to TDM__DSCHED_WINDOW sequence
+ * numbers, as many as its block has runners free, and looks at their items in one read over the
+ * bus (8 lanes an item, 16 bytes each), with its block's own stop word; the items that are
+ * there, lowest first, go to free runners. One warp per block polls host memory, each on lines
+ * no other poller reads: reads of one host line by several warps queue behind each other (about
+ * a microsecond each on an H200), while reads of distinct lines overlap (docs/design/dsched.md).
+ */
+static __device__ __forceinline__ void
+tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b, unsigned runners)
+{
+	const unsigned lane = threadIdx.x & 31u, group = lane >> 3, part = lane & 7u;
+	const unsigned all = runners >= 32 ? ~0u : (1u << runners) - 1u;
+	const volatile uint64_t *stop_word = q.stop + (size_t)blockIdx.x * TDM__DSCHED_STOP_STRIDE;
+	volatile uint64_t *front = q.dev + 1, *front_ns = q.dev + 2;
+	unsigned busy = 0, parity = 0; /* lane 0's: runners holding an item; their empty phases */
+	unsigned long long claim[TDM__DSCHED_WINDOW];
+	unsigned n = 0; /* claims held, claim[0] the lowest; the same in every lane */
+	for (;;) {
+		/* Runners done with their item. */
+		if (lane == 0) {
+			for (unsigned m = busy; m != 0; m &= m - 1u) {
+				const unsigned r = __ffs(m) - 1u;
+				if (tdm__dsched_mbar_test(&b->empty[r], (parity >> r) & 1u)) {
+					busy &= ~(1u << r);
+					parity ^= 1u << r;
+				}
+			}
+		}
+		unsigned idle = __shfl_sync(0xffffffffu, all & ~busy, 0);
+		/* As many claims as free runners, at most a window's; device scope: only the
+		 * fetchers claim. */
+		unsigned want = (unsigned)__popc(idle);
+		want = (want < TDM__DSCHED_WINDOW ? want : TDM__DSCHED_WINDOW) - n;
+		if ((int)want > 0) {
+			unsigned long long first = 0;
+			if (lane == 0)
+				first = atomicAdd((unsigned long long *)q.dev,
+				                  (unsigned long long)want);
+			first = __shfl_sync(0xffffffffu, first, 0);
+			for (unsigned k = 0; k < want; k++)
+				claim[n + k] = first + k;
+			n += want;
+		}
+		if (n == 0) {
+			__nanosleep(100); /* every runner busy */
+			continue;
+		}
+		/*
+		 * One look: group g (lanes 8g..8g+7) reads the item of claim g, 16 bytes a lane,
+		 * lane 0 the stop word too, all in one round trip over the bus. Volatile loads,
+		 * 8 bytes each at least whole: a word whose tag is this item's carries this item's
+		 * payload, whatever order the submitter's stores reach the device in (they are
+		 * release stores: gpu/dsched.c, put_item).
+		 */
+		uint64_t lo = 0, hi = 0, stop = 0;
+		if (group < n) {
+			const volatile uint64_t *item =
+			    q.items + (claim[group] & q.mask) * TDM__DSCHED_WORDS + 2u * part;
+			asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];"
+			             : "=l"(lo), "=l"(hi)
+			             : "l"(item)
+			             : "memory");
+		}
+		if (lane == 0)
+			stop = *stop_word;
+		stop = __shfl_sync(0xffffffffu, stop, 0);
+		if ((stop & TDM__DSCHED_CANCEL) != 0 || claim[0] >= (stop & ~TDM__DSCHED_CANCEL))
+			break; /* destroy: cancelled, or past the last item (drain) */
+		/* The items that are there, lowest first. */
+		unsigned taken = 0;
+		for (; taken < n; taken++) {
+			const unsigned g = taken, base = 8u * g;
+			const uint32_t tag = (uint32_t)(claim[g] + 1u);
+			const uint64_t w0 = __shfl_sync(0xffffffffu, lo, base);
+			if ((uint32_t)(w0 >> 32) != tag)
+				break;
+			const unsigned size = (unsigned)(w0 >> 16) & 0xffu, nw = (size + 3u) / 4u;
+			/* Words 2 part and 2 part + 1 of item g: each needed one carries the tag.
+			 */
+			const bool mine = group == g;
+			const bool ok =
+			    !mine ||
+			    ((2u * part < 1u || 2u * part > nw || (uint32_t)(lo >> 32) == tag) &&
+			     (2u * part + 1u > nw || (uint32_t)(hi >> 32) == tag));
+			if (!__all_sync(0xffffffffu, ok))
+				break; /* part of it is still on its way: look again */
+			/* Acquire: pairs with the submitter's release stores of the item's words;
+			 * what it wrote before the submit (the buffers the handler reads) is seen
+			 * by each lane that read a word, then, through the warp's barrier, by lane
+			 * 0, and by the runner after the box's mbarrier. */
+			tdm__dsched_fence();
+			__syncwarp();
+			const unsigned r = __ffs(idle) - 1u;
+			idle &= ~(1u << r);
+			uint32_t words[TDM__DSCHED_WORDS];
+			for (unsigned k = 0; k < 8u; k++) {
+				words[2u * k] = (uint32_t)__shfl_sync(0xffffffffu, lo, base + k);
+				words[2u * k + 1u] =
+				    (uint32_t)__shfl_sync(0xffffffffu, hi, base + k);
+			}
+			if (lane == 0) {
+				for (unsigned k = 1; k <= nw; k++)
+					b->args[r][k - 1u] = words[k];
+				b->args[r][TDM__DSCHED_WORDS - 1] = words[0];
+				b->seq[r] = claim[g];
+				busy |= 1u << r;
+				/* Release (block scope): the box, before the runner's wait ends. */
+				tdm__dsched_mbar_arrive(&b->full[r]);
+				/* The front: the highest item taken, a hint for the naps below
+				 * (relaxed, device memory). */
+				atomicMax((unsigned long long *)(q.dev + 1), claim[g] + 1u);
+				*front_ns = tdm__dsched_clock();
+			}
+		}
+		if (taken > 0) {
+			for (unsigned k = taken; k < n; k++)
+				claim[k - taken] = claim[k];
+			n -= taken;
+			continue;
+		}
+		/* Nothing there. The fetcher holding the next item looks again at once while items
+		 * came recently, and every microsecond after that; one holding a later item naps
+		 * longer the farther it is from the last item taken, so that an idle scheduler
+		 * does not keep the bus busy. */
+		if (lane == 0) {
+			const uint64_t f = *front;
+			const uint64_t ahead = claim[0] > f ? claim[0] - f : 0;
+			unsigned nap;
+			if (ahead <= 1)
+				nap = tdm__dsched_clock() - *front_ns < TDM__DSCHED_SPIN_NS ? 0u
+				                                                            : 1000u;
+			else
+				nap = ahead > TDM__DSCHED_NAP_MAX_NS / 256u
+				          ? TDM__DSCHED_NAP_MAX_NS
+				          : (unsigned)ahead * 256u;
+			if (nap != 0)
+				__nanosleep(nap);
+		}
+		__syncwarp();
+	}
+	/* Every runner done with its item, then told to leave. */
+	if (lane == 0) {
+		while (busy != 0) {
+			for (unsigned m = busy; m != 0; m &= m - 1u) {
+				const unsigned r = __ffs(m) - 1u;
+				if (tdm__dsched_mbar_test(&b->empty[r], (parity >> r) & 1u)) {
+					busy &= ~(1u << r);
+					parity ^= 1u << r;
+				}
+			}
+			if (busy != 0)
+				__nanosleep(1000);
+		}
+		for (unsigned r = 0; r < runners; r++) {
+			b->seq[r] = ~0ull;
+			tdm__dsched_mbar_arrive(&b->full[r]);
+		}
+	}
+	__syncwarp();
+}
+
+/* Runner r, warp r + 1: waits for an item in its box, runs it on lane 0, writes its completion
+ * word, and gives the box back. */
+static __device__ __forceinline__ void tdm__dsched_run(const struct tdm__dsched_queue q,
+                                                       struct tdm__dsched_boxes *b, unsigned r,
+                                                       const tdm__dsched_device_fn *fns,
+                                                       unsigned nfns)
+{
+	const unsigned lane = threadIdx.x & 31u;
+	for (unsigned phase = 0;; phase ^= 1u) {
+		unsigned long long s = 0;
+		if (lane == 0) {
+			/* Acquire (block scope): pairs with the fetcher's arrive; the box, and what
+			 * the submitter wrote before the item, are seen below. */
+			tdm__dsched_mbar_wait(&b->full[r], phase);
+			s = b->seq[r];
+			if (s != ~0ull) {
+				const uint32_t hdr = b->args[r][TDM__DSCHED_WORDS - 1];
+				const unsigned h = hdr & 0xffffu;
+				if (h < nfns)
+					fns[h](b->args[r], (hdr >> 16) & 0xffu);
+				/* Release: the handler's writes before the completion word; pairs
+				 * with the host's acquire load of it (gpu/dsched.c, done_word),
+				 * after which the slot may be written again. */
+				tdm__dsched_fence();
+				*(volatile uint64_t *)&q.done[s & q.mask] = s + 1;
+				/* Release (block scope): this lane's reads of the box before the
+				 * fetcher writes it again. */
+				tdm__dsched_mbar_arrive(&b->empty[r]);
+			}
+		}
+		if (__shfl_sync(0xffffffffu, s, 0) == ~0ull)
+			return;
+	}
+}
+
+/*
+ * The scheduler's kernel body: warp 0 of each block fetches items from the queue in host memory,
+ * the others run them.
  */
 static __device__ __forceinline__ void
 tdm__dsched_loop(const struct tdm__dsched_queue q, const tdm__dsched_device_fn *fns, unsigned nfns)
 {
-	__shared__ __align__(16) uint32_t args[TDM__DSCHED_MAX_THREADS / 32][TDM__DSCHED_WORDS];
-	const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-	volatile uint64_t *front = q.dev + 1, *front_ns = q.dev + 2;
-	for (;;) {
-		unsigned long long s = 0;
-		/* Device memory, device scope: only the kernel's warps claim. */
-		if (lane == 0)
-			s = atomicAdd((unsigned long long *)q.dev, 1ull);
-		s = __shfl_sync(0xffffffffu, s, 0);
-		const uint64_t slot = s & q.mask;
-		const volatile uint64_t *item = q.items + slot * TDM__DSCHED_WORDS;
-		const uint32_t tag = (uint32_t)(s + 1);
-		uint64_t w = 0, w0 = 0, stop;
-		unsigned size = 0;
-		for (;;) {
-			/*
-			 * One look: lanes 0..15 read the item's words, lane 16 the stop word, all
-			 * in one round trip over the bus. Volatile 64-bit loads: each word is read
-			 * whole, so a word whose tag is this item's carries this item's payload,
-			 * whatever order the submitter's stores reach the device in (they are
-			 * release stores: gpu/dsched.c, put_item).
-			 */
-			if (lane < TDM__DSCHED_WORDS)
-				w = item[lane];
-			else if (lane == TDM__DSCHED_WORDS)
-				w = *(volatile uint64_t *)q.stop;
-			stop = __shfl_sync(0xffffffffu, w, TDM__DSCHED_WORDS);
-			if ((stop & TDM__DSCHED_CANCEL) != 0 || s >= (stop & ~TDM__DSCHED_CANCEL))
-				return; /* destroy: cancelled, or past the last item (drain) */
-			w0 = __shfl_sync(0xffffffffu, w, 0);
-			if ((uint32_t)(w0 >> 32) == tag) {
-				size = (unsigned)(w0 >> 16) & 0xffu;
-				const unsigned nw = (size + 3u) / 4u;
-				const bool ok =
-				    lane == 0 || lane > nw || (uint32_t)(w >> 32) == tag;
-				if (__all_sync(0xffffffffu, ok))
-					break;
-				continue; /* part of the item is still on its way: look again now */
-			}
-			/* Not there yet. Warps within 4 items of the front look again at once while
-			 * items came recently; farther ones nap, longer the farther they are, so
-			 * that an idle scheduler does not keep the bus busy. */
-			if (lane == 0) {
-				const uint64_t f = *front;
-				const uint64_t ahead = s + 1 > f ? s + 1 - f : 0;
-				unsigned nap;
-				if (ahead <= 4)
-					nap = tdm__dsched_clock() - *front_ns < TDM__DSCHED_SPIN_NS
-					          ? 0u
-					          : 1000u;
-				else
-					nap = ahead > TDM__DSCHED_NAP_MAX_NS / 256u
-					          ? TDM__DSCHED_NAP_MAX_NS
-					          : (unsigned)ahead * 256u;
-				if (nap != 0)
-					__nanosleep(nap);
-			}
-			__syncwarp();
+	__shared__ __align__(16) struct tdm__dsched_boxes boxes;
+	const unsigned warp = threadIdx.x >> 5, runners = (blockDim.x >> 5) - 1u;
+	if (threadIdx.x == 0)
+		for (unsigned r = 0; r < runners; r++) {
+			tdm__dsched_mbar_init(&boxes.full[r]);
+			tdm__dsched_mbar_init(&boxes.empty[r]);
 		}
-		if (lane >= 1 && lane <= (size + 3u) / 4u)
-			args[warp][lane - 1] = (uint32_t)w;
-		__syncwarp();
-		if (lane == 0) {
-			/* Acquire: pairs with the submitter's release stores of the item's words;
-			 * what it wrote before the submit (the buffers the handler reads) is seen
-			 * below. */
-			tdm__dsched_fence();
-			const unsigned h = (unsigned)w0 & 0xffffu;
-			if (h < nfns)
-				fns[h](args[warp], size);
-			/* Release: the handler's writes, and its reads of the item, before the
-			 * completion word; pairs with the host's acquire load of it (gpu/dsched.c,
-			 * done_word), after which the slot may be written again. */
-			tdm__dsched_fence();
-			*(volatile uint64_t *)&q.done[slot] = s + 1;
-			/* The front, for the naps above: a hint (relaxed), in device memory; after
-			 * the completion word, which it must not delay. */
-			atomicMax((unsigned long long *)(q.dev + 1), s + 1);
-			*front_ns = tdm__dsched_clock();
-		}
-		__syncwarp();
-	}
+	__syncthreads();
+	if (warp == 0)
+		tdm__dsched_fetch(q, &boxes, runners);
+	else
+		tdm__dsched_run(q, &boxes, warp - 1u, fns, nfns);
 }
 
 /* The launcher a table carries: the kernel on the scheduler's stream, the caller's current

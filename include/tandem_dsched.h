@@ -50,9 +50,12 @@ typedef struct tdm_dsched tdm_dsched;
 #define TDM_DSCHED_ARGS_MAX 60
 /* Handlers one table may hold (indices 0..TDM_DSCHED_MAX_HANDLERS - 1). */
 #define TDM_DSCHED_MAX_HANDLERS 65535u
+/* Warps of a block that run items, at most (tdm_dsched_config.warps): a block of 1024 threads
+ * with its fetcher. */
+#define TDM_DSCHED_MAX_WARPS 31u
 /* The layout of the queue that a table's kernel was compiled against (tdm_dsched_handlers.abi).
  */
-#define TDM_DSCHED_ABI 1u
+#define TDM_DSCHED_ABI 2u
 
 /* A handler as the simulator runs it: the host twin of a device handler, same arguments. It
  * gets a copy of the item's `size` bytes of arguments, aligned to 8 bytes. */
@@ -66,13 +69,17 @@ typedef void (*tdm_dsched_host_fn)(void *args, unsigned size);
  * 4 bytes each. docs/design/dsched.md says why each word carries its own tag.
  */
 #define TDM__DSCHED_WORDS 16
+/* Words from one block's stop word to the next's: a 128-byte line each. */
+#define TDM__DSCHED_STOP_STRIDE 16
 #define TDM__DSCHED_CANCEL (1ull << 63) /* in *stop: items not started are not run */
 struct tdm__dsched_queue {
 	uint64_t *items; /* capacity x TDM__DSCHED_WORDS words, pinned host memory */
 	uint64_t *done;  /* capacity completion words, pinned: the last ticket completed per slot */
-	uint64_t *stop;  /* pinned: items of internal sequence >= (*stop & ~CANCEL) never run */
-	uint64_t *dev;   /* device memory: [0] claims, [1] the front, [2] when the front moved */
-	uint64_t mask;   /* capacity - 1 */
+	/* pinned: one word a block, TDM__DSCHED_STOP_STRIDE words apart, each the same: items of
+	 * internal sequence >= (word & ~CANCEL) never run */
+	uint64_t *stop;
+	uint64_t *dev; /* device memory: [0] claims, [1] the front, [2] when the front moved */
+	uint64_t mask; /* capacity - 1 */
 };
 
 /* What a table's launcher is handed: start the kernel on `stream` (a cudaStream_t of `device`)
@@ -112,8 +119,10 @@ typedef struct tdm_dsched_config {
 	 * tdm_device_info.dsched_blocks, a 16th of its SMs, at least 1 (8 of an H200's 132, 1 of
 	 * a 1g MIG instance's 16). */
 	unsigned blocks;
-	/* Warps per block, each running one item at a time (1..32). 0: 32. sim: a host thread
-	 * stands in for each warp, at most 8 in all. */
+	/* Warps per block that run items, each one item at a time (1..TDM_DSCHED_MAX_WARPS).
+	 * 0: TDM_DSCHED_MAX_WARPS. Each block has one warp more, which takes items from the
+	 * queue and hands them to its runners. sim: a host thread stands in for each warp that
+	 * runs items, at most 8 in all. */
 	unsigned warps;
 	/* Items the queue holds, submitted and not completed: a power of two, 16..65536. 0: 4096.
 	 */
@@ -130,7 +139,7 @@ void tdm_dsched_config_init(tdm_dsched_config *cfg);
  * waits for them, as for leases.
  * -EINVAL: gpu, cfg, cfg->handlers or out is NULL; device out of range; the table's abi is not
  * TDM_DSCHED_ABI, or its count is 0 or above TDM_DSCHED_MAX_HANDLERS; blocks above the
- * device's SMs, warps above 32, capacity not a power of two in 16..65536.
+ * device's SMs, warps above TDM_DSCHED_MAX_WARPS, capacity not a power of two in 16..65536.
  * -ENOTSUP: the table has nothing for this backend (cuda: no launch; sim: no host functions),
  * or the device cannot reach pinned host memory (cuda).  -ENODEV: no device (backend none), or
  * it failed.  -ESHUTDOWN: the GPU layer is being destroyed.  -ENOMEM, -EAGAIN (sim: no thread).

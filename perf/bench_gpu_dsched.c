@@ -499,12 +499,13 @@ static void part_rtt(const struct ds_opts *o)
 		int impl = impls[k];
 		if (impl == IMPL_DSCHED) {
 			ds_resume(&e);
-		} else if (e.ds != NULL) {
-			(void)tdm_dsched_stats_get(e.ds, &st);
+		} else {
 			ds_pause(&e);
 		}
 		if (run_steps(&e, impl, 0, n, samples, NULL, NULL) == 0)
 			continue;
+		if (impl == IMPL_DSCHED)
+			(void)tdm_dsched_stats_get(e.ds, &st);
 		qsort(samples + warm, o->rtt_reps, sizeof(*samples), cmp_u64);
 		const uint64_t *v = samples + warm;
 		double p50 = (double)v[o->rtt_reps / 2] / 1e3,
@@ -515,6 +516,10 @@ static void part_rtt(const struct ds_opts *o)
 			       (unsigned long long)o->rtt_reps, p50, p99, mn);
 			if (floor_p50 > 0)
 				printf(",\"p50_minus_floor_us\":%.3f", p50 - floor_p50);
+			if (impl == IMPL_DSCHED)
+				printf(",\"awaits\":%llu,\"direct\":%llu",
+				       (unsigned long long)st.awaits,
+				       (unsigned long long)st.direct);
 			printf("}\n");
 		} else {
 			printf("%-13s %10.2f %10.2f %10.2f", impl_names[impl], p50, p99, mn);
@@ -852,7 +857,7 @@ static int ds_parse(int argc, char **argv, struct ds_opts *o)
 		} else if (IS("--blocks")) {
 			bad = bench_parse_uint(v, &o->blocks, 0, 1024);
 		} else if (IS("--warps")) {
-			bad = bench_parse_uint(v, &o->warps, 0, 32);
+			bad = bench_parse_uint(v, &o->warps, 0, TDM_DSCHED_MAX_WARPS);
 		} else if (IS("--parts")) {
 			bad = bench_parse_parts(v, part_names, NPARTS, &o->parts);
 		} else if (IS("--probe")) {

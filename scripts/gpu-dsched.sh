@@ -110,9 +110,10 @@ if rate:
                                           max(rate.get((w, s, "launch"), 1), 1)))
 for r in rows:
     if r["part"] == "rtt":
-        print("rtt %-8s p50 %7.2f us  p99 %7.2f us  min %6.2f us%s" % (
+        print("rtt %-8s p50 %7.2f us  p99 %7.2f us  min %6.2f us%s%s" % (
             r["impl"], r["p50_us"], r["p99_us"], r["min_us"],
-            "  p50-floor %+.2f us" % r["p50_minus_floor_us"] if "p50_minus_floor_us" in r else ""))
+            "  p50-floor %+.2f us" % r["p50_minus_floor_us"] if "p50_minus_floor_us" in r else "",
+            "  awaits %d, direct %d" % (r["awaits"], r["direct"]) if "awaits" in r else ""))
     elif r["part"] == "cost":
         print("cost: %s" % {k: r[k] for k in r if k.endswith("_ms") or k.startswith("ratio")
                             or k in ("sms", "sm_share")})

@@ -668,7 +668,7 @@ static int tdm__cuda_dsched_start(struct tdm__backend *b, void *stream,
 	tdm_dsched_launch l = {.stream = st->s,
 	                       .device = st->dev,
 	                       .blocks = r->blocks,
-	                       .threads = r->warps * 32u,
+	                       .threads = (r->warps + 1u) * 32u, /* and the fetcher */
 	                       .queue = r->queue};
 	e = tdm__cuda_enter(st->dev, &prev);
 	if (e == cudaSuccess)
