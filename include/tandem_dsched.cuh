@@ -46,7 +46,9 @@
 #define TDM__DSCHED_MAX_RUNNERS TDM_DSCHED_MAX_WARPS
 #define TDM__DSCHED_MAX_THREADS ((TDM__DSCHED_MAX_RUNNERS + 1) * 32)
 /* Items a fetcher holds claims on and looks at in one look, at most: 8 lanes an item. */
+#ifndef TDM__DSCHED_WINDOW /* (a probe may set it: perf/probes/probe_dsched_rtt.cu) */
 #define TDM__DSCHED_WINDOW 4
+#endif
 /* After an item was taken, the fetcher holding the next one polls without sleeping this long. */
 #define TDM__DSCHED_SPIN_NS 200000ull
 /* Fetchers holding later items sleep at most this long between looks. */
@@ -110,7 +112,7 @@ static __device__ __forceinline__ bool tdm__dsched_mbar_test(unsigned long long 
 static __device__ __forceinline__ void tdm__dsched_mbar_wait(unsigned long long *bar,
                                                              unsigned parity)
 {
-#if __CUDA_ARCH__ >= 900
+#if __CUDA_ARCH__ >= 900 && !defined(TDM__DSCHED_RUNNER_POLL) /* (a probe's knob) */
 	for (;;) {
 		unsigned ok;
 		asm volatile(
@@ -121,6 +123,9 @@ static __device__ __forceinline__ void tdm__dsched_mbar_wait(unsigned long long 
 		    : "memory");
 		if (ok != 0)
 			return;
+	}
+#elif defined(TDM__DSCHED_RUNNER_POLL)
+	while (!tdm__dsched_mbar_test(bar, parity)) {
 	}
 #else
 	while (!tdm__dsched_mbar_test(bar, parity))
@@ -135,13 +140,27 @@ struct tdm__dsched_boxes {
 	unsigned long long full[TDM__DSCHED_MAX_RUNNERS], empty[TDM__DSCHED_MAX_RUNNERS];
 };
 
+/* Lane 0 of a fetcher: which busy runners gave their box back (busy and parity updated). */
+static __device__ __forceinline__ void tdm__dsched_reap(struct tdm__dsched_boxes *b, unsigned *busy,
+                                                        unsigned *parity)
+{
+	for (unsigned m = *busy; m != 0; m &= m - 1u) {
+		const unsigned r = __ffs(m) - 1u;
+		if (tdm__dsched_mbar_test(&b->empty[r], (*parity >> r) & 1u)) {
+			*busy &= ~(1u << r);
+			*parity ^= 1u << r;
+		}
+	}
+}
+
 /*
  * The fetcher, warp 0 of each block. It holds claims on up to TDM__DSCHED_WINDOW sequence
  * numbers, as many as its block has runners free, and looks at their items in one read over the
  * bus (8 lanes an item, 16 bytes each), with its block's own stop word; the items that are
- * there, lowest first, go to free runners. One warp per block polls host memory, each on lines
- * no other poller reads: reads of one host line by several warps queue behind each other (about
- * a microsecond each on an H200), while reads of distinct lines overlap (docs/design/dsched.md).
+ * there, lowest first, go to free runners.
+ * One warp per block polls host memory, each on lines no other poller reads: reads of one host
+ * line by several warps queue behind each other (about a microsecond each on an H200), while
+ * reads of distinct lines overlap (docs/design/dsched.md).
  */
 static __device__ __forceinline__ void
 tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b, unsigned runners)
@@ -154,22 +173,100 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 	unsigned long long claim[TDM__DSCHED_WINDOW];
 	unsigned n = 0; /* claims held, claim[0] the lowest; the same in every lane */
 	for (;;) {
-		/* Runners done with their item. */
-		if (lane == 0) {
-			for (unsigned m = busy; m != 0; m &= m - 1u) {
-				const unsigned r = __ffs(m) - 1u;
-				if (tdm__dsched_mbar_test(&b->empty[r], (parity >> r) & 1u)) {
-					busy &= ~(1u << r);
-					parity ^= 1u << r;
+		/*
+		 * One look: group g (lanes 8g..8g+7) reads the item of claim g, 16 bytes a lane,
+		 * lane 0 the stop word too, all in one round trip over the bus; lanes 1 and 2 the
+		 * front and when it moved (device memory). Volatile loads, 8 bytes each at least
+		 * whole: a word whose tag is this item's carries this item's payload, whatever
+		 * order the submitter's stores reach the device in (they are release stores:
+		 * gpu/dsched.c, put_item).
+		 */
+		uint64_t lo = 0, hi = 0, extra = 0;
+		if (group < n) {
+			const volatile uint64_t *item =
+			    q.items + (claim[group] & q.mask) * TDM__DSCHED_WORDS + 2u * part;
+			asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];"
+			             : "=l"(lo), "=l"(hi)
+			             : "l"(item)
+			             : "memory");
+		}
+		if (n > 0) {
+			if (lane == 0)
+				extra = *stop_word;
+			else if (lane == 1)
+				extra = *front;
+			else if (lane == 2)
+				extra = *front_ns;
+		}
+		/* While the look is on the bus: the runners done. */
+		if (lane == 0)
+			tdm__dsched_reap(b, &busy, &parity);
+		unsigned idle = __shfl_sync(0xffffffffu, all & ~busy, 0);
+		unsigned taken = 0;
+		if (n > 0) {
+			const uint64_t stop = __shfl_sync(0xffffffffu, extra, 0);
+			if ((stop & TDM__DSCHED_CANCEL) != 0 ||
+			    claim[0] >= (stop & ~TDM__DSCHED_CANCEL))
+				break; /* destroy: cancelled, or past the last item (drain) */
+			/* The items that are there, lowest first. */
+			for (; taken < n; taken++) {
+				const unsigned g = taken, base = 8u * g;
+				const uint32_t tag = (uint32_t)(claim[g] + 1u);
+				const uint64_t w0 = __shfl_sync(0xffffffffu, lo, base);
+				if ((uint32_t)(w0 >> 32) != tag)
+					break;
+				const unsigned size = (unsigned)(w0 >> 16) & 0xffu,
+				               nw = (size + 3u) / 4u;
+				/* Words 2 part and 2 part + 1 of item g: each needed one carries
+				 * the tag. */
+				const bool ok =
+				    group != g ||
+				    ((2u * part < 1u || 2u * part > nw ||
+				      (uint32_t)(lo >> 32) == tag) &&
+				     (2u * part + 1u > nw || (uint32_t)(hi >> 32) == tag));
+				if (!__all_sync(0xffffffffu, ok))
+					break; /* part of it is still on its way: look again */
+				if (taken == 0) {
+					/* Acquire, once a look: pairs with the submitter's release
+					 * stores of the items' words; what it wrote before the
+					 * submit (the buffers the handler reads) is seen by each
+					 * lane that read a word, then, through the warp's barrier,
+					 * by lane 0, and by the runner after the box's mbarrier. */
+					tdm__dsched_fence();
+					__syncwarp();
+				}
+				const unsigned r = __ffs(idle) - 1u;
+				idle &= ~(1u << r);
+				uint32_t words[TDM__DSCHED_WORDS];
+				for (unsigned k = 0; k < 8u; k++) {
+					words[2u * k] =
+					    (uint32_t)__shfl_sync(0xffffffffu, lo, base + k);
+					words[2u * k + 1u] =
+					    (uint32_t)__shfl_sync(0xffffffffu, hi, base + k);
+				}
+				if (lane == 0) {
+					for (unsigned k = 1; k <= nw; k++)
+						b->args[r][k - 1u] = words[k];
+					b->args[r][TDM__DSCHED_WORDS - 1] = words[0];
+					b->seq[r] = claim[g];
+					busy |= 1u << r;
+					/* Release (block scope): the box, before the runner's wait
+					 * ends. */
+					tdm__dsched_mbar_arrive(&b->full[r]);
 				}
 			}
 		}
-		unsigned idle = __shfl_sync(0xffffffffu, all & ~busy, 0);
-		/* As many claims as free runners, at most a window's; device scope: only the
-		 * fetchers claim. */
+		const unsigned long long last = taken > 0 ? claim[taken - 1u] : 0;
+		for (unsigned k = taken; k < n; k++)
+			claim[k - taken] = claim[k];
+		const unsigned looked = n;
+		n -= taken;
+		/* Claims for as many free runners as the window holds (device scope: only the
+		 * fetchers claim). After the fence above, which would wait for the atomic. */
 		unsigned want = (unsigned)__popc(idle);
-		want = (want < TDM__DSCHED_WINDOW ? want : TDM__DSCHED_WINDOW) - n;
-		if ((int)want > 0) {
+		want = want < TDM__DSCHED_WINDOW ? want : TDM__DSCHED_WINDOW;
+		want = want > n ? want - n : 0;
+		if (want > 0) {
 			unsigned long long first = 0;
 			if (lane == 0)
 				first = atomicAdd((unsigned long long *)q.dev,
@@ -179,94 +276,32 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 				claim[n + k] = first + k;
 			n += want;
 		}
-		if (n == 0) {
-			__nanosleep(100); /* every runner busy */
-			continue;
-		}
-		/*
-		 * One look: group g (lanes 8g..8g+7) reads the item of claim g, 16 bytes a lane,
-		 * lane 0 the stop word too, all in one round trip over the bus. Volatile loads,
-		 * 8 bytes each at least whole: a word whose tag is this item's carries this item's
-		 * payload, whatever order the submitter's stores reach the device in (they are
-		 * release stores: gpu/dsched.c, put_item).
-		 */
-		uint64_t lo = 0, hi = 0, stop = 0;
-		if (group < n) {
-			const volatile uint64_t *item =
-			    q.items + (claim[group] & q.mask) * TDM__DSCHED_WORDS + 2u * part;
-			asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];"
-			             : "=l"(lo), "=l"(hi)
-			             : "l"(item)
-			             : "memory");
-		}
-		if (lane == 0)
-			stop = *stop_word;
-		stop = __shfl_sync(0xffffffffu, stop, 0);
-		if ((stop & TDM__DSCHED_CANCEL) != 0 || claim[0] >= (stop & ~TDM__DSCHED_CANCEL))
-			break; /* destroy: cancelled, or past the last item (drain) */
-		/* The items that are there, lowest first. */
-		unsigned taken = 0;
-		for (; taken < n; taken++) {
-			const unsigned g = taken, base = 8u * g;
-			const uint32_t tag = (uint32_t)(claim[g] + 1u);
-			const uint64_t w0 = __shfl_sync(0xffffffffu, lo, base);
-			if ((uint32_t)(w0 >> 32) != tag)
-				break;
-			const unsigned size = (unsigned)(w0 >> 16) & 0xffu, nw = (size + 3u) / 4u;
-			/* Words 2 part and 2 part + 1 of item g: each needed one carries the tag.
-			 */
-			const bool mine = group == g;
-			const bool ok =
-			    !mine ||
-			    ((2u * part < 1u || 2u * part > nw || (uint32_t)(lo >> 32) == tag) &&
-			     (2u * part + 1u > nw || (uint32_t)(hi >> 32) == tag));
-			if (!__all_sync(0xffffffffu, ok))
-				break; /* part of it is still on its way: look again */
-			/* Acquire: pairs with the submitter's release stores of the item's words;
-			 * what it wrote before the submit (the buffers the handler reads) is seen
-			 * by each lane that read a word, then, through the warp's barrier, by lane
-			 * 0, and by the runner after the box's mbarrier. */
-			tdm__dsched_fence();
-			__syncwarp();
-			const unsigned r = __ffs(idle) - 1u;
-			idle &= ~(1u << r);
-			uint32_t words[TDM__DSCHED_WORDS];
-			for (unsigned k = 0; k < 8u; k++) {
-				words[2u * k] = (uint32_t)__shfl_sync(0xffffffffu, lo, base + k);
-				words[2u * k + 1u] =
-				    (uint32_t)__shfl_sync(0xffffffffu, hi, base + k);
-			}
+		if (taken > 0) {
+			/* The front: the highest item taken, a hint for the naps below (relaxed,
+			 * device memory), once a look. */
 			if (lane == 0) {
-				for (unsigned k = 1; k <= nw; k++)
-					b->args[r][k - 1u] = words[k];
-				b->args[r][TDM__DSCHED_WORDS - 1] = words[0];
-				b->seq[r] = claim[g];
-				busy |= 1u << r;
-				/* Release (block scope): the box, before the runner's wait ends. */
-				tdm__dsched_mbar_arrive(&b->full[r]);
-				/* The front: the highest item taken, a hint for the naps below
-				 * (relaxed, device memory). */
-				atomicMax((unsigned long long *)(q.dev + 1), claim[g] + 1u);
+				atomicMax((unsigned long long *)(q.dev + 1), last + 1u);
 				*front_ns = tdm__dsched_clock();
 			}
+			continue;
 		}
-		if (taken > 0) {
-			for (unsigned k = taken; k < n; k++)
-				claim[k - taken] = claim[k];
-			n -= taken;
+		if (looked == 0) {
+			if (want == 0)
+				__nanosleep(100); /* every runner busy */
 			continue;
 		}
 		/* Nothing there. The fetcher holding the next item looks again at once while items
 		 * came recently, and every microsecond after that; one holding a later item naps
 		 * longer the farther it is from the last item taken, so that an idle scheduler
-		 * does not keep the bus busy. */
+		 * does not keep the bus busy. (The front as this look read it.) */
+		const uint64_t f = __shfl_sync(0xffffffffu, extra, 1),
+		               moved = __shfl_sync(0xffffffffu, extra, 2);
 		if (lane == 0) {
-			const uint64_t f = *front;
 			const uint64_t ahead = claim[0] > f ? claim[0] - f : 0;
 			unsigned nap;
 			if (ahead <= 1)
-				nap = tdm__dsched_clock() - *front_ns < TDM__DSCHED_SPIN_NS ? 0u
-				                                                            : 1000u;
+				nap =
+				    tdm__dsched_clock() - moved < TDM__DSCHED_SPIN_NS ? 0u : 1000u;
 			else
 				nap = ahead > TDM__DSCHED_NAP_MAX_NS / 256u
 				          ? TDM__DSCHED_NAP_MAX_NS
@@ -278,16 +313,11 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 	}
 	/* Every runner done with its item, then told to leave. */
 	if (lane == 0) {
-		while (busy != 0) {
-			for (unsigned m = busy; m != 0; m &= m - 1u) {
-				const unsigned r = __ffs(m) - 1u;
-				if (tdm__dsched_mbar_test(&b->empty[r], (parity >> r) & 1u)) {
-					busy &= ~(1u << r);
-					parity ^= 1u << r;
-				}
-			}
-			if (busy != 0)
-				__nanosleep(1000);
+		for (;;) {
+			tdm__dsched_reap(b, &busy, &parity);
+			if (busy == 0)
+				break;
+			__nanosleep(1000);
 		}
 		for (unsigned r = 0; r < runners; r++) {
 			b->seq[r] = ~0ull;
