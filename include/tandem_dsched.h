@@ -3,8 +3,9 @@
  *
  * A scheduler is one persistent kernel on a bounded share of a device's SMs, started once, that
  * polls a queue in pinned host memory. The host pushes an item (a handler's index and up to
- * TDM_DSCHED_ARGS_MAX bytes of arguments, copied into the item); a warp of the kernel takes it,
- * runs the handler and writes the item's completion word into pinned memory; a task awaiting the
+ * TDM_DSCHED_ARGS_MAX bytes of arguments, copied into the item); a block's fetcher warp takes
+ * it and hands it to one of the block's runner warps, which runs the handler and writes the
+ * item's completion word into pinned memory; a task awaiting the
  * item resumes through the GPU layer's poller, or through its own worker watching the word. No
  * launch per step: on the H200 a launch costs about 4.9 us of host time, an item a store.
  * Opt-in: a program that never creates a scheduler pays nothing for it. When to use it and when
@@ -13,7 +14,7 @@
  * Handlers are device functions of the program's own .cu file, listed in a table
  * (tandem_dsched.cuh: TDM_DSCHED_HANDLER, TDM_DSCHED_TABLE): the table carries the scheduler
  * kernel compiled with them, and their host twins, which the `sim` backend runs on host threads
- * standing in for the kernel's warps. A program without CUDA gives host functions only
+ * standing in for the kernel's runner warps. A program without CUDA gives host functions only
  * (TDM_DSCHED_HOST_TABLE below) and runs on `sim`.
  *
  * While a scheduler runs, its kernel never ends: CUDA calls that wait for every kernel of the
@@ -120,7 +121,7 @@ typedef struct tdm_dsched_config {
 	 * a 1g MIG instance's 16). */
 	unsigned blocks;
 	/* Warps per block that run items, each one item at a time (1..TDM_DSCHED_MAX_WARPS).
-	 * 0: TDM_DSCHED_MAX_WARPS. Each block has one warp more, which takes items from the
+	 * 0: 15 (blocks of 512 threads). Each block has one warp more, which takes items from the
 	 * queue and hands them to its runners. sim: a host thread stands in for each warp that
 	 * runs items, at most 8 in all. */
 	unsigned warps;
@@ -151,8 +152,8 @@ int tdm_dsched_create(tdm_gpu *gpu, int device, const tdm_dsched_config *cfg, td
 enum {
 	/* Every item runs; then the kernel stops. The default. */
 	TDM_DSCHED_DRAIN = 0,
-	/* Items that a warp has started run to their end; the others never run, and their awaits
-	 * resume with -ECANCELED. */
+	/* Items that a runner warp has started run to their end; the others never run, and their
+	 * awaits resume with -ECANCELED. */
 	TDM_DSCHED_CANCEL = 1,
 };
 
@@ -183,11 +184,11 @@ int tdm_dsched_destroy(tdm_dsched *ds, int how, tdm_dsched_stats *out);
 
 /*
  * Pushes one item: handler `handler` of the table will run once, on one thread (lane 0) of a
- * warp of the kernel, with a copy of the `size` bytes at args (args may be NULL when size is 0).
- * *ticket (may be NULL) names the item for tdm_await_dsched and tdm_dsched_query: tickets grow
+ * runner warp of the kernel, with a copy of the `size` bytes at args (args may be NULL when size is
+ * 0). *ticket (may be NULL) names the item for tdm_await_dsched and tdm_dsched_query: tickets grow
  * by one per item from 1. Never blocks. What the caller wrote before the call (its buffers) is
  * seen by the handler; the handler's writes are seen after its await resumes. Items start in
- * about ticket order; with one warp in all (blocks and warps 1) they run one at a time in ticket
+ * about ticket order; with one runner in all (blocks and warps 1) they run one at a time in ticket
  * order, else several run at once and complete in any order. Any thread.
  * -EINVAL: ds is NULL, handler not below the table's count, args NULL with size > 0.
  * -EMSGSIZE: size above TDM_DSCHED_ARGS_MAX.  -EAGAIN: the queue has no room (capacity items
