@@ -239,8 +239,11 @@ static void dead_device_seen_by(int which)
 	cr_assert_eq(tdm_device_alloc(e.gpu, 0, 4096, &p0), 0);
 	cr_assert_eq(tdm_device_alloc(e.gpu, 1, 4096, &p1), 0);
 	cr_assert_eq(tdm_managed_alloc(e.gpu, 0, 4096, &m), 0);
-	void *freeable = NULL;
+	void *freeable = NULL, *spare = NULL;
 	cr_assert_eq(tdm_device_alloc_async(s, 4096, &freeable), 0);
+	/* For case 1: the device may die between a free that went through and the allocation of
+	 * the next block to free; the next try frees this one, taken before the fault. */
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, 4096, &spare), 0);
 	cr_assert_eq(tdm_sim_inject(s, TDM_SIM_FAULT_STICKY), 0);
 	cr_assert_eq(tdm_launch_spin(s, 0), 0, "the fault waits for the kernel to run");
 	int rc;
@@ -256,9 +259,16 @@ static void dead_device_seen_by(int which)
 		}
 		case 1:
 			rc = tdm_device_free_async(s, freeable);
-			if (rc ==
-			    0) /* freed before the device died: a new block for the next try */
-				cr_assert_eq(tdm_device_alloc(e.gpu, 0, 4096, &freeable), 0);
+			if (rc == 0) {
+				/* Freed before the device died: a new block for the next try, or
+				 * the spare where the device died meanwhile. */
+				freeable = NULL;
+				if (tdm_device_alloc(e.gpu, 0, 4096, &freeable) != 0) {
+					cr_assert_not_null(spare, "the device died twice");
+					freeable = spare;
+					spare = NULL;
+				}
+			}
 			break;
 		case 2:
 			rc = tdm_mem_prefetch(s, m, 4096, 0);
@@ -277,6 +287,8 @@ static void dead_device_seen_by(int which)
 	cr_assert_eq(tdm_stream_release(s), 0);
 	(void)tdm_device_free(e.gpu, 0, p0);
 	(void)tdm_device_free(e.gpu, 0, freeable); /* its async free never ran, or was refused */
+	if (spare != NULL)
+		(void)tdm_device_free(e.gpu, 0, spare);
 	(void)tdm_managed_free(e.gpu, m);
 	cr_assert_eq(tdm_device_free(e.gpu, 1, p1), 0);
 	assert_device_usable(e.ex, e.gpu, 1);
