@@ -17,9 +17,14 @@
  *     TDM_DSCHED_TABLE(my_steps, add, nothing);    // index 0: add, 1: nothing
  *
  * and from C: `extern const tdm_dsched_handlers my_steps;`, cfg.handlers = &my_steps. A handler
- * runs on one thread (lane 0) of a warp, with a copy of the item's arguments; it must return
- * (a warp that never comes back holds its share of the kernel), and a trap in it kills the
- * device's context (a sticky error: every await on the device resumes with -EIO). The same
+ * runs on one thread (lane 0) of a runner warp, with a copy of the item's arguments; it must
+ * return (a warp that never comes back holds its share of the kernel), and a trap in it kills
+ * the device's context (a sticky error: every await on the device resumes with -EIO). Lanes 1..31
+ * of its warp wait meanwhile: a handler must not use a warp-wide collective (__syncwarp,
+ * __shfl_sync or __ballot_sync with a full mask, a tiled_partition<32>) nor a block barrier
+ * (__syncthreads): those deadlock. Its ordinary writes are seen by the host once its await
+ * resumes; writes through the async proxy (TMA, cp.async.bulk) it must complete and fence
+ * before it returns. The same
  * source is compiled for the host, as the twin the `sim` backend runs: code that only a device
  * can run goes under `#ifdef __CUDA_ARCH__`. Device-only handlers (plain __device__ functions)
  * go into TDM_DSCHED_DEVICE_TABLE, which has no host twins (sim refuses it).
@@ -49,12 +54,23 @@
 #ifndef TDM__DSCHED_WINDOW /* (a probe may set it: perf/probes/probe_dsched_rtt.cu) */
 #define TDM__DSCHED_WINDOW 4
 #endif
+static_assert(TDM__DSCHED_WINDOW >= 1 && TDM__DSCHED_WINDOW <= 4, "8 lanes an item, 32 lanes");
 /* After an item was taken, the fetcher holding the next one polls without sleeping this long. */
 #define TDM__DSCHED_SPIN_NS 200000ull
 /* Fetchers holding later items sleep at most this long between looks. */
 #define TDM__DSCHED_NAP_MAX_NS 20000u
 
 typedef void (*tdm__dsched_device_fn)(void *args, unsigned size);
+
+/* A probe's hook (perf/probes/probe_dsched_rtt.cu, -DSTAGES): TDM__DSCHED_STAMP(s, k, t) records
+ * the time of stage k of item s (0: the look that found it was issued, 1: the fetcher saw it,
+ * 2: its runner woke, 3: its completion word was stored). Nothing when not defined. */
+#ifdef TDM__DSCHED_STAMP
+#define TDM__DSCHED_STAMPING 1
+#else
+#define TDM__DSCHED_STAMPING 0
+#define TDM__DSCHED_STAMP(s, k, t) ((void)0)
+#endif
 
 static __device__ __forceinline__ uint64_t tdm__dsched_clock(void)
 {
@@ -173,6 +189,8 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 	unsigned long long claim[TDM__DSCHED_WINDOW];
 	unsigned n = 0; /* claims held, claim[0] the lowest; the same in every lane */
 	for (;;) {
+		const uint64_t look_ns = TDM__DSCHED_STAMPING ? tdm__dsched_clock() : 0;
+		(void)look_ns;
 		/*
 		 * One look: group g (lanes 8g..8g+7) reads the item of claim g, 16 bytes a lane,
 		 * lane 0 the stop word too, all in one round trip over the bus; lanes 1 and 2 the
@@ -215,7 +233,10 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 				const uint64_t w0 = __shfl_sync(0xffffffffu, lo, base);
 				if ((uint32_t)(w0 >> 32) != tag)
 					break;
-				const unsigned size = (unsigned)(w0 >> 16) & 0xffu,
+				/* The size as submitted is at most TDM_DSCHED_ARGS_MAX; bounded
+				 * here too, so that a stray write cannot overrun a box. */
+				const unsigned size = min((unsigned)(w0 >> 16) & 0xffu,
+				                          (unsigned)TDM_DSCHED_ARGS_MAX),
 				               nw = (size + 3u) / 4u;
 				/* Words 2 part and 2 part + 1 of item g: each needed one carries
 				 * the tag. */
@@ -252,6 +273,8 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 					busy |= 1u << r;
 					/* Release (block scope): the box, before the runner's wait
 					 * ends. */
+					TDM__DSCHED_STAMP(claim[g], 0, look_ns);
+					TDM__DSCHED_STAMP(claim[g], 1, tdm__dsched_clock());
 					tdm__dsched_mbar_arrive(&b->full[r]);
 				}
 			}
@@ -343,15 +366,18 @@ static __device__ __forceinline__ void tdm__dsched_run(const struct tdm__dsched_
 			tdm__dsched_mbar_wait(&b->full[r], phase);
 			s = b->seq[r];
 			if (s != ~0ull) {
+				TDM__DSCHED_STAMP(s, 2, tdm__dsched_clock());
 				const uint32_t hdr = b->args[r][TDM__DSCHED_WORDS - 1];
 				const unsigned h = hdr & 0xffffu;
 				if (h < nfns)
-					fns[h](b->args[r], (hdr >> 16) & 0xffu);
+					fns[h](b->args[r], min((hdr >> 16) & 0xffu,
+					                       (unsigned)TDM_DSCHED_ARGS_MAX));
 				/* Release: the handler's writes before the completion word; pairs
 				 * with the host's acquire load of it (gpu/dsched.c, done_word),
 				 * after which the slot may be written again. */
 				tdm__dsched_fence();
 				*(volatile uint64_t *)&q.done[s & q.mask] = s + 1;
+				TDM__DSCHED_STAMP(s, 3, tdm__dsched_clock());
 				/* Release (block scope): this lane's reads of the box before the
 				 * fetcher writes it again. */
 				tdm__dsched_mbar_arrive(&b->empty[r]);
@@ -371,6 +397,8 @@ tdm__dsched_loop(const struct tdm__dsched_queue q, const tdm__dsched_device_fn *
 {
 	__shared__ __align__(16) struct tdm__dsched_boxes boxes;
 	const unsigned warp = threadIdx.x >> 5, runners = (blockDim.x >> 5) - 1u;
+	if (blockDim.x < 64u || blockDim.x % 32u != 0)
+		return; /* no runner (tandem launches (warps + 1) x 32 threads, warps >= 1) */
 	if (threadIdx.x == 0)
 		for (unsigned r = 0; r < runners; r++) {
 			tdm__dsched_mbar_init(&boxes.full[r]);

@@ -28,14 +28,15 @@ B=$A/perf/tandem-bench
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 
 # The kernel alone, from one host thread (perf/probes/probe_dsched_rtt.cu): its default build, a
-# window of one claim a fetcher.
+# window of one claim a fetcher, and its default build with each item's stages stamped.
 if [ "${PROBE:-1}" = 1 ] && stage 60 "probe_dsched_rtt"; then
 	log "probe_dsched_rtt: the kernel from one host thread, no executor"
 	P=perf/probes/probe_dsched_rtt.cu
 	nvcc -O2 -arch=sm_90 -I include -o /tmp/pdr-w4 $P &
 	nvcc -O2 -arch=sm_90 -I include -DTDM__DSCHED_WINDOW=1 -o /tmp/pdr-w1 $P &
+	nvcc -O2 -arch=sm_90 -I include -DSTAGES -o /tmp/pdr-stages $P &
 	wait
-	for v in w4 w1; do
+	for v in w4 w1 stages; do
 		echo "variant $v" >>"$OUT/probe.txt"
 		timeout 40 /tmp/pdr-$v 20000 >>"$OUT/probe.txt" 2>&1
 	done

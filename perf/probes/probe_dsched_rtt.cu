@@ -8,6 +8,12 @@
  * The first version of this probe (2026-12-02, git history) ran a copy of the first kernel with
  * knobs: its round trip grew with the warps polling (1x1 2.8 us, 1x32 95 us, 8x32 788 us).
  *
+ * With -DSTAGES, the kernel stamps each item's stages (tandem_dsched.cuh, TDM__DSCHED_STAMP) and
+ * the rtt line is followed by the medians, over the last round trips, of: the look that found
+ * the item (issued to seen), the hand-over (seen to the runner awake), the runner (awake to its
+ * completion word stored), and the rest of the round trip (the bus both ways, and the wait for a
+ * look after the host's store).
+ *
  *   nvcc -O2 -arch=sm_90 -I include -o /tmp/pdr perf/probes/probe_dsched_rtt.cu
  *   /tmp/pdr [RTT_REPS]
  */
@@ -18,6 +24,13 @@
 #include <vector>
 
 #include "tandem_dsched.h"
+
+#define CAP 4096u
+
+#ifdef STAGES
+__device__ unsigned long long probe_stamps[CAP][4];
+#define TDM__DSCHED_STAMP(s, k, t) (probe_stamps[(s) & (CAP - 1u)][k] = (t))
+#endif
 
 #include "tandem_dsched.cuh"
 
@@ -62,8 +75,6 @@ static double work_ms(cudaStream_t st, float *out, unsigned blocks)
 	cudaEventDestroy(e1);
 	return v[v.size() / 2];
 }
-
-#define CAP 4096u
 
 static void put(uint64_t *items, uint64_t s)
 {
@@ -138,6 +149,29 @@ int main(int argc, char **argv)
 			}
 			v.push_back(now_ns() - t0);
 		}
+#ifdef STAGES
+		/* The stages of the last round trips (each slot holds the last item there). */
+		std::vector<uint64_t> st[4];
+		{
+			static unsigned long long h[CAP][4];
+			CK(cudaMemcpyFromSymbolAsync(h, probe_stamps, sizeof(h), 0,
+			                             cudaMemcpyDeviceToHost, ws));
+			CK(cudaStreamSynchronize(ws));
+			const size_t m = v.size() < CAP ? v.size() : CAP;
+			for (size_t i = 0; i < m; i++) {
+				const uint64_t q_s = s - m + i;
+				const unsigned long long *t = h[q_s & (CAP - 1u)];
+				const uint64_t rtt = v[v.size() - m + i];
+				const uint64_t dev = t[3] - t[0];
+				st[0].push_back(t[1] - t[0]);
+				st[1].push_back(t[2] - t[1]);
+				st[2].push_back(t[3] - t[2]);
+				st[3].push_back(rtt > dev ? rtt - dev : 0);
+			}
+			for (auto &x : st)
+				std::sort(x.begin(), x.end());
+		}
+#endif
 		std::sort(v.begin(), v.end());
 		/* rate: 200k items, up to 1024 outstanding */
 		const uint64_t n = 200000, first = s;
@@ -163,6 +197,11 @@ int main(int argc, char **argv)
 		snprintf(name, sizeof(name), "%ux%u", k.blocks, k.warps);
 		printf("%-26s %9.2f %9.2f %9.2f %12.0f %10.3f %6.2f\n", name, v[v.size() / 2] / 1e3,
 		       v[v.size() * 99 / 100] / 1e3, v[0] / 1e3, rate, beside, beside / alone);
+#ifdef STAGES
+		printf("  stages p50 (us): look %.2f, hand-over %.2f, runner %.2f, the rest %.2f\n",
+		       st[0][st[0].size() / 2] / 1e3, st[1][st[1].size() / 2] / 1e3,
+		       st[2][st[2].size() / 2] / 1e3, st[3][st[3].size() / 2] / 1e3);
+#endif
 		fflush(stdout);
 	}
 	printf("work kernel alone again %.3f ms\n", work_ms(ws, out, wblocks));
