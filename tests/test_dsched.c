@@ -590,7 +590,16 @@ static void destroy_with_items_outstanding(struct env *e, const tdm_dsched_handl
 		aw[i] = (struct item_await){ds, i == 0 ? first : first + 1 + (i - 1) * 5, 1};
 		cr_assert_eq(tdm_spawn(e->ex, item_await_task, &aw[i], &g), 0);
 	}
-	tdm_test_sleep_us(10000);
+	/* Every await registered before the destroy begins (one registered later would say
+	 * -ESHUTDOWN): none of the items can complete while the hold runs, so each suspends. */
+	for (unsigned i = 0;; i++) {
+		tdm_dsched_stats now;
+		cr_assert_eq(tdm_dsched_stats_get(ds, &now), 0);
+		if (now.awaits >= 1 + N / 5)
+			break;
+		cr_assert_lt(i, 1000000u, "the awaits never suspended");
+		sched_yield();
+	}
 	struct releaser r = {ds, &mem[1]};
 	pthread_t th;
 	cr_assert_eq(pthread_create(&th, NULL, release_after_destroy_began, &r), 0);
