@@ -390,6 +390,54 @@ int bench_parse_parts(const char *s, const char *const *names, int nnames, unsig
 	}
 }
 
+int bench_next_opt(int argc, char **argv, const char *cmd, int *json, struct bench_opt *o)
+{
+	for (; o->i < argc; o->i++) {
+		const char *a = argv[o->i], *eq;
+		if (strcmp(a, cmd) == 0)
+			continue;
+		if (strcmp(a, "--json") == 0) {
+			*json = 1;
+			continue;
+		}
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+			return 2;
+		if (strncmp(a, "--", 2) != 0) {
+			fprintf(stderr, "tandem-bench %s: unexpected argument '%s'\n", cmd, a);
+			return -1;
+		}
+		eq = strchr(a, '=');
+		o->name = a;
+		o->len = eq != NULL ? (size_t)(eq - a) : strlen(a);
+		if (eq != NULL)
+			o->value = eq + 1;
+		else if (o->i + 1 < argc)
+			o->value = argv[++o->i];
+		else {
+			fprintf(stderr, "tandem-bench %s: %s needs a value\n", cmd, a);
+			return -1;
+		}
+		o->i++;
+		return 1;
+	}
+	return 0;
+}
+
+int bench_opt_is(const struct bench_opt *o, const char *name)
+{
+	return o->len == strlen(name) && memcmp(o->name, name, o->len) == 0;
+}
+
+void bench_opt_refuse(const struct bench_opt *o, const char *cmd, int unknown)
+{
+	if (unknown)
+		fprintf(stderr, "tandem-bench %s: unknown option '%.*s'\n", cmd, (int)o->len,
+		        o->name);
+	else
+		fprintf(stderr, "tandem-bench %s: bad value '%s' for %.*s\n", cmd, o->value,
+		        (int)o->len, o->name);
+}
+
 /* bench_parse_u64 on the len characters at s (a token of a comma-separated list). */
 static int parse_u64(const char *s, size_t len, uint64_t lo, uint64_t hi, uint64_t *out)
 {

@@ -7,6 +7,7 @@
 #ifndef TANDEM_PERF_BENCH_H
 #define TANDEM_PERF_BENCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -93,6 +94,20 @@ int bench_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 int bench_parse_list(const char *s, unsigned *out, int *n, int max, unsigned lo, unsigned hi);
 int bench_parse_uint(const char *s, unsigned *out, unsigned lo, unsigned hi);
 int bench_parse_parts(const char *s, const char *const *names, int nnames, unsigned *parts);
+/* bench.c, the option loop of a subcommand's own parser: argv[o->i] on, one option a call,
+ * "--name V" or "--name=V" (name: not terminated, len bytes), "--json" setting *json, the
+ * subcommand's own name skipped. Start with o->i = 1. Returns 1: an option in *o; 0: no more;
+ * 2: --help or -h; -1: not an option, or no value (said on stderr as "tandem-bench CMD: ..."). */
+struct bench_opt {
+	int i;
+	const char *name, *value;
+	size_t len;
+};
+int bench_next_opt(int argc, char **argv, const char *cmd, int *json, struct bench_opt *o);
+/* Whether o is option `name` ("--name"). */
+int bench_opt_is(const struct bench_opt *o, const char *name);
+/* Says on stderr that o is unknown (unknown != 0) or that its value is bad. */
+void bench_opt_refuse(const struct bench_opt *o, const char *cmd, int unknown);
 /* bench.c: fib(n) as the fib benchmark computes it, on ex, from this (outside) thread. */
 struct tdm_executor;
 uint64_t bench_tandem_fib(struct tdm_executor *ex, int n);

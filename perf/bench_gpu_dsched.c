@@ -795,36 +795,19 @@ static int ds_parse(int argc, char **argv, struct ds_opts *o)
 	    given_batch = 0, given_rounds = 0, given_rtt = 0;
 	memset(o, 0, sizeof(*o));
 	o->parts = PART_RATE | PART_RTT | PART_CROSS | PART_COST;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *eq, *v;
-		size_t len;
-		int bad = 0;
-		if (strcmp(a, "gpu-dsched") == 0)
-			continue;
-		if (strcmp(a, "--json") == 0) {
-			o->json = 1;
-			continue;
-		}
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+	struct bench_opt op = {.i = 1};
+	int r;
+	while ((r = bench_next_opt(argc, argv, "gpu-dsched", &o->json, &op)) != 0) {
+		if (r == 2) {
 			(void)ds_usage(stdout);
 			exit(0);
 		}
-		if (strncmp(a, "--", 2) != 0) {
-			fprintf(stderr, "tandem-bench gpu-dsched: unexpected argument '%s'\n", a);
+		if (r < 0)
 			return ds_usage(stderr);
-		}
-		eq = strchr(a, '=');
-		len = eq ? (size_t)(eq - a) : strlen(a);
-		if (eq != NULL)
-			v = eq + 1;
-		else if (i + 1 < argc)
-			v = argv[++i];
-		else {
-			fprintf(stderr, "tandem-bench gpu-dsched: %s needs a value\n", a);
-			return ds_usage(stderr);
-		}
+		const char *v = op.value;
+		int bad = 0;
 		uint64_t u = 0;
-#define IS(name) (len == strlen(name) && memcmp(a, name, len) == 0)
+#define IS(name) bench_opt_is(&op, name)
 		if (IS("--backend")) {
 			o->sim = strcmp(v, "sim") == 0;
 			bad = !o->sim && strcmp(v, "cuda") != 0;
@@ -863,14 +846,12 @@ static int ds_parse(int argc, char **argv, struct ds_opts *o)
 		} else if (IS("--probe")) {
 			o->probe = v;
 		} else {
-			fprintf(stderr, "tandem-bench gpu-dsched: unknown option '%.*s'\n",
-			        (int)len, a);
+			bench_opt_refuse(&op, "gpu-dsched", 1);
 			return ds_usage(stderr);
 		}
 #undef IS
 		if (bad) {
-			fprintf(stderr, "tandem-bench gpu-dsched: bad value '%s' for %.*s\n", v,
-			        (int)len, a);
+			bench_opt_refuse(&op, "gpu-dsched", 0);
 			return ds_usage(stderr);
 		}
 	}

@@ -1340,37 +1340,18 @@ static int gg_parse(int argc, char **argv, struct gg_opts *o)
 	o->workers = 16;
 	o->kernel_us = 1;
 	o->parts = (1u << NPARTS) - 1;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *eq, *v;
-		size_t len;
-		int bad = 0;
-
-		if (strcmp(a, "gpu-graph") == 0)
-			continue;
-		if (strcmp(a, "--json") == 0) {
-			o->json = 1;
-			continue;
-		}
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+	struct bench_opt op = {.i = 1};
+	int r;
+	while ((r = bench_next_opt(argc, argv, "gpu-graph", &o->json, &op)) != 0) {
+		if (r == 2) {
 			(void)gg_usage(stdout);
 			exit(0);
 		}
-		if (strncmp(a, "--", 2) != 0) {
-			fprintf(stderr, "tandem-bench gpu-graph: unexpected argument '%s'\n", a);
+		if (r < 0)
 			return gg_usage(stderr);
-		}
-		/* "--opt V" or "--opt=V" */
-		eq = strchr(a, '=');
-		len = eq ? (size_t)(eq - a) : strlen(a);
-		if (eq != NULL)
-			v = eq + 1;
-		else if (i + 1 < argc)
-			v = argv[++i];
-		else {
-			fprintf(stderr, "tandem-bench gpu-graph: %s needs a value\n", a);
-			return gg_usage(stderr);
-		}
-#define IS(name) (len == strlen(name) && memcmp(a, name, len) == 0)
+		const char *v = op.value;
+		int bad = 0;
+#define IS(name) bench_opt_is(&op, name)
 		if (IS("--backend")) {
 			o->sim = strcmp(v, "sim") == 0;
 			bad = !o->sim && strcmp(v, "cuda") != 0;
@@ -1394,14 +1375,12 @@ static int gg_parse(int argc, char **argv, struct gg_opts *o)
 		} else if (IS("--parts")) {
 			bad = bench_parse_parts(v, part_names, NPARTS, &o->parts);
 		} else {
-			fprintf(stderr, "tandem-bench gpu-graph: unknown option '%.*s'\n", (int)len,
-			        a);
+			bench_opt_refuse(&op, "gpu-graph", 1);
 			return gg_usage(stderr);
 		}
 #undef IS
 		if (bad) {
-			fprintf(stderr, "tandem-bench gpu-graph: bad value '%s' for %.*s\n", v,
-			        (int)len, a);
+			bench_opt_refuse(&op, "gpu-graph", 0);
 			return gg_usage(stderr);
 		}
 	}
