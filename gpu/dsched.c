@@ -299,6 +299,16 @@ int tdm_await_dsched(tdm_task *pub, tdm_dsched *ds, uint64_t ticket)
 
 /* ---- life ---- */
 
+/* Every block's stop word (each on a line of its own: docs/design/dsched.md). Release: pairs
+ * with the fetchers' loads of their block's word (sim: acquire loads of block 0's); the kernel
+ * is not started yet when dsched_open sets it. */
+static void set_stop(struct tdm_dsched *ds, uint64_t stop)
+{
+	for (unsigned k = 0; k < ds->blocks; k++)
+		__atomic_store_n(&ds->q.stop[(size_t)k * TDM__DSCHED_STOP_STRIDE], stop,
+		                 __ATOMIC_RELEASE);
+}
+
 static bool pow2(unsigned v)
 {
 	return v != 0 && (v & (v - 1)) == 0;
@@ -364,9 +374,8 @@ static int dsched_open(struct tdm_dsched *ds, const tdm_dsched_config *cfg)
 	ds->q.done = (uint64_t *)((char *)ds->mem + stop_bytes);
 	ds->q.items = (uint64_t *)((char *)ds->mem + stop_bytes + done_bytes);
 	ds->q.mask = ds->capacity - 1;
-	/* No stop yet: every sequence number may run. The kernel is not started: no ordering. */
-	for (unsigned k = 0; k < ds->blocks; k++)
-		ds->q.stop[(size_t)k * TDM__DSCHED_STOP_STRIDE] = TDM__DSCHED_CANCEL - 1;
+	/* No stop yet: every sequence number may run. */
+	set_stop(ds, TDM__DSCHED_CANCEL - 1);
 	/* Its own stream, of the high priority: its blocks get the first SMs that free up. */
 	rc = ops->stream_create(gpu->b, ds->dev->index, ds->dev->prio[1], &ds->bs);
 	if (rc != 0) {
@@ -476,12 +485,8 @@ int tdm_dsched_destroy(tdm_dsched *ds, int how, tdm_dsched_stats *out)
 	atomic_store_explicit(&ds->closing, 1, memory_order_seq_cst);
 	tdm__gate_drain(&ds->gate);
 	uint64_t tail = atomic_load_explicit(&ds->tail, memory_order_relaxed);
-	/* Release: pairs with the kernel's loads of the stop word (sim: acquire loads); no item at
-	 * or past the tail runs, and with CANCEL none a warp has not started. */
-	for (unsigned k = 0; k < ds->blocks; k++)
-		__atomic_store_n(&ds->q.stop[(size_t)k * TDM__DSCHED_STOP_STRIDE],
-		                 tail | (how == TDM_DSCHED_CANCEL ? TDM__DSCHED_CANCEL : 0),
-		                 __ATOMIC_RELEASE);
+	/* No item at or past the tail runs, and with CANCEL none a runner has not started. */
+	set_stop(ds, tail | (how == TDM_DSCHED_CANCEL ? TDM__DSCHED_CANCEL : 0));
 	ops->dsched_join(gpu->b, ds->bs, ds->engine);
 	/* The kernel is over: a word not written now never will be. A dead device fails what it
 	 * did not complete; a live one, under CANCEL, had it cancelled. The stream is idle now but

@@ -588,8 +588,7 @@ static void destroy_with_items_outstanding(struct env *e, const tdm_dsched_handl
 	tdm_group g;
 	tdm_group_init(&g, e->ex);
 	for (uint32_t i = 0; i < 1 + N / 5; i++) {
-		aw[i] = (struct item_await){ds, i == 0 ? first : first + 1 + (i - 1) * 5, 1};
-		cr_assert_eq(tdm_spawn(e->ex, item_await_task, &aw[i], &g), 0);
+		spawn_await(e, &g, &aw[i], ds, i == 0 ? first : first + 1 + (i - 1) * 5);
 	}
 	/* Every await registered before the destroy begins (one registered later would say
 	 * -ESHUTDOWN): none of the items can complete while the hold runs, so each suspends. */

@@ -1,10 +1,11 @@
 /*
- * The sim backend's device scheduler: the kernel of tandem_dsched.cuh, step for step, on host
- * threads ("tdm-dsched<N>"), one per warp of the kernel up to SIM_DS_MAX_THREADS (a host has
- * fewer cores than a GPU has warps), each running one item at a time with the table's host
- * twins. The queue is the same memory in the same
- * layout, and each step of a warp has its counterpart here, so that the host side (gpu/dsched.c)
- * runs the protocol it runs on cuda: claims, tagged words, the stop word, completion words.
+ * The sim backend's device scheduler: the protocol of tandem_dsched.cuh's kernel on host threads
+ * ("tdm-dsched<N>"), one per runner warp of the kernel up to SIM_DS_MAX_THREADS (a host has
+ * fewer cores than a GPU has warps), each claiming, fetching and running one item at a time
+ * with the table's host twins (the kernel's split of a block into a fetcher and its runners
+ * only keeps a GPU's pollers few: nothing the host sees depends on it). The queue is the same
+ * memory in the same layout, so that the host side (gpu/dsched.c) runs the protocol it runs on
+ * cuda: claims, tagged words, the stop word (block 0's), completion words.
  * Where the kernel relies on a fence, this relies on an acquire load (ThreadSanitizer models
  * those, not fences).
  *
