@@ -791,19 +791,6 @@ static double idle_once(const struct bench_impl *im, void *ctx, uint64_t seconds
 	return c1 - c0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* ---- running and reporting ------------------------------------------------------------------- */
 
 struct result {
@@ -883,7 +870,7 @@ static void run_bench(const struct opts *o, enum bench_kind b, uint64_t param)
 			if (b == BENCH_IDLE) {
 				for (int i = 0; i < reps; i++)
 					ms[i] = idle_once(im, ctx, param, &pct[i]);
-				r[k].cpu_percent = median(pct, reps);
+				r[k].cpu_percent = bench_median(pct, reps);
 			} else {
 				/* Warm-up: thread start-up, first-touch of pools and caches. */
 				time_once(im, ctx, b, param);
@@ -892,8 +879,8 @@ static void run_bench(const struct opts *o, enum bench_kind b, uint64_t param)
 				r[k].cpu_percent = 0;
 			}
 			im->teardown(ctx);
-			r[k].median_ms = median(ms, reps);
-			r[k].min_ms = ms[0]; /* median() sorted ms */
+			r[k].median_ms = bench_median(ms, reps);
+			r[k].min_ms = ms[0]; /* bench_median() sorted ms */
 			if (o->json) {
 				print_json(o, im, b, o->threads[t], param, reps, &r[k]);
 				fflush(stdout);
@@ -973,4 +960,26 @@ int main(int argc, char **argv)
 		run_bench(&o, (enum bench_kind)b, param);
 	}
 	return 0;
+}
+
+int bench_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+int bench_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+double bench_median(double *v, size_t n)
+{
+	if (n == 0)
+		return 0;
+	qsort(v, n, sizeof(*v), bench_cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }

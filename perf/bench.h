@@ -108,6 +108,11 @@ int bench_next_opt(int argc, char **argv, const char *cmd, int *json, struct ben
 int bench_opt_is(const struct bench_opt *o, const char *name);
 /* Says on stderr that o is unknown (unknown != 0) or that its value is bad. */
 void bench_opt_refuse(const struct bench_opt *o, const char *cmd, int unknown);
+/* bench.c: qsort comparators, ascending; and the median of v[0..n) (v sorted on the way; the
+ * mean of the middle two for an even n; 0 for n = 0). */
+int bench_cmp_double(const void *a, const void *b);
+int bench_cmp_u64(const void *a, const void *b);
+double bench_median(double *v, size_t n);
 /* bench.c: fib(n) as the fib benchmark computes it, on ex, from this (outside) thread. */
 struct tdm_executor;
 uint64_t bench_tandem_fib(struct tdm_executor *ex, int n);

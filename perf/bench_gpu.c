@@ -238,20 +238,6 @@ static void json_str(const char *s)
 	}
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 /* ---- gpu-latency ----------------------------------------------------------------------------- */
 
 struct lat_stats {
@@ -271,7 +257,7 @@ static struct lat_stats lat_stats(uint64_t *ns, uint64_t n)
 	struct lat_stats s;
 	double sum = 0;
 
-	qsort(ns, (size_t)n, sizeof(*ns), cmp_u64);
+	qsort(ns, (size_t)n, sizeof(*ns), bench_cmp_u64);
 	for (uint64_t i = 0; i < n; i++)
 		sum += (double)ns[i];
 	s.p50 = rank_us(ns, n, 0.50);
@@ -638,12 +624,6 @@ static void lat_report(const struct lat_ctx *c, const char *impl, unsigned worke
 }
 
 /* The median of v[0..n) (sorted here). */
-static double median_of(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /*
  * rounds results, each `stride` apart from first, into one: p50 and p99 are the medians over the
  * rounds, min the least, max the most, mean the mean; the background facts are the first
@@ -666,8 +646,8 @@ static void lat_rounds(const struct lat_result *first, int stride, int rounds,
 		out->st.mean += x->st.mean / n;
 		out->bg_early = x->bg_early > out->bg_early ? x->bg_early : out->bg_early;
 	}
-	out->st.p50 = median_of(p50, n);
-	out->st.p99 = median_of(p99, n);
+	out->st.p50 = bench_median(p50, n);
+	out->st.p99 = bench_median(p99, n);
 }
 
 int bench_gpu_latency(const struct bench_gpu_opts *o)
@@ -853,7 +833,7 @@ static unsigned distinct_streams(const struct tp_task *tasks, uint64_t n)
 		return 0;
 	for (uint64_t i = 0; i < n; i++)
 		p[i] = (uint64_t)(uintptr_t)tasks[i].s;
-	qsort(p, (size_t)n, sizeof(*p), cmp_u64);
+	qsort(p, (size_t)n, sizeof(*p), bench_cmp_u64);
 	for (uint64_t i = 0; i < n; i++)
 		count += i == 0 || p[i] != p[i - 1];
 	free(p);
@@ -872,7 +852,7 @@ struct tp_result {
 /* ms[] of reps runs (sorted here) into the result. */
 static void tp_summary(struct tp_result *r, double *ms, int reps, uint64_t n)
 {
-	qsort(ms, (size_t)reps, sizeof(*ms), cmp_double);
+	qsort(ms, (size_t)reps, sizeof(*ms), bench_cmp_double);
 	r->median_ms = reps % 2 ? ms[reps / 2] : (ms[reps / 2 - 1] + ms[reps / 2]) / 2;
 	r->min_ms = ms[0];
 	r->tps = (double)n / (r->median_ms / 1e3);

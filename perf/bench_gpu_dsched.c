@@ -106,26 +106,6 @@ static void ds_stalled(int sig)
 	_exit(4);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, unsigned n)
-{
-	if (n == 0)
-		return 0;
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void json_head(const struct ds_env *e, const char *part, const char *impl)
 {
 	printf("{\"bench\":\"gpu-dsched\",\"part\":\"%s\",\"impl\":\"%s\",\"backend\":\"%s\","
@@ -384,7 +364,7 @@ static double rate_of(struct ds_env *e, int impl, uint32_t ns, uint64_t *full)
 			}
 			v[nv++] = per_s;
 		}
-		return median(v, nv);
+		return bench_median(v, nv);
 #else
 		return 0;
 #endif
@@ -397,7 +377,7 @@ static double rate_of(struct ds_env *e, int impl, uint32_t ns, uint64_t *full)
 			return 0;
 		v[nv++] = (double)o->steps * e->tasks / ((double)span / 1e9);
 	}
-	return median(v, nv);
+	return bench_median(v, nv);
 }
 
 /* ---- rate ------------------------------------------------------------------------------------ */
@@ -506,7 +486,7 @@ static void part_rtt(const struct ds_opts *o)
 			continue;
 		if (impl == IMPL_DSCHED)
 			(void)tdm_dsched_stats_get(e.ds, &st);
-		qsort(samples + warm, o->rtt_reps, sizeof(*samples), cmp_u64);
+		qsort(samples + warm, o->rtt_reps, sizeof(*samples), bench_cmp_u64);
 		const uint64_t *v = samples + warm;
 		double p50 = (double)v[o->rtt_reps / 2] / 1e3,
 		       p99 = (double)v[o->rtt_reps * 99 / 100] / 1e3, mn = (double)v[0] / 1e3;
@@ -637,7 +617,7 @@ static double work_ms(struct ds_env *e)
 	if (tdm_spawn(e->ex, busy_fn, &c, &g) != 0)
 		return 0;
 	(void)tdm_group_wait(&g);
-	return c.err != 0 ? 0 : median(c.ms + 1, 5);
+	return c.err != 0 ? 0 : bench_median(c.ms + 1, 5);
 }
 
 struct background {
@@ -682,7 +662,8 @@ static void part_cost(const struct ds_opts *o)
 			       busy / alone);
 		printf("}\n");
 	} else {
-		printf("\ncost: a compute-bound kernel (%s), median ms: alone %.3f, beside an idle "
+		printf("\ncost: a compute-bound kernel (%s), bench_median ms: alone %.3f, beside "
+		       "an idle "
 		       "scheduler %.3f (%.3fx), beside one running 1 us steps from %u tasks %.3f "
 		       "(%.3fx); the scheduler holds %u of %u SMs (%.1f%%)%s\n",
 		       o->sim ? "sim: tdm_launch_busy, 2 ms" : "dsched_work_ms", alone, idle,

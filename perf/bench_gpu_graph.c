@@ -96,34 +96,12 @@ static void gg_alarm(double ns)
 	alarm(s < 86400 ? (unsigned)s : 86400u);
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 /* Sorts v; its median (the mean of the middle two for an even n); 0 for n = 0. */
 static uint64_t median_u64(uint64_t *v, size_t n)
 {
 	if (n == 0)
 		return 0;
-	qsort(v, n, sizeof(*v), cmp_u64);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-static double median_double(double *v, size_t n)
-{
-	if (n == 0)
-		return 0;
-	qsort(v, n, sizeof(*v), cmp_double);
+	qsort(v, n, sizeof(*v), bench_cmp_u64);
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
@@ -529,7 +507,7 @@ static struct multi_res multi_of(double *kps, unsigned rounds, unsigned k)
 	struct multi_res m = {0};
 
 	m.have = 1;
-	m.kernels_per_s = median_double(kps, rounds); /* sorts kps */
+	m.kernels_per_s = bench_median(kps, rounds); /* sorts kps */
 	m.min_kps = kps[0];
 	m.max_kps = kps[rounds - 1];
 	m.chains_per_s = m.kernels_per_s / k;

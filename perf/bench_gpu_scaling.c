@@ -129,13 +129,6 @@ static uint64_t sc_once(tdm_executor *ex, struct sc_run *r, struct sc_task *task
 	return t1 - t0;
 }
 
-static int sc_cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 struct sc_result {
 	unsigned gpus;
 	double median_ms, min_ms, tps;
@@ -200,7 +193,7 @@ static int sc_workers(const struct sc_opts *o, unsigned workers, struct sc_resul
 		(void)sc_once(ex, &r, tasks, o, g);
 		for (unsigned k = 0; k < o->reps; k++)
 			ms[k] = (double)sc_once(ex, &r, tasks, o, g) / 1e6;
-		qsort(ms, o->reps, sizeof(*ms), sc_cmp_double);
+		qsort(ms, o->reps, sizeof(*ms), bench_cmp_double);
 		res[i].gpus = g;
 		res[i].median_ms =
 		    o->reps % 2 ? ms[o->reps / 2] : (ms[o->reps / 2 - 1] + ms[o->reps / 2]) / 2;

@@ -69,12 +69,6 @@ static void die(const char *what, int rc)
 			die(#call, rc_);                                                           \
 	} while (0)
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
 /* Starts MPI (tdm_mpi_init: MPI_THREAD_SERIALIZED) once. */
 static int start_mpi(int *argc, char ***argv, int want_ranks)
 {
@@ -267,7 +261,7 @@ static int bench_mpi_pingpong(int argc, char **argv)
 					tdm_mpi_unlock(m);
 				if (rank != 0)
 					continue;
-				qsort(rtt, (size_t)cnt, sizeof(*rtt), cmp_u64);
+				qsort(rtt, (size_t)cnt, sizeof(*rtt), bench_cmp_u64);
 				double p50 = rtt[cnt / 2] / 1e3, p99 = rtt[(cnt * 99) / 100] / 1e3;
 				if (json)
 					printf(
@@ -322,12 +316,6 @@ static double fib_ms(tdm_executor *ex, int n)
 	if (got == 0)
 		die("fib", -EIO);
 	return ms;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
 }
 
 static int bench_mpi_overlap(int argc, char **argv)
@@ -391,8 +379,8 @@ static int bench_mpi_overlap(int argc, char **argv)
 		unsigned nw = (unsigned)tdm_executor_workers(ex);
 		MUST(tdm_executor_destroy(ex));
 		free(w);
-		qsort(with, (size_t)reps, sizeof(double), cmp_double);
-		qsort(without, (size_t)reps, sizeof(double), cmp_double);
+		qsort(with, (size_t)reps, sizeof(double), bench_cmp_double);
+		qsort(without, (size_t)reps, sizeof(double), bench_cmp_double);
 		double a = without[reps / 2], b = with[reps / 2];
 		if (json)
 			printf("{\"bench\":\"mpi-overlap\",\"n\":%d,\"workers\":%u,\"requests\":%d,"
@@ -514,7 +502,7 @@ static int bench_mpi_scaling(int argc, char **argv)
 	int used = (int)(1u << (device & 31)), all_used = 0;
 	MPI_Reduce(&used, &all_used, 1, MPI_INT, MPI_BOR, 0, MPI_COMM_WORLD);
 	if (rank == 0) {
-		qsort(secs, (size_t)reps, sizeof(double), cmp_double);
+		qsort(secs, (size_t)reps, sizeof(double), bench_cmp_double);
 		double med = secs[reps / 2];
 		int gpus = __builtin_popcount((unsigned)all_used);
 		if (json)

@@ -177,18 +177,6 @@ static void measure_task(void *arg)
 	measure(r);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, unsigned n)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static const char *size_name(size_t b, char *buf, size_t len)
 {
 	if (b >= (1u << 20))
@@ -234,7 +222,7 @@ int bench_pinned(int argc, char **argv)
 		return 1;
 	}
 	if (!o.json)
-		printf("pinned alloc+free, backend %s: ns per pair, median of %u reps "
+		printf("pinned alloc+free, backend %s: ns per pair, bench_median of %u reps "
 		       "(pool and malloc: %llu pairs a rep; cudaHostAlloc: %d)\n",
 		       o.sim ? "sim" : "cuda", o.reps, (unsigned long long)o.pairs, HOST_PAIRS);
 	for (size_t s = 0; s < NSIZES; s++) {
@@ -261,7 +249,7 @@ int bench_pinned(int argc, char **argv)
 				        impl_names[k], sizes[s], tdm_strerror(r->rc));
 				return 1;
 			}
-			result[s][k] = median(r->ns, o.reps);
+			result[s][k] = bench_median(r->ns, o.reps);
 			if (o.json) {
 				printf(
 				    "{\"bench\":\"pinned\",\"impl\":\"%s\",\"backend\":\"%s\","

@@ -371,16 +371,9 @@ struct row {
 	double median;
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 static void finish_row(struct row *r, unsigned reps)
 {
-	qsort(r->s, reps, sizeof(r->s[0]), cmp_double);
+	qsort(r->s, reps, sizeof(r->s[0]), bench_cmp_double);
 	r->median = reps % 2 ? r->s[reps / 2] : (r->s[reps / 2 - 1] + r->s[reps / 2]) / 2;
 	r->have = 1;
 }
