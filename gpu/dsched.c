@@ -143,29 +143,9 @@ static inline _Atomic unsigned *ds_enter(struct tdm_dsched *ds)
 	return tdm__gate_enter(&ds->gate, &ds->closing);
 }
 
-int tdm_dsched_submit(tdm_dsched *ds, unsigned handler, const void *args, size_t size,
-                      uint64_t *ticket)
+/* Pushes n checked items under consecutive tickets: 0 and *first (may be NULL), or an error. */
+static int push(struct tdm_dsched *ds, const tdm_dsched_item *items, unsigned n, uint64_t *first)
 {
-	tdm_dsched_item one = {handler, (unsigned)size, args};
-	if (ds == NULL || handler >= ds->nhandlers || (size > 0 && args == NULL))
-		return -EINVAL;
-	if (size > TDM_DSCHED_ARGS_MAX)
-		return -EMSGSIZE;
-	return tdm_dsched_submit_batch(ds, &one, 1, ticket);
-}
-
-int tdm_dsched_submit_batch(tdm_dsched *ds, const tdm_dsched_item *items, unsigned n,
-                            uint64_t *first)
-{
-	if (ds == NULL || items == NULL || n == 0 || n > ds->capacity)
-		return -EINVAL;
-	for (unsigned k = 0; k < n; k++) {
-		if (items[k].handler >= ds->nhandlers ||
-		    (items[k].size > 0 && items[k].args == NULL))
-			return -EINVAL;
-		if (items[k].size > TDM_DSCHED_ARGS_MAX)
-			return -EMSGSIZE;
-	}
 	_Atomic unsigned *in = ds_enter(ds);
 	if (in == NULL)
 		return -ESHUTDOWN;
@@ -183,6 +163,32 @@ int tdm_dsched_submit_batch(tdm_dsched *ds, const tdm_dsched_item *items, unsign
 	}
 	tdm__gate_leave(in);
 	return rc;
+}
+
+int tdm_dsched_submit(tdm_dsched *ds, unsigned handler, const void *args, size_t size,
+                      uint64_t *ticket)
+{
+	if (ds == NULL || handler >= ds->nhandlers || (size > 0 && args == NULL))
+		return -EINVAL;
+	if (size > TDM_DSCHED_ARGS_MAX)
+		return -EMSGSIZE;
+	tdm_dsched_item one = {handler, (unsigned)size, args};
+	return push(ds, &one, 1, ticket);
+}
+
+int tdm_dsched_submit_batch(tdm_dsched *ds, const tdm_dsched_item *items, unsigned n,
+                            uint64_t *first)
+{
+	if (ds == NULL || items == NULL || n == 0 || n > ds->capacity)
+		return -EINVAL;
+	for (unsigned k = 0; k < n; k++) {
+		if (items[k].handler >= ds->nhandlers ||
+		    (items[k].size > 0 && items[k].args == NULL))
+			return -EINVAL;
+		if (items[k].size > TDM_DSCHED_ARGS_MAX)
+			return -EMSGSIZE;
+	}
+	return push(ds, items, n, first);
 }
 
 /* ---- awaits and queries ---- */
