@@ -124,11 +124,12 @@ static __device__ __forceinline__ bool tdm__dsched_mbar_test(unsigned long long 
 }
 
 /* Waits until the phase of `parity` completed (an acquire). sm_90: the thread is suspended in
- * the wait (mbarrier.try_wait), issuing nothing; before it, short naps. */
+ * the wait (mbarrier.try_wait), issuing nothing; sm_80: short naps between tests. (Runners
+ * that spun on the test instead answered no sooner on the H200: docs/design/dsched.md.) */
 static __device__ __forceinline__ void tdm__dsched_mbar_wait(unsigned long long *bar,
                                                              unsigned parity)
 {
-#if __CUDA_ARCH__ >= 900 && !defined(TDM__DSCHED_RUNNER_POLL) /* (a probe's knob) */
+#if __CUDA_ARCH__ >= 900
 	for (;;) {
 		unsigned ok;
 		asm volatile(
@@ -139,9 +140,6 @@ static __device__ __forceinline__ void tdm__dsched_mbar_wait(unsigned long long 
 		    : "memory");
 		if (ok != 0)
 			return;
-	}
-#elif defined(TDM__DSCHED_RUNNER_POLL)
-	while (!tdm__dsched_mbar_test(bar, parity)) {
 	}
 #else
 	while (!tdm__dsched_mbar_test(bar, parity))
