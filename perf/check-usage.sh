@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The ctest test bench_usage: `tandem-bench --help` lists every subcommand (those named here
 # among them), each with a line of its own and on a synopsis line, and tandem-bench accepts
-# every name it lists.
+# every name it lists; and the subcommands that read their options with bench_next_opt refuse
+# bad ones, with status 2 and the message that says why.
 # usage: check-usage.sh TANDEM_BENCH
 set -euo pipefail
 bench=$1
@@ -30,4 +31,20 @@ done
 # A name it does not know is refused, with the message looked for above.
 out=$("$bench" no-such-subcommand 2>&1) && fail "no-such-subcommand was accepted"
 grep -q "unknown subcommand" <<<"$out" || fail "an unknown subcommand is refused otherwise: $out"
+# refuses CMD MESSAGE ARGS...: tandem-bench CMD ARGS exits with status 2, saying MESSAGE.
+refuses() {
+	local cmd=$1 msg=$2 rc=0
+	shift 2
+	out=$("$bench" "$cmd" "$@" 2>&1) || rc=$?
+	[ "$rc" = 2 ] || fail "$cmd $*: status $rc, not 2: $out"
+	grep -q -- "$msg" <<<"$out" || fail "$cmd $*: no '$msg' in: $out"
+}
+for cmd in gpu-graph gpu-dsched; do
+	refuses "$cmd" "unknown option '--bogus'" --backend sim --bogus 1
+	refuses "$cmd" "unknown option '--bogus'" --backend=sim --bogus=1
+	refuses "$cmd" "--rounds needs a value" --backend sim --rounds
+	refuses "$cmd" "bad value '0' for --rounds" --backend sim --rounds=0
+	refuses "$cmd" "bad value 'x' for --rounds" --backend sim --rounds x
+	refuses "$cmd" "unexpected argument 'stray'" --backend sim stray
+done
 echo "tandem-bench --help lists $(wc -w <<<"$listed") subcommands, each accepted"
