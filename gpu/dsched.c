@@ -380,6 +380,7 @@ static int dsched_open(struct tdm_dsched *ds, const tdm_dsched_config *cfg)
 	ds->q.done = (uint64_t *)((char *)ds->mem + stop_bytes);
 	ds->q.items = (uint64_t *)((char *)ds->mem + stop_bytes + done_bytes);
 	ds->q.mask = ds->capacity - 1;
+	ds->q.flags = cfg->scope == TDM_DSCHED_SCOPE_DEVICE ? TDM__DSCHED_DEVICE_SCOPE : 0;
 	/* No stop yet: every sequence number may run. */
 	set_stop(ds, TDM__DSCHED_CANCEL - 1);
 	/* Its own stream, of the high priority: its blocks get the first SMs that free up. */
@@ -410,6 +411,7 @@ int tdm_dsched_create(tdm_gpu *gpu, int device, const tdm_dsched_config *cfg, td
 	const tdm_dsched_handlers *h = cfg->handlers;
 	if (h->abi != TDM_DSCHED_ABI || h->count == 0 || h->count > TDM_DSCHED_MAX_HANDLERS ||
 	    cfg->warps > TDM_DSCHED_MAX_WARPS ||
+	    (cfg->scope != TDM_DSCHED_SCOPE_SYSTEM && cfg->scope != TDM_DSCHED_SCOPE_DEVICE) ||
 	    (cfg->capacity != 0 && (!pow2(cfg->capacity) || cfg->capacity < DS_MIN_CAPACITY ||
 	                            cfg->capacity > DS_MAX_CAPACITY)))
 		return -EINVAL;
@@ -552,5 +554,7 @@ int tdm_dsched_stats_get(const tdm_dsched *ds, tdm_dsched_stats *out)
 	out->blocks = ds->blocks;
 	out->warps = ds->warps;
 	out->capacity = ds->capacity;
+	out->scope = (ds->q.flags & TDM__DSCHED_DEVICE_SCOPE) != 0 ? TDM_DSCHED_SCOPE_DEVICE
+	                                                           : TDM_DSCHED_SCOPE_SYSTEM;
 	return 0;
 }

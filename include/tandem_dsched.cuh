@@ -23,8 +23,9 @@
  * of its warp wait meanwhile: a handler must not use a warp-wide collective (__syncwarp,
  * __shfl_sync or __ballot_sync with a full mask, a tiled_partition<32>) nor a block barrier
  * (__syncthreads): those deadlock. Its ordinary writes are seen by the host once its await
- * resumes; writes through the async proxy (TMA, cp.async.bulk) it must complete and fence
- * before it returns. The same
+ * resumes (with TDM_DSCHED_SCOPE_DEVICE, those to device memory: it calls
+ * tdm_dsched_fence_system() after writing host memory); writes through the async proxy (TMA,
+ * cp.async.bulk) it must complete and fence before it returns. The same
  * source is compiled for the host, as the twin the `sim` backend runs: code that only a device
  * can run goes under `#ifdef __CUDA_ARCH__`. Device-only handlers (plain __device__ functions)
  * go into TDM_DSCHED_DEVICE_TABLE, which has no host twins (sim refuses it).
@@ -64,7 +65,8 @@ typedef void (*tdm__dsched_device_fn)(void *args, unsigned size);
 
 /* A probe's hook (perf/probes/probe_dsched_rtt.cu, -DSTAGES): TDM__DSCHED_STAMP(s, k, t) records
  * the time of stage k of item s (0: the look that found it was issued, 1: the fetcher saw it,
- * 2: its runner woke, 3: its completion word was stored). Nothing when not defined. */
+ * 2: its runner woke, 3: its completion word was stored, 4: the look that found it returned,
+ * its items checked). Nothing when not defined. */
 #ifdef TDM__DSCHED_STAMP
 #define TDM__DSCHED_STAMPING 1
 #else
@@ -80,12 +82,26 @@ static __device__ __forceinline__ uint64_t tdm__dsched_clock(void)
 	return t;
 }
 
-/* A system-scope acquire-release fence (fence.acq_rel.sys): with the loop's volatile accesses
- * (relaxed, system scope), what the host's release stores and acquire loads pair with. Lighter
- * than __threadfence_system (fence.sc.sys), which orders nothing more that the loop needs. */
+/* A system-scope acquire-release fence (fence.acq_rel.sys): before a completion word (a
+ * volatile store, relaxed at system scope), what the host's acquire load of the word pairs with.
+ * Lighter than __threadfence_system (fence.sc.sys), which orders nothing more that it needs. */
 static __device__ __forceinline__ void tdm__dsched_fence(void)
 {
 	asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
+
+/*
+ * For a handler of a scheduler made with TDM_DSCHED_SCOPE_DEVICE that writes host memory (pinned
+ * or mapped) the host will read once the item's await resumes: call it after those writes. A
+ * system-scope fence: it waits until the GPU's writes reached host memory (on an H200 about a
+ * round trip over the bus). Nothing in the host twin (sim orders a handler's writes before its
+ * completion already), nor needed with TDM_DSCHED_SCOPE_SYSTEM.
+ */
+static __host__ __device__ __forceinline__ void tdm_dsched_fence_system(void)
+{
+#ifdef __CUDA_ARCH__
+	__threadfence_system();
+#endif
 }
 
 /* ---- the hand-over between a block's fetcher and its runners: mbarriers in shared memory ----
@@ -123,9 +139,15 @@ static __device__ __forceinline__ bool tdm__dsched_mbar_test(unsigned long long 
 	return ok != 0;
 }
 
+/* How long a runner's mbarrier.try_wait may stay suspended before it returns to try again: a
+ * long hint, so that idle runners do not issue a try_wait every few hundred nanoseconds beside
+ * their fetcher's looks (without it the round trip was 0.15-0.7 us longer: docs/design/dsched.md);
+ * the phase's completion wakes the runner at once whatever the hint. */
+#define TDM__DSCHED_WAIT_HINT_NS 1000000u
+
 /* Waits until the phase of `parity` completed (an acquire). sm_90: the thread is suspended in
- * the wait (mbarrier.try_wait), issuing nothing; sm_80: short naps between tests. (Runners
- * that spun on the test instead answered no sooner on the H200: docs/design/dsched.md.) */
+ * the wait (mbarrier.try_wait, with TDM__DSCHED_WAIT_HINT_NS), issuing nothing; sm_80: short
+ * naps between tests. */
 static __device__ __forceinline__ void tdm__dsched_mbar_wait(unsigned long long *bar,
                                                              unsigned parity)
 {
@@ -133,10 +155,10 @@ static __device__ __forceinline__ void tdm__dsched_mbar_wait(unsigned long long 
 	for (;;) {
 		unsigned ok;
 		asm volatile(
-		    "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared.b64 p, [%1], %2;\n\t"
+		    "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared.b64 p, [%1], %2, %3;\n\t"
 		    "selp.u32 %0, 1, 0, p;\n\t}"
 		    : "=r"(ok)
-		    : "r"(tdm__dsched_smem(bar)), "r"(parity)
+		    : "r"(tdm__dsched_smem(bar)), "r"(parity), "r"(TDM__DSCHED_WAIT_HINT_NS)
 		    : "memory");
 		if (ok != 0)
 			return;
@@ -169,9 +191,9 @@ static __device__ __forceinline__ void tdm__dsched_reap(struct tdm__dsched_boxes
 
 /*
  * The fetcher, warp 0 of each block. It holds claims on up to TDM__DSCHED_WINDOW sequence
- * numbers, as many as its block has runners free, and looks at their items in one read over the
- * bus (8 lanes an item, 16 bytes each), with its block's own stop word; the items that are
- * there, lowest first, go to free runners.
+ * numbers, as many as its block has runners free, and looks at their items with one load
+ * instruction (8 lanes an item, 16 bytes each), with its block's own stop word now and then; the
+ * items that are there, lowest first, go to free runners.
  * One warp per block polls host memory, each on lines no other poller reads: reads of one host
  * line by several warps queue behind each other (about a microsecond each on an H200), while
  * reads of distinct lines overlap (docs/design/dsched.md).
@@ -182,50 +204,62 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 	const unsigned lane = threadIdx.x & 31u, group = lane >> 3, part = lane & 7u;
 	const unsigned all = runners >= 32 ? ~0u : (1u << runners) - 1u;
 	const volatile uint64_t *stop_word = q.stop + (size_t)blockIdx.x * TDM__DSCHED_STOP_STRIDE;
-	volatile uint64_t *front = q.dev + 1, *front_ns = q.dev + 2;
+	volatile uint64_t *front_ns = q.dev + 2;
 	unsigned busy = 0, parity = 0; /* lane 0's: runners holding an item; their empty phases */
 	unsigned long long claim[TDM__DSCHED_WINDOW];
 	unsigned n = 0; /* claims held, claim[0] the lowest; the same in every lane */
-	for (;;) {
+	/* The control words as the last look that read them saw them: the block's stop word, the
+	 * front (the highest item taken, plus one) and when it moved. */
+	uint64_t stop = TDM__DSCHED_CANCEL - 1u, front = 0, moved = 0;
+	bool found = true; /* the last look found an item */
+	for (unsigned looks = 1;; looks++) {
 		const uint64_t look_ns = TDM__DSCHED_STAMPING ? tdm__dsched_clock() : 0;
 		(void)look_ns;
 		/*
-		 * One look: group g (lanes 8g..8g+7) reads the item of claim g, 16 bytes a lane,
-		 * lane 0 the stop word too, all in one round trip over the bus; lanes 1 and 2 the
-		 * front and when it moved (device memory). Volatile loads, 8 bytes each at least
-		 * whole: a word whose tag is this item's carries this item's payload, whatever
-		 * order the submitter's stores reach the device in (they are release stores:
-		 * gpu/dsched.c, put_item).
+		 * One look, one load instruction: a warp's loads of host memory in separate
+		 * instructions take a round trip over the bus each, one after the other, while one
+		 * instruction's lanes read many lines in one (docs/design/dsched.md). Group g
+		 * (lanes 8g..8g+7) reads the item of claim g, 16 bytes a lane. The control words
+		 * go in the group after the items' (lane 0 of it the stop word, lanes 1 and 2 the
+		 * front and when it moved, device memory): on every look while a group is free;
+		 * with every group holding a claim, in place of the last claim's item, after a
+		 * look that found nothing (they decide the nap) and every 16th look (the stop
+		 * word). Acquire loads at system scope, 8 bytes each at least whole: a word whose
+		 * tag is this item's carries this item's payload, whatever order the submitter's
+		 * stores reach the device in (they are release stores: gpu/dsched.c, put_item).
 		 */
-		uint64_t lo = 0, hi = 0, extra = 0;
-		if (group < n) {
-			const volatile uint64_t *item =
-			    q.items + (claim[group] & q.mask) * TDM__DSCHED_WORDS + 2u * part;
-			asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];"
-			             : "=l"(lo), "=l"(hi)
-			             : "l"(item)
-			             : "memory");
-		}
-		if (n > 0) {
-			if (lane == 0)
-				extra = *stop_word;
-			else if (lane == 1)
-				extra = *front;
-			else if (lane == 2)
-				extra = *front_ns;
-		}
+		const bool ctl = n > 0 && (n < TDM__DSCHED_WINDOW || !found || (looks & 15u) == 0);
+		const unsigned nl =
+		    ctl && n == TDM__DSCHED_WINDOW ? n - 1u : n; /* items looked at */
+		const volatile uint64_t *at = nullptr;
+		if (group < nl)
+			at = q.items + (claim[group] & q.mask) * TDM__DSCHED_WORDS + 2u * part;
+		else if (ctl && group == nl && part < 3u)
+			at = part == 0 ? stop_word
+			               : q.dev + 2u * (part - 1u); /* dev[0..1], dev[2..3] */
+		uint64_t lo = 0, hi = 0;
+		asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.u64 p, %2, 0;\n\t"
+		             "@p ld.acquire.sys.global.v2.u64 {%0, %1}, [%2];\n\t}"
+		             : "+l"(lo), "+l"(hi)
+		             : "l"(at)
+		             : "memory");
 		/* While the look is on the bus: the runners done. */
 		if (lane == 0)
 			tdm__dsched_reap(b, &busy, &parity);
 		unsigned idle = __shfl_sync(0xffffffffu, all & ~busy, 0);
 		unsigned taken = 0;
 		if (n > 0) {
-			const uint64_t stop = __shfl_sync(0xffffffffu, extra, 0);
+			if (ctl) {
+				const unsigned c = 8u * nl;
+				stop = __shfl_sync(0xffffffffu, lo, c);
+				front = __shfl_sync(0xffffffffu, hi, c + 1u);
+				moved = __shfl_sync(0xffffffffu, lo, c + 2u);
+			}
 			if ((stop & TDM__DSCHED_CANCEL) != 0 ||
 			    claim[0] >= (stop & ~TDM__DSCHED_CANCEL))
 				break; /* destroy: cancelled, or past the last item (drain) */
 			/* The items that are there, lowest first. */
-			for (; taken < n; taken++) {
+			for (; taken < nl; taken++) {
 				const unsigned g = taken, base = 8u * g;
 				const uint32_t tag = (uint32_t)(claim[g] + 1u);
 				const uint64_t w0 = __shfl_sync(0xffffffffu, lo, base);
@@ -246,12 +280,16 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 				if (!__all_sync(0xffffffffu, ok))
 					break; /* part of it is still on its way: look again */
 				if (taken == 0) {
-					/* Acquire, once a look: pairs with the submitter's release
-					 * stores of the items' words; what it wrote before the
-					 * submit (the buffers the handler reads) is seen by each
-					 * lane that read a word, then, through the warp's barrier,
-					 * by lane 0, and by the runner after the box's mbarrier. */
-					tdm__dsched_fence();
+					/* The lanes' acquire loads of the items' words pair with
+					 * the submitter's release stores of them: what it wrote
+					 * before the submit (the buffers the handler reads) is seen
+					 * by each lane that read a word, then, through the warp's
+					 * barrier (once a look), by lane 0, and by the runner after
+					 * the box's mbarrier. An acquire load is the load and an
+					 * invalidation of the SM's L1 (LDG.STRONG.SYS, CCTL.IVALL):
+					 * no fence, which at system scope would wait for a round
+					 * trip over the bus (docs/design/dsched.md). */
+					TDM__DSCHED_STAMP(claim[g], 4, tdm__dsched_clock());
 					__syncwarp();
 				}
 				const unsigned r = __ffs(idle) - 1u;
@@ -269,18 +307,18 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 					b->args[r][TDM__DSCHED_WORDS - 1] = words[0];
 					b->seq[r] = claim[g];
 					busy |= 1u << r;
-					/* Release (block scope): the box, before the runner's wait
-					 * ends. */
 					TDM__DSCHED_STAMP(claim[g], 0, look_ns);
 					TDM__DSCHED_STAMP(claim[g], 1, tdm__dsched_clock());
+					/* Release (block scope): the box, before the runner's wait
+					 * ends. */
 					tdm__dsched_mbar_arrive(&b->full[r]);
 				}
 			}
 		}
+		found = taken > 0;
 		const unsigned long long last = taken > 0 ? claim[taken - 1u] : 0;
 		for (unsigned k = taken; k < n; k++)
 			claim[k - taken] = claim[k];
-		const unsigned looked = n;
 		n -= taken;
 		/* Claims for as many free runners as the window holds (device scope: only the
 		 * fetchers claim). After the fence above, which would wait for the atomic. */
@@ -306,21 +344,23 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 			}
 			continue;
 		}
-		if (looked == 0) {
+		if (nl == 0) {
 			if (want == 0)
 				__nanosleep(100); /* every runner busy */
 			continue;
 		}
-		/* Nothing there. The fetcher holding the next item looks again at once while items
-		 * came recently, and every microsecond after that; one holding a later item naps
-		 * longer the farther it is from the last item taken, so that an idle scheduler
-		 * does not keep the bus busy. (The front as this look read it.) */
-		const uint64_t f = __shfl_sync(0xffffffffu, extra, 1),
-		               moved = __shfl_sync(0xffffffffu, extra, 2);
+		if (!ctl)
+			continue; /* nothing there: look again, with the control words */
+		/* Nothing there. While items came within the last TDM__DSCHED_SPIN_NS, a fetcher
+		 * whose lowest claim is among the next ones (up to a window past the front) looks
+		 * again at once, so that the next item's fetcher is looking already when the one
+		 * before is taken; otherwise every microsecond. One holding a later item naps
+		 * longer the farther it is from the front, so that an idle scheduler does not
+		 * keep the bus busy. */
 		if (lane == 0) {
-			const uint64_t ahead = claim[0] > f ? claim[0] - f : 0;
+			const uint64_t ahead = claim[0] > front ? claim[0] - front : 0;
 			unsigned nap;
-			if (ahead <= 1)
+			if (ahead <= TDM__DSCHED_WINDOW + 1u)
 				nap =
 				    tdm__dsched_clock() - moved < TDM__DSCHED_SPIN_NS ? 0u : 1000u;
 			else
@@ -372,8 +412,15 @@ static __device__ __forceinline__ void tdm__dsched_run(const struct tdm__dsched_
 					                       (unsigned)TDM_DSCHED_ARGS_MAX));
 				/* Release: the handler's writes before the completion word; pairs
 				 * with the host's acquire load of it (gpu/dsched.c, done_word),
-				 * after which the slot may be written again. */
-				tdm__dsched_fence();
+				 * after which the slot may be written again. System scope by
+				 * default (its writes to host memory too); GPU scope where the
+				 * scheduler was made with TDM_DSCHED_SCOPE_DEVICE (its writes to
+				 * device memory), which spares the wait for a round trip over the
+				 * bus that a system-scope fence makes. */
+				if (q.flags & TDM__DSCHED_DEVICE_SCOPE)
+					asm volatile("fence.acq_rel.gpu;" ::: "memory");
+				else
+					tdm__dsched_fence();
 				*(volatile uint64_t *)&q.done[s & q.mask] = s + 1;
 				TDM__DSCHED_STAMP(s, 3, tdm__dsched_clock());
 				/* Release (block scope): this lane's reads of the box before the

@@ -56,7 +56,7 @@ typedef struct tdm_dsched tdm_dsched;
 #define TDM_DSCHED_MAX_WARPS 31u
 /* The layout of the queue that a table's kernel was compiled against (tdm_dsched_handlers.abi).
  */
-#define TDM_DSCHED_ABI 2u
+#define TDM_DSCHED_ABI 3u
 
 /* A handler as the simulator runs it: the host twin of a device handler, same arguments. It
  * gets a copy of the item's `size` bytes of arguments, aligned to 8 bytes. */
@@ -79,9 +79,11 @@ struct tdm__dsched_queue {
 	/* pinned: one word a block, TDM__DSCHED_STOP_STRIDE words apart, each the same: items of
 	 * internal sequence >= (word & ~CANCEL) never run */
 	uint64_t *stop;
-	uint64_t *dev; /* device memory: [0] claims, [1] the front, [2] when the front moved */
-	uint64_t mask; /* capacity - 1 */
+	uint64_t *dev;  /* device memory: [0] claims, [1] the front, [2] when the front moved */
+	uint64_t mask;  /* capacity - 1 */
+	unsigned flags; /* TDM__DSCHED_DEVICE_SCOPE: the runners' fence is GPU-scope */
 };
+#define TDM__DSCHED_DEVICE_SCOPE 1u
 
 /* What a table's launcher is handed: start the kernel on `stream` (a cudaStream_t of `device`)
  * with `blocks` blocks of `threads` threads and `queue` as its parameter. */
@@ -128,7 +130,24 @@ typedef struct tdm_dsched_config {
 	/* Items the queue holds, submitted and not completed: a power of two, 16..65536. 0: 4096.
 	 */
 	unsigned capacity;
+	/* Whose view the handlers' writes are ordered in before their items complete:
+	 * TDM_DSCHED_SCOPE_SYSTEM (0, the default) or TDM_DSCHED_SCOPE_DEVICE. */
+	unsigned scope;
 } tdm_dsched_config;
+
+/* tdm_dsched_config.scope: what an item's completion publishes of what its handler wrote. */
+enum {
+	/* Everything: its writes to host memory (pinned, mapped) and to device memory are seen by
+	 * every thread once the item's await resumes. The completion word follows a system-scope
+	 * fence, which waits for the GPU's writes to reach host memory: a round trip over the
+	 * bus (on an H200 it makes a step's round trip about 1.4 us longer; perf/README.md). */
+	TDM_DSCHED_SCOPE_SYSTEM = 0,
+	/* Its writes to device memory, in the order the GPU's own work and copies see (a
+	 * GPU-scope fence): for handlers that work on device memory and their arguments, read
+	 * back by later steps, kernels or copies. A handler that also writes host memory the
+	 * host will read calls tdm_dsched_fence_system() (tandem_dsched.cuh) after those writes. */
+	TDM_DSCHED_SCOPE_DEVICE = 1,
+};
 
 /* Fills *cfg with the defaults (all zero); does nothing when cfg is NULL. */
 void tdm_dsched_config_init(tdm_dsched_config *cfg);
@@ -140,7 +159,8 @@ void tdm_dsched_config_init(tdm_dsched_config *cfg);
  * waits for them, as for leases.
  * -EINVAL: gpu, cfg, cfg->handlers or out is NULL; device out of range; the table's abi is not
  * TDM_DSCHED_ABI, or its count is 0 or above TDM_DSCHED_MAX_HANDLERS; blocks above the
- * device's SMs, warps above TDM_DSCHED_MAX_WARPS, capacity not a power of two in 16..65536.
+ * device's SMs, warps above TDM_DSCHED_MAX_WARPS, capacity not a power of two in 16..65536,
+ * scope not a TDM_DSCHED_SCOPE_ value.
  * -ENOTSUP: the table has nothing for this backend (cuda: no launch; sim: no host functions),
  * or the device cannot reach pinned host memory (cuda).  -ENODEV: no device (backend none), or
  * it failed.  -ESHUTDOWN: the GPU layer is being destroyed.  -ENOMEM, -EAGAIN (sim: no thread).
@@ -168,6 +188,7 @@ typedef struct tdm_dsched_stats {
 	 * they completed. They add up to submitted. */
 	uint64_t completed, cancelled, failed;
 	unsigned blocks, warps, capacity; /* the share it took, and its queue */
+	unsigned scope;                   /* tdm_dsched_config.scope */
 } tdm_dsched_stats;
 
 /*
@@ -187,13 +208,14 @@ int tdm_dsched_destroy(tdm_dsched *ds, int how, tdm_dsched_stats *out);
  * runner warp of the kernel, with a copy of the `size` bytes at args (args may be NULL when size is
  * 0). *ticket (may be NULL) names the item for tdm_await_dsched and tdm_dsched_query: tickets grow
  * by one per item from 1. Never blocks. What the caller wrote before the call (its buffers) is
- * seen by the handler; the handler's writes are seen after its await resumes. Items start in
- * about ticket order; with one runner in all (blocks and warps 1) they run one at a time in ticket
- * order, else several run at once and complete in any order. Any thread.
- * -EINVAL: ds is NULL, handler not below the table's count, args NULL with size > 0.
- * -EMSGSIZE: size above TDM_DSCHED_ARGS_MAX.  -EAGAIN: the queue has no room (capacity items
- * submitted and not completed): nothing pushed; await an earlier item, or try again.
- * -EIO: the device failed.  -ESHUTDOWN: tdm_dsched_destroy began.
+ * seen by the handler; the handler's writes are seen after its await resumes (those to host
+ * memory: with TDM_DSCHED_SCOPE_SYSTEM, or tdm_dsched_fence_system() in the handler). Items start
+ * in about ticket order; with one runner in all (blocks and warps 1) they run one at a time in
+ * ticket order, else several run at once and complete in any order. Any thread. -EINVAL: ds is
+ * NULL, handler not below the table's count, args NULL with size > 0. -EMSGSIZE: size above
+ * TDM_DSCHED_ARGS_MAX.  -EAGAIN: the queue has no room (capacity items submitted and not
+ * completed): nothing pushed; await an earlier item, or try again. -EIO: the device failed.
+ * -ESHUTDOWN: tdm_dsched_destroy began.
  */
 int tdm_dsched_submit(tdm_dsched *ds, unsigned handler, const void *args, size_t size,
                       uint64_t *ticket);

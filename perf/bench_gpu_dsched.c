@@ -72,7 +72,7 @@ struct ds_opts {
 	int sim, json;
 	unsigned workers[DS_MAX_LIST], step_us[DS_MAX_LIST], cross_us[DS_MAX_LIST];
 	int nworkers, nstep, ncross;
-	unsigned steps, tasks_per_worker, batch, rounds, blocks, warps;
+	unsigned steps, tasks_per_worker, batch, rounds, blocks, warps, scope, capacity;
 	uint64_t rtt_reps;
 	unsigned parts;
 	const char *probe;
@@ -87,6 +87,7 @@ struct ds_env {
 	unsigned workers, tasks;
 	char device[96];
 	unsigned sms, blocks, warps; /* the device's SMs, the scheduler's share */
+	unsigned scope;              /* the scheduler's tdm_dsched_config.scope */
 };
 
 /* ---- common ---------------------------------------------------------------------------------- */
@@ -109,8 +110,10 @@ static void ds_stalled(int sig)
 static void json_head(const struct ds_env *e, const char *part, const char *impl)
 {
 	printf("{\"bench\":\"gpu-dsched\",\"part\":\"%s\",\"impl\":\"%s\",\"backend\":\"%s\","
-	       "\"device\":\"%s\",\"blocks\":%u,\"warps\":%u",
-	       part, impl, e->o->sim ? "sim" : "cuda", e->device, e->blocks, e->warps);
+	       "\"device\":\"%s\",\"blocks\":%u,\"warps\":%u,\"scope\":\"%s\",\"capacity\":%u",
+	       part, impl, e->o->sim ? "sim" : "cuda", e->device, e->blocks, e->warps,
+	       e->scope == TDM_DSCHED_SCOPE_DEVICE ? "device" : "system",
+	       e->o->capacity != 0 ? e->o->capacity : 4096u);
 }
 
 /*
@@ -129,6 +132,8 @@ static void ds_resume(struct ds_env *e)
 	dc.handlers = &bench_dsched_steps;
 	dc.blocks = e->blocks;
 	dc.warps = e->warps;
+	dc.scope = e->scope;
+	dc.capacity = e->o->capacity;
 	int rc = tdm_dsched_create(e->gpu, 0, &dc, &e->ds);
 	if (rc != 0)
 		ds_die("tdm_dsched_create", rc);
@@ -180,6 +185,7 @@ static void open_env(struct ds_env *e, const struct ds_opts *o, unsigned workers
 	}
 	e->blocks = o->blocks;
 	e->warps = o->warps;
+	e->scope = o->scope;
 	ds_resume(e);
 }
 
@@ -473,36 +479,50 @@ static void part_rtt(const struct ds_opts *o)
 		}
 	}
 #endif
-	static const int impls[] = {IMPL_DSCHED, IMPL_LAUNCH, IMPL_GRAPH};
+	/* The scheduler in the scope asked for, then in the other one (a name of its own), then
+	 * the launch path and graphs. */
+	const unsigned other =
+	    o->scope == TDM_DSCHED_SCOPE_DEVICE ? TDM_DSCHED_SCOPE_SYSTEM : TDM_DSCHED_SCOPE_DEVICE;
+	const struct {
+		int impl;
+		unsigned scope;
+		const char *name;
+	} rows[] = {{IMPL_DSCHED, o->scope, impl_names[IMPL_DSCHED]},
+	            {IMPL_DSCHED, other,
+	             other == TDM_DSCHED_SCOPE_SYSTEM ? "dsched-system" : "dsched-device"},
+	            {IMPL_LAUNCH, o->scope, impl_names[IMPL_LAUNCH]},
+	            {IMPL_GRAPH, o->scope, impl_names[IMPL_GRAPH]}};
 	tdm_dsched_stats st = {0};
-	for (unsigned k = 0; k < 3; k++) {
-		int impl = impls[k];
-		if (impl == IMPL_DSCHED) {
+	for (unsigned k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
+		int impl = rows[k].impl;
+		if (impl == IMPL_DSCHED && e.scope != rows[k].scope)
+			ds_pause(&e); /* made again in the row's scope */
+		e.scope = rows[k].scope;
+		if (impl == IMPL_DSCHED)
 			ds_resume(&e);
-		} else {
+		else
 			ds_pause(&e);
-		}
 		if (run_steps(&e, impl, 0, n, samples, NULL, NULL) == 0)
 			continue;
-		if (impl == IMPL_DSCHED)
+		if (impl == IMPL_DSCHED && k == 0)
 			(void)tdm_dsched_stats_get(e.ds, &st);
 		qsort(samples + warm, o->rtt_reps, sizeof(*samples), bench_cmp_u64);
 		const uint64_t *v = samples + warm;
 		double p50 = (double)v[o->rtt_reps / 2] / 1e3,
 		       p99 = (double)v[o->rtt_reps * 99 / 100] / 1e3, mn = (double)v[0] / 1e3;
 		if (o->json) {
-			json_head(&e, "rtt", impl_names[impl]);
+			json_head(&e, "rtt", rows[k].name);
 			printf(",\"samples\":%llu,\"p50_us\":%.3f,\"p99_us\":%.3f,\"min_us\":%.3f",
 			       (unsigned long long)o->rtt_reps, p50, p99, mn);
 			if (floor_p50 > 0)
 				printf(",\"p50_minus_floor_us\":%.3f", p50 - floor_p50);
-			if (impl == IMPL_DSCHED)
+			if (impl == IMPL_DSCHED && k == 0)
 				printf(",\"awaits\":%llu,\"direct\":%llu",
 				       (unsigned long long)st.awaits,
 				       (unsigned long long)st.direct);
 			printf("}\n");
 		} else {
-			printf("%-13s %10.2f %10.2f %10.2f", impl_names[impl], p50, p99, mn);
+			printf("%-13s %10.2f %10.2f %10.2f", rows[k].name, p50, p99, mn);
 			if (floor_p50 > 0)
 				printf(" %+11.2f", p50 - floor_p50);
 			printf("\n");
@@ -762,6 +782,9 @@ static int ds_usage(FILE *f)
 	    "  --cross-us LIST        crossover: step lengths, us (default\n"
 	    "                         0,1,2,5,10,20,50,100,200; sim 0,10)\n"
 	    "  --blocks N --warps N   the scheduler's share (default the device's: 0)\n"
+	    "  --capacity N           the scheduler's queue, a power of two (default 4096)\n"
+	    "  --scope device|system  the scheduler's tdm_dsched_config.scope (default device:\n"
+	    "                         the steps write nothing); rtt measures both\n"
 	    "  --parts LIST           any of rate,rtt,crossover,cost,beside (default all but\n"
 	    "                         beside)\n"
 	    "  --probe NAME           beside: this probe alone\n"
@@ -776,6 +799,7 @@ static int ds_parse(int argc, char **argv, struct ds_opts *o)
 	    given_batch = 0, given_rounds = 0, given_rtt = 0;
 	memset(o, 0, sizeof(*o));
 	o->parts = PART_RATE | PART_RTT | PART_CROSS | PART_COST;
+	o->scope = TDM_DSCHED_SCOPE_DEVICE;
 	struct bench_opt op = {.i = 1};
 	int r;
 	while ((r = bench_next_opt(argc, argv, "gpu-dsched", &o->json, &op)) != 0) {
@@ -820,6 +844,13 @@ static int ds_parse(int argc, char **argv, struct ds_opts *o)
 			given_rtt = 1;
 		} else if (IS("--blocks")) {
 			bad = bench_parse_uint(v, &o->blocks, 0, 1024);
+		} else if (IS("--capacity")) {
+			bad = bench_parse_uint(v, &o->capacity, 16, 65536) ||
+			      (o->capacity & (o->capacity - 1)) != 0;
+		} else if (IS("--scope")) {
+			o->scope = strcmp(v, "system") == 0 ? TDM_DSCHED_SCOPE_SYSTEM
+			                                    : TDM_DSCHED_SCOPE_DEVICE;
+			bad = strcmp(v, "system") != 0 && strcmp(v, "device") != 0;
 		} else if (IS("--warps")) {
 			bad = bench_parse_uint(v, &o->warps, 0, TDM_DSCHED_MAX_WARPS);
 		} else if (IS("--parts")) {

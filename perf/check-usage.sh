@@ -47,4 +47,6 @@ for cmd in gpu-graph gpu-dsched; do
 	refuses "$cmd" "bad value 'x' for --rounds" --backend sim --rounds x
 	refuses "$cmd" "unexpected argument 'stray'" --backend sim stray
 done
+refuses gpu-dsched "bad value 'bogus' for --scope" --backend sim --scope bogus
+refuses gpu-dsched "bad value '100' for --capacity" --backend sim --capacity 100
 echo "tandem-bench --help lists $(wc -w <<<"$listed") subcommands, each accepted"

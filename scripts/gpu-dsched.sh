@@ -10,7 +10,7 @@
 #   bash scripts/gpu-dsched.sh
 # Logs: $OUT/summary.txt, and $OUT/logs.tgz (every log, the benchmark's JSON among them).
 START=$(date +%s)
-BUDGET=330
+BUDGET=${BUDGET:-330}
 source scripts/gpu-common.sh
 # stage SECONDS NAME: true when SECONDS more fit the budget; else says it skipped NAME.
 stage() {
@@ -27,20 +27,35 @@ T=$A/tests/test_dsched
 B=$A/perf/tandem-bench
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 
-# The kernel alone, from one host thread (perf/probes/probe_dsched_rtt.cu): its default build, a
-# window of one claim a fetcher, and its default build with each item's stages stamped.
-if [ "${PROBE:-1}" = 1 ] && stage 60 "probe_dsched_rtt"; then
+# The kernel alone, from one host thread (perf/probes/probe_dsched_rtt.cu): its default build in
+# both scopes (TDM_DSCHED_SCOPE_DEVICE, then SYSTEM) and with a queue of 64 items, and with each
+# item's stages stamped.
+if [ "${PROBE:-1}" = 1 ] && stage ${PROBE_SECS:-60} "probe_dsched_rtt"; then
 	log "probe_dsched_rtt: the kernel from one host thread, no executor"
 	P=perf/probes/probe_dsched_rtt.cu
-	nvcc -O2 -arch=sm_90 -I include -o /tmp/pdr-w4 $P &
-	nvcc -O2 -arch=sm_90 -I include -DTDM__DSCHED_WINDOW=1 -o /tmp/pdr-w1 $P &
-	nvcc -O2 -arch=sm_90 -I include -DSTAGES -o /tmp/pdr-stages $P &
+	# PROBE_VARIANTS: more builds, NAME=FLAGS each (FLAGS with commas for spaces).
+	VARIANTS="w4= stages=-DSTAGES ${PROBE_VARIANTS:-}"
+	for nv in $VARIANTS; do
+		f=${nv#*=}
+		# shellcheck disable=SC2086
+		nvcc -O2 -arch=sm_90 -I include ${f//,/ } -o "/tmp/pdr-${nv%%=*}" $P &
+	done
 	wait
-	for v in w4 w1 stages; do
-		echo "variant $v" >>"$OUT/probe.txt"
-		timeout 40 /tmp/pdr-$v 20000 >>"$OUT/probe.txt" 2>&1
+	# Runs: BUILD[:SCOPE[:CAPACITY]] (probe_dsched_rtt's arguments after the round trips).
+	for run in ${PROBE_BASE:-w4 w4:sys w4:dev:64 stages stages:dev:64} ${PROBE_RUNS:-}; do
+		IFS=: read -r v scope cap <<<"$run"
+		echo "run $run" >>"$OUT/probe.txt"
+		# shellcheck disable=SC2086
+		timeout 40 /tmp/pdr-$v 20000 ${scope:-dev} $cap >>"$OUT/probe.txt" 2>&1
 	done
 	tee -a "$S" <"$OUT/probe.txt"
+fi
+
+# What the form of a look costs a round trip (perf/probes/probe_dsched_item.cu): with ITEM=1.
+if [ "${ITEM:-0}" = 1 ] && stage 30 "probe_dsched_item"; then
+	log "probe_dsched_item: one warp, one host thread, by the form of a look"
+	nvcc -O2 -arch=sm_90 -o /tmp/pdi perf/probes/probe_dsched_item.cu &&
+		timeout 25 /tmp/pdi 20000 2>&1 | tee -a "$S"
 fi
 
 if stage 30 test_dsched; then
@@ -82,6 +97,7 @@ bench() {
 	echo "exit $?" | tee -a "$S"
 }
 bench 30 rtt
+bench 30 rtt --capacity 64
 bench 90 rate --steps 1000
 bench 25 cost
 bench 45 crossover --steps 300 --rounds 1
@@ -129,7 +145,8 @@ for r in rows:
         print("rtt %-8s p50 %7.2f us  p99 %7.2f us  min %6.2f us%s%s" % (
             r["impl"], r["p50_us"], r["p99_us"], r["min_us"],
             "  p50-floor %+.2f us" % r["p50_minus_floor_us"] if "p50_minus_floor_us" in r else "",
-            "  awaits %d, direct %d" % (r["awaits"], r["direct"]) if "awaits" in r else ""))
+            "  awaits %d, direct %d" % (r["awaits"], r["direct"]) if "awaits" in r else "")
+            + "  (capacity %s)" % r.get("capacity"))
     elif r["part"] == "cost":
         print("cost: %s" % {k: r[k] for k in r if k.endswith("_ms") or k.startswith("ratio")
                             or k in ("sms", "sm_share")})

@@ -13,6 +13,8 @@ TDM_DSCHED_HANDLER(record)
 	const struct record_args *a = (const struct record_args *)args;
 	(void)size;
 	a->counts[a->index] += 1;
+	/* The counts are pinned host memory: seen at the await with TDM_DSCHED_SCOPE_DEVICE too. */
+	tdm_dsched_fence_system();
 }
 
 TDM_DSCHED_HANDLER(append)

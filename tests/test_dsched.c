@@ -93,8 +93,8 @@ _Static_assert(STEP_COUNT == 7, "a host handler per step");
  * pinned allocation itself) would wait for the scheduler's: memory is taken before a scheduler
  * starts and given back after it stopped. */
 
-static tdm_dsched *make(struct env *e, const tdm_dsched_handlers *h, unsigned blocks,
-                        unsigned warps, unsigned capacity)
+static tdm_dsched *make_scoped(struct env *e, const tdm_dsched_handlers *h, unsigned blocks,
+                               unsigned warps, unsigned capacity, unsigned scope)
 {
 	tdm_dsched_config c;
 	tdm_dsched_config_init(&c);
@@ -102,10 +102,17 @@ static tdm_dsched *make(struct env *e, const tdm_dsched_handlers *h, unsigned bl
 	c.blocks = blocks;
 	c.warps = warps;
 	c.capacity = capacity;
+	c.scope = scope;
 	tdm_dsched *ds = NULL;
 	int rc = tdm_dsched_create(e->gpu, 0, &c, &ds);
 	cr_assert_eq(rc, 0, "tdm_dsched_create: %s", tdm_strerror(rc));
 	return ds;
+}
+
+static tdm_dsched *make(struct env *e, const tdm_dsched_handlers *h, unsigned blocks,
+                        unsigned warps, unsigned capacity)
+{
+	return make_scoped(e, h, blocks, warps, capacity, TDM_DSCHED_SCOPE_SYSTEM);
 }
 
 static void *pinned(struct env *e, size_t bytes)
@@ -196,11 +203,15 @@ static int submit_task(tdm_task *t, void *arg)
 	TDM_END(t);
 }
 
-static void every_item_once(struct env *e, const tdm_dsched_handlers *h, uint32_t batch)
+static void every_item_once(struct env *e, const tdm_dsched_handlers *h, uint32_t batch,
+                            unsigned scope)
 {
 	const uint32_t n = many(), tasks = 16;
 	uint32_t *counts = pinned(e, n * sizeof(uint32_t));
-	tdm_dsched *ds = make(e, h, 4, 8, 256);
+	tdm_dsched *ds = make_scoped(e, h, 4, 8, 256, scope);
+	tdm_dsched_stats s;
+	cr_assert_eq(tdm_dsched_stats_get(ds, &s), 0);
+	cr_assert_eq(s.scope, scope, "the scope asked for");
 	struct submitter st[16];
 	tdm_group g;
 	tdm_group_init(&g, e->ex);
@@ -217,7 +228,6 @@ static void every_item_once(struct env *e, const tdm_dsched_handlers *h, uint32_
 		ASSERT_SEEN(&st[k].sn);
 		cr_assert_eq(st[k].bad, 0, "task %u saw %s", k, tdm_strerror(st[k].bad));
 	}
-	tdm_dsched_stats s;
 	destroy(ds, TDM_DSCHED_DRAIN, &s);
 	for (uint32_t i = 0; i < n / tasks * tasks; i++)
 		cr_assert_eq(counts[i], 1, "item %u ran %u times", i, counts[i]);
@@ -426,6 +436,9 @@ static void bad_configs(struct env *e, const tdm_dsched_handlers *h)
 	c.warps = TDM_DSCHED_MAX_WARPS + 1;
 	cr_assert_eq(tdm_dsched_create(e->gpu, 0, &c, &ds), -EINVAL);
 	c.warps = 0;
+	c.scope = TDM_DSCHED_SCOPE_DEVICE + 1;
+	cr_assert_eq(tdm_dsched_create(e->gpu, 0, &c, &ds), -EINVAL, "an unknown scope");
+	c.scope = TDM_DSCHED_SCOPE_SYSTEM;
 	unsigned caps[] = {8, 100, 131072};
 	for (unsigned i = 0; i < 3; i++) {
 		c.capacity = caps[i];
@@ -702,7 +715,15 @@ static bool open_backend(struct env *e, tdm_backend b, unsigned workers)
 		struct env e;                                                                      \
 		if (!open_backend(&e, backend, 4))                                                 \
 			cr_skip_test("no device for this backend");                                \
-		every_item_once(&e, table, 0);                                                     \
+		every_item_once(&e, table, 0, TDM_DSCHED_SCOPE_SYSTEM);                            \
+		env_close(&e);                                                                     \
+	}                                                                                          \
+	Test(suite, device_scope_runs_every_item_once, .timeout = TDM_TEST_TIMEOUT(120))           \
+	{                                                                                          \
+		struct env e;                                                                      \
+		if (!open_backend(&e, backend, 4))                                                 \
+			cr_skip_test("no device for this backend");                                \
+		every_item_once(&e, table, 0, TDM_DSCHED_SCOPE_DEVICE);                            \
 		env_close(&e);                                                                     \
 	}                                                                                          \
 	Test(suite, batches_run_once_each, .timeout = TDM_TEST_TIMEOUT(120))                       \
@@ -710,7 +731,7 @@ static bool open_backend(struct env *e, tdm_backend b, unsigned workers)
 		struct env e;                                                                      \
 		if (!open_backend(&e, backend, 4))                                                 \
 			cr_skip_test("no device for this backend");                                \
-		every_item_once(&e, table, 16);                                                    \
+		every_item_once(&e, table, 16, TDM_DSCHED_SCOPE_SYSTEM);                           \
 		env_close(&e);                                                                     \
 	}                                                                                          \
 	Test(suite, one_warp_runs_items_in_ticket_order, .timeout = TDM_TEST_TIMEOUT(120))         \

@@ -15,7 +15,9 @@
  * look after the host's store).
  *
  *   nvcc -O2 -arch=sm_90 -I include -o /tmp/pdr perf/probes/probe_dsched_rtt.cu
- *   /tmp/pdr [RTT_REPS]
+ *   /tmp/pdr [RTT_REPS [sys|dev [CAPACITY]]]
+ * sys: TDM_DSCHED_SCOPE_SYSTEM, else TDM_DSCHED_SCOPE_DEVICE; CAPACITY: the queue's (default
+ * 4096, at most that).
  */
 #include "probe.h"
 
@@ -28,7 +30,7 @@
 #define CAP 4096u
 
 #ifdef STAGES
-__device__ unsigned long long probe_stamps[CAP][4];
+__device__ unsigned long long probe_stamps[CAP][5];
 #define TDM__DSCHED_STAMP(s, k, t) (probe_stamps[(s) & (CAP - 1u)][k] = (t))
 #endif
 
@@ -76,9 +78,11 @@ static double work_ms(cudaStream_t st, float *out, unsigned blocks)
 	return v[v.size() / 2];
 }
 
+static uint64_t ring_mask = CAP - 1; /* the queue's capacity - 1 */
+
 static void put(uint64_t *items, uint64_t s)
 {
-	uint64_t *it = items + (s & (CAP - 1)) * TDM__DSCHED_WORDS;
+	uint64_t *it = items + (s & ring_mask) * TDM__DSCHED_WORDS;
 	uint64_t tag = (uint64_t)(uint32_t)(s + 1) << 32;
 	for (unsigned k = 1; k < TDM__DSCHED_WORDS; k++)
 		__atomic_store_n(&it[k], tag, __ATOMIC_RELEASE);
@@ -87,12 +91,21 @@ static void put(uint64_t *items, uint64_t s)
 
 static uint64_t done_of(uint64_t *done, uint64_t s)
 {
-	return __atomic_load_n(&done[s & (CAP - 1)], __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&done[s & ring_mask], __ATOMIC_ACQUIRE);
 }
 
 int main(int argc, char **argv)
 {
 	unsigned reps = argc > 1 ? (unsigned)atoi(argv[1]) : 5000;
+	const bool sys_scope = argc > 2 && strcmp(argv[2], "sys") == 0;
+	if (argc > 3) {
+		const unsigned c = (unsigned)atoi(argv[3]);
+		if (c < 16 || c > CAP || (c & (c - 1)) != 0) {
+			fprintf(stderr, "capacity: a power of two in 16..%u\n", CAP);
+			return 2;
+		}
+		ring_mask = c - 1;
+	}
 	CK(cudaSetDevice(0));
 	int sms = 0;
 	CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -110,7 +123,8 @@ int main(int argc, char **argv)
 	CK(cudaMalloc((void **)&out, (size_t)sms * 64 * sizeof(float)));
 	const unsigned wblocks = (unsigned)sms * 64u;
 	double alone = work_ms(ws, out, wblocks);
-	printf("sms %d, work kernel alone %.3f ms\n", sms, alone);
+	printf("sms %d, work kernel alone %.3f ms, %s scope, capacity %llu\n", sms, alone,
+	       sys_scope ? "system" : "device", (unsigned long long)ring_mask + 1);
 	const shape shapes[] = {{1, 1}, {1, 15}, {8, 15}, {8, 31}, {16, 15}};
 	printf("%-26s %9s %9s %9s %12s %10s %6s\n", "blocks x warps", "p50_us", "p99_us", "min_us",
 	       "rate_per_s", "cost_ms", "ratio");
@@ -121,7 +135,8 @@ int main(int argc, char **argv)
 		q.done = (uint64_t *)(mem + 16 * 128);
 		q.items = (uint64_t *)(mem + 16 * 128 + CAP * 8);
 		q.dev = dev;
-		q.mask = CAP - 1;
+		q.mask = ring_mask;
+		q.flags = sys_scope ? 0u : TDM__DSCHED_DEVICE_SCOPE;
 		for (unsigned b = 0; b < k.blocks; b++)
 			q.stop[b * TDM__DSCHED_STOP_STRIDE] = TDM__DSCHED_CANCEL - 1;
 		CK(cudaMemsetAsync(dev, 0, 64, ks));
@@ -151,9 +166,9 @@ int main(int argc, char **argv)
 		}
 #ifdef STAGES
 		/* The stages of the last round trips (each slot holds the last item there). */
-		std::vector<uint64_t> st[4];
+		std::vector<uint64_t> st[5];
 		{
-			static unsigned long long h[CAP][4];
+			static unsigned long long h[CAP][5];
 			CK(cudaMemcpyFromSymbolAsync(h, probe_stamps, sizeof(h), 0,
 			                             cudaMemcpyDeviceToHost, ws));
 			CK(cudaStreamSynchronize(ws));
@@ -164,6 +179,7 @@ int main(int argc, char **argv)
 				const uint64_t rtt = v[v.size() - m + i];
 				const uint64_t dev = t[3] - t[0];
 				st[0].push_back(t[1] - t[0]);
+				st[4].push_back(t[4] - t[0]);
 				st[1].push_back(t[2] - t[1]);
 				st[2].push_back(t[3] - t[2]);
 				st[3].push_back(rtt > dev ? rtt - dev : 0);
@@ -173,13 +189,13 @@ int main(int argc, char **argv)
 		}
 #endif
 		std::sort(v.begin(), v.end());
-		/* rate: 200k items, up to 1024 outstanding */
+		/* rate: 200k items, up to 1024 outstanding (the capacity at most) */
 		const uint64_t n = 200000, first = s;
 		uint64_t reaped = s, t0 = now_ns(), end = first + n;
 		while (reaped < end) {
 			if (now_ns() - t0 > 2000000000ull)
 				end = s; /* 2 s at most: what was pushed is reaped */
-			while (s < end && s - reaped < 1024)
+			while (s < end && s - reaped < std::min<uint64_t>(1024, ring_mask + 1))
 				put(q.items, s++);
 			while (reaped < s && done_of(q.done, reaped) >= reaped + 1)
 				reaped++;
@@ -198,9 +214,11 @@ int main(int argc, char **argv)
 		printf("%-26s %9.2f %9.2f %9.2f %12.0f %10.3f %6.2f\n", name, v[v.size() / 2] / 1e3,
 		       v[v.size() * 99 / 100] / 1e3, v[0] / 1e3, rate, beside, beside / alone);
 #ifdef STAGES
-		printf("  stages p50 (us): look %.2f, hand-over %.2f, runner %.2f, the rest %.2f\n",
-		       st[0][st[0].size() / 2] / 1e3, st[1][st[1].size() / 2] / 1e3,
-		       st[2][st[2].size() / 2] / 1e3, st[3][st[3].size() / 2] / 1e3);
+		printf("  stages p50 (us): look %.2f (returned %.2f), hand-over %.2f, runner %.2f, "
+		       "the rest %.2f\n",
+		       st[0][st[0].size() / 2] / 1e3, st[4][st[4].size() / 2] / 1e3,
+		       st[1][st[1].size() / 2] / 1e3, st[2][st[2].size() / 2] / 1e3,
+		       st[3][st[3].size() / 2] / 1e3);
 #endif
 		fflush(stdout);
 	}
