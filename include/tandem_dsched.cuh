@@ -321,7 +321,8 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 			claim[k - taken] = claim[k];
 		n -= taken;
 		/* Claims for as many free runners as the window holds (device scope: only the
-		 * fetchers claim). After the fence above, which would wait for the atomic. */
+		 * fetchers claim), taken once the items found were handed out: the atomic's answer
+		 * is a round trip to L2 that the runners need not wait for. */
 		unsigned want = (unsigned)__popc(idle);
 		want = want < TDM__DSCHED_WINDOW ? want : TDM__DSCHED_WINDOW;
 		want = want > n ? want - n : 0;

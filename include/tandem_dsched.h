@@ -211,11 +211,11 @@ int tdm_dsched_destroy(tdm_dsched *ds, int how, tdm_dsched_stats *out);
  * seen by the handler; the handler's writes are seen after its await resumes (those to host
  * memory: with TDM_DSCHED_SCOPE_SYSTEM, or tdm_dsched_fence_system() in the handler). Items start
  * in about ticket order; with one runner in all (blocks and warps 1) they run one at a time in
- * ticket order, else several run at once and complete in any order. Any thread. -EINVAL: ds is
- * NULL, handler not below the table's count, args NULL with size > 0. -EMSGSIZE: size above
- * TDM_DSCHED_ARGS_MAX.  -EAGAIN: the queue has no room (capacity items submitted and not
- * completed): nothing pushed; await an earlier item, or try again. -EIO: the device failed.
- * -ESHUTDOWN: tdm_dsched_destroy began.
+ * ticket order, else several run at once and complete in any order. Any thread.
+ * -EINVAL: ds is NULL, handler not below the table's count, args NULL with size > 0.
+ * -EMSGSIZE: size above TDM_DSCHED_ARGS_MAX.  -EAGAIN: the queue has no room (capacity items
+ * submitted and not completed): nothing pushed; await an earlier item, or try again.
+ * -EIO: the device failed.  -ESHUTDOWN: tdm_dsched_destroy began.
  */
 int tdm_dsched_submit(tdm_dsched *ds, unsigned handler, const void *args, size_t size,
                       uint64_t *ticket);

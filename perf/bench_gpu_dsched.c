@@ -88,6 +88,7 @@ struct ds_env {
 	char device[96];
 	unsigned sms, blocks, warps; /* the device's SMs, the scheduler's share */
 	unsigned scope;              /* the scheduler's tdm_dsched_config.scope */
+	unsigned capacity;           /* its queue, as tdm_dsched_stats says (0: none made yet) */
 };
 
 /* ---- common ---------------------------------------------------------------------------------- */
@@ -112,8 +113,7 @@ static void json_head(const struct ds_env *e, const char *part, const char *impl
 	printf("{\"bench\":\"gpu-dsched\",\"part\":\"%s\",\"impl\":\"%s\",\"backend\":\"%s\","
 	       "\"device\":\"%s\",\"blocks\":%u,\"warps\":%u,\"scope\":\"%s\",\"capacity\":%u",
 	       part, impl, e->o->sim ? "sim" : "cuda", e->device, e->blocks, e->warps,
-	       e->scope == TDM_DSCHED_SCOPE_DEVICE ? "device" : "system",
-	       e->o->capacity != 0 ? e->o->capacity : 4096u);
+	       e->scope == TDM_DSCHED_SCOPE_DEVICE ? "device" : "system", e->capacity);
 }
 
 /*
@@ -141,6 +141,7 @@ static void ds_resume(struct ds_env *e)
 	(void)tdm_dsched_stats_get(e->ds, &st);
 	e->blocks = st.blocks;
 	e->warps = st.warps;
+	e->capacity = st.capacity;
 }
 
 static void ds_pause(struct ds_env *e)
