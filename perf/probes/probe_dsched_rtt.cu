@@ -16,6 +16,9 @@
  *
  *   nvcc -O2 -arch=sm_90 -I include -o /tmp/pdr perf/probes/probe_dsched_rtt.cu
  *   /tmp/pdr [RTT_REPS [sys|dev [CAPACITY]]]
+ * With PDR_DELAY_NS=N in the environment, the host waits N ns after each answer before it writes
+ * the next item (a longer host path, which moves where the item lands between two looks:
+ * docs/design/dsched.md, "The fourth form").
  * sys: TDM_DSCHED_SCOPE_SYSTEM, else TDM_DSCHED_SCOPE_DEVICE; CAPACITY: the queue's (default
  * 4096, at most that).
  */
@@ -106,6 +109,9 @@ int main(int argc, char **argv)
 		}
 		ring_mask = c - 1;
 	}
+	/* PDR_DELAY_NS: the host waits this long after each answer before the next item. */
+	const char *delay_env = getenv("PDR_DELAY_NS");
+	const uint64_t delay_ns = delay_env != NULL ? strtoull(delay_env, NULL, 10) : 0;
 	CK(cudaSetDevice(0));
 	int sms = 0;
 	CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -123,8 +129,9 @@ int main(int argc, char **argv)
 	CK(cudaMalloc((void **)&out, (size_t)sms * 64 * sizeof(float)));
 	const unsigned wblocks = (unsigned)sms * 64u;
 	double alone = work_ms(ws, out, wblocks);
-	printf("sms %d, work kernel alone %.3f ms, %s scope, capacity %llu\n", sms, alone,
-	       sys_scope ? "system" : "device", (unsigned long long)ring_mask + 1);
+	printf("sms %d, work kernel alone %.3f ms, %s scope, capacity %llu, delay %llu ns\n", sms,
+	       alone, sys_scope ? "system" : "device", (unsigned long long)ring_mask + 1,
+	       (unsigned long long)delay_ns);
 	const shape shapes[] = {{1, 1}, {1, 15}, {8, 15}, {8, 31}, {16, 15}};
 	printf("%-26s %9s %9s %9s %12s %10s %6s\n", "blocks x warps", "p50_us", "p99_us", "min_us",
 	       "rate_per_s", "cost_ms", "ratio");
@@ -162,7 +169,10 @@ int main(int argc, char **argv)
 			put(q.items, s);
 			while (done_of(q.done, s) < s + 1) {
 			}
-			v.push_back(now_ns() - t0);
+			const uint64_t t1 = now_ns();
+			v.push_back(t1 - t0);
+			while (now_ns() - t1 < delay_ns) {
+			}
 		}
 #ifdef STAGES
 		/* The stages of the last round trips (each slot holds the last item there). */
