@@ -251,14 +251,7 @@ int main(int argc, char **argv)
 		CK(cudaGetLastError());
 		std::vector<uint64_t> v;
 		v.reserve(reps);
-		for (unsigned i = 1; i <= n; i++) {
-			const uint64_t t0 = now_ns();
-			put(items, dup, mode, i);
-			while (__atomic_load_n(ack, __ATOMIC_ACQUIRE) < i) {
-			}
-			if (i > warm)
-				v.push_back(now_ns() - t0);
-		}
+		ping_pong([&](unsigned i) { put(items, dup, mode, i); }, ack, n, warm, 0, v);
 		CK(cudaStreamSynchronize(st));
 		CK(cudaMemcpy(look.data(), look_d, n * sizeof(*look_d), cudaMemcpyDeviceToHost));
 		CK(cudaMemcpy(tries.data(), tries_d, n * sizeof(*tries_d), cudaMemcpyDeviceToHost));

@@ -130,17 +130,8 @@ int main(int argc, char **argv)
 			CK(cudaGetLastError());
 			std::vector<uint64_t> v;
 			v.reserve(reps);
-			for (unsigned i = 1; i <= n; i++) {
-				const uint64_t t0 = now_ns();
-				put(items, dup, mode, i);
-				while (__atomic_load_n(ack, __ATOMIC_ACQUIRE) < i) {
-				}
-				const uint64_t t1 = now_ns();
-				if (i > warm)
-					v.push_back(t1 - t0);
-				while (now_ns() - t1 < delays[d]) {
-				}
-			}
+			ping_pong([&](unsigned i) { put(items, dup, mode, i); }, ack, n, warm,
+			          delays[d], v);
 			CK(cudaStreamSynchronize(st));
 			CK(cudaMemcpy(won.data(), won_d, n * sizeof(*won_d),
 			              cudaMemcpyDeviceToHost));

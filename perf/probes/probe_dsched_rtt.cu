@@ -109,7 +109,6 @@ int main(int argc, char **argv)
 		}
 		ring_mask = c - 1;
 	}
-	/* PDR_DELAY_NS: the host waits this long after each answer before the next item. */
 	const char *delay_env = getenv("PDR_DELAY_NS");
 	const uint64_t delay_ns = delay_env != NULL ? strtoull(delay_env, NULL, 10) : 0;
 	CK(cudaSetDevice(0));
