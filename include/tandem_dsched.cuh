@@ -56,6 +56,12 @@
 #define TDM__DSCHED_WINDOW 4
 #endif
 static_assert(TDM__DSCHED_WINDOW >= 1 && TDM__DSCHED_WINDOW <= 4, "8 lanes an item, 32 lanes");
+/* Of the claims held, how many a look reads at most (a probe may set it lower). */
+#ifndef TDM__DSCHED_LOOK_ITEMS
+#define TDM__DSCHED_LOOK_ITEMS TDM__DSCHED_WINDOW
+#endif
+static_assert(TDM__DSCHED_LOOK_ITEMS >= 1 && TDM__DSCHED_LOOK_ITEMS <= TDM__DSCHED_WINDOW,
+              "a look reads 1..window claims");
 /* After an item was taken, the fetcher holding the next one polls without sleeping this long. */
 #define TDM__DSCHED_SPIN_NS 200000ull
 /* Fetchers holding later items sleep at most this long between looks. */
@@ -66,7 +72,8 @@ typedef void (*tdm__dsched_device_fn)(void *args, unsigned size);
 /* A probe's hook (perf/probes/probe_dsched_rtt.cu, -DSTAGES): TDM__DSCHED_STAMP(s, k, t) records
  * the time of stage k of item s (0: the look that found it was issued, 1: the fetcher saw it,
  * 2: its runner woke, 3: its completion word was stored, 4: the look that found it returned,
- * its items checked). Nothing when not defined. */
+ * its items checked, 5 and 6: the look before it was issued and returned, 7: the look that found
+ * it returned, its items not checked yet). Nothing when not defined. */
 #ifdef TDM__DSCHED_STAMP
 #define TDM__DSCHED_STAMPING 1
 #else
@@ -79,6 +86,14 @@ static __device__ __forceinline__ uint64_t tdm__dsched_clock(void)
 	uint64_t t;
 	/* volatile: each read where it is written (a loop would hoist it otherwise). */
 	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+/* The time once `after` is there (a probe's stamps: when a load returned). */
+static __device__ __forceinline__ uint64_t tdm__dsched_clock_after(uint64_t after)
+{
+	uint64_t t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "l"(after));
 	return t;
 }
 
@@ -197,6 +212,9 @@ static __device__ __forceinline__ void tdm__dsched_reap(struct tdm__dsched_boxes
  * One warp per block polls host memory, each on lines no other poller reads: reads of one host
  * line by several warps queue behind each other (about a microsecond each on an H200), while
  * reads of distinct lines overlap (docs/design/dsched.md).
+ * Every dependent step between a look's return and the next look's issue costs about 50 ns on
+ * an H200 (a shuffle, a vote, a timer read; an mbarrier test about 90), so a look that finds
+ * nothing while the fetcher spins takes the short way: one vote, and the next look at once.
  */
 static __device__ __forceinline__ void
 tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b, unsigned runners)
@@ -206,15 +224,27 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 	const volatile uint64_t *stop_word = q.stop + (size_t)blockIdx.x * TDM__DSCHED_STOP_STRIDE;
 	volatile uint64_t *front_ns = q.dev + 2;
 	unsigned busy = 0, parity = 0; /* lane 0's: runners holding an item; their empty phases */
-	unsigned long long claim[TDM__DSCHED_WINDOW];
-	unsigned n = 0; /* claims held, claim[0] the lowest; the same in every lane */
-	/* The control words as the last look that read them saw them: the block's stop word, the
-	 * front (the highest item taken, plus one) and when it moved. */
-	uint64_t stop = TDM__DSCHED_CANCEL - 1u, front = 0, moved = 0;
-	bool found = true; /* the last look found an item */
+	/* The claims held, in lanes 0..n-1 of `mine`, the lowest in lane 0, and in every lane the
+	 * claim its group looks at (`mine_g`, group < n) and the lowest (`first_claim`): registers,
+	 * since an array indexed at run time would live in local memory, which is cached in the L1
+	 * that each look's acquire invalidates. */
+	unsigned long long mine = 0, mine_g = 0, first_claim = 0;
+	unsigned n = 0; /* claims held; the same in every lane */
+	/* The front (the highest item taken, plus one) and when it moved, as the last control look
+	 * that decided a nap saw them. */
+	uint64_t front = 0, moved = 0;
+	unsigned idle = all;   /* runners free, as of the last reap, less those given items since */
+	bool found = true;     /* the last look found an item */
+	bool spinning = false; /* the last nap was none: the next looks go at once */
+#if TDM__DSCHED_STAMPING
+	uint64_t prev_ns = 0, prev_ret_ns = 0, ret_ns = 0, look_ns = 0;
+#endif
 	for (unsigned looks = 1;; looks++) {
-		const uint64_t look_ns = TDM__DSCHED_STAMPING ? tdm__dsched_clock() : 0;
-		(void)look_ns;
+#if TDM__DSCHED_STAMPING
+		prev_ns = look_ns;
+		prev_ret_ns = ret_ns;
+		look_ns = tdm__dsched_clock();
+#endif
 		/*
 		 * One look, one load instruction: a warp's loads of host memory in separate
 		 * instructions take a round trip over the bus each, one after the other, while one
@@ -228,12 +258,15 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 		 * tag is this item's carries this item's payload, whatever order the submitter's
 		 * stores reach the device in (they are release stores: gpu/dsched.c, put_item).
 		 */
-		const bool ctl = n > 0 && (n < TDM__DSCHED_WINDOW || !found || (looks & 15u) == 0);
+		const unsigned nh =
+		    min(n, (unsigned)TDM__DSCHED_LOOK_ITEMS); /* claims to look at */
+		const bool ctl = n > 0 && (nh < TDM__DSCHED_WINDOW || !found || (looks & 15u) == 0);
 		const unsigned nl =
-		    ctl && n == TDM__DSCHED_WINDOW ? n - 1u : n; /* items looked at */
+		    ctl && nh == TDM__DSCHED_WINDOW ? nh - 1u : nh; /* items looked at */
+		const unsigned c = 8u * nl; /* the control group's first lane */
 		const volatile uint64_t *at = nullptr;
 		if (group < nl)
-			at = q.items + (claim[group] & q.mask) * TDM__DSCHED_WORDS + 2u * part;
+			at = q.items + (mine_g & q.mask) * TDM__DSCHED_WORDS + 2u * part;
 		else if (ctl && group == nl && part < 3u)
 			at = part == 0 ? stop_word
 			               : q.dev + 2u * (part - 1u); /* dev[0..1], dev[2..3] */
@@ -243,72 +276,94 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 		             : "+l"(lo), "+l"(hi)
 		             : "l"(at)
 		             : "memory");
-		/* While the look is on the bus: the runners done. */
-		if (lane == 0)
-			tdm__dsched_reap(b, &busy, &parity);
-		unsigned idle = __shfl_sync(0xffffffffu, all & ~busy, 0);
+#if TDM__DSCHED_STAMPING
+		ret_ns = tdm__dsched_clock_after(__shfl_sync(0xffffffffu, lo, 0));
+#endif
+		/* One vote says what the look saw: the lanes reading an item's first word, whether
+		 * it carries the item's tag; the stop word's lane, in a control look, whether to
+		 * leave (cancelled, or the lowest claim at or past the last item: drain). */
+		const bool first =
+		    part == 0 && group < nl && (uint32_t)(lo >> 32) == (uint32_t)(mine_g + 1u);
+		const bool halt =
+		    ctl && lane == c &&
+		    ((lo & TDM__DSCHED_CANCEL) != 0 || first_claim >= (lo & ~TDM__DSCHED_CANCEL));
+		const unsigned vote = __ballot_sync(0xffffffffu, first || halt);
+		/* The short way, while spinning with every claim held: nothing there, so the
+		 * claims, the runners and the nap stay as they are: look again. Every 16th look
+		 * goes the long way, which reads the front again and decides the nap. */
+		if (vote == 0 && spinning && n == TDM__DSCHED_WINDOW && (looks & 15u) != 0) {
+			found = false;
+			continue;
+		}
+		if (ctl && ((vote >> c) & 1u) != 0)
+			break; /* destroy */
+		/* The items that are there whole, lowest first: every word an item's size needs
+		 * (word 0 has the size) carries its tag. Each group's lanes check their item's
+		 * words; a second vote says which groups are whole. */
 		unsigned taken = 0;
-		if (n > 0) {
-			if (ctl) {
-				const unsigned c = 8u * nl;
-				stop = __shfl_sync(0xffffffffu, lo, c);
-				front = __shfl_sync(0xffffffffu, hi, c + 1u);
-				moved = __shfl_sync(0xffffffffu, lo, c + 2u);
+		if (vote != 0) {
+			const uint64_t w0 = __shfl_sync(0xffffffffu, lo, 8u * group);
+			const uint32_t tag = (uint32_t)(mine_g + 1u);
+			/* The size as submitted is at most TDM_DSCHED_ARGS_MAX; bounded here too,
+			 * so that a stray write cannot overrun a box. */
+			const unsigned size = min((unsigned)(w0 >> 16) & 0xffu,
+			                          (unsigned)TDM_DSCHED_ARGS_MAX),
+			               nw = (size + 3u) / 4u;
+			const bool ok =
+			    group < nl && (uint32_t)(w0 >> 32) == tag &&
+			    (2u * part < 1u || 2u * part > nw || (uint32_t)(lo >> 32) == tag) &&
+			    (2u * part + 1u > nw || (uint32_t)(hi >> 32) == tag);
+			const unsigned whole = __ballot_sync(0xffffffffu, ok);
+			while (taken < nl && ((whole >> (8u * taken)) & 0xffu) == 0xffu)
+				taken++;
+		}
+		if (taken > 0) {
+			/* The lanes' acquire loads of the items' words pair with the submitter's
+			 * release stores of them: what it wrote before the submit (the buffers the
+			 * handler reads) is seen by each lane that read a word, then, through the
+			 * warp's barrier, by lane 0, whose arrive on the box's `full` (a release at
+			 * block scope) the runner's wait acquires. An acquire load is the load and
+			 * an invalidation of the SM's L1 (LDG.STRONG.SYS, CCTL.IVALL): no fence,
+			 * which at system scope would wait for a round trip over the bus
+			 * (docs/design/dsched.md). */
+			__syncwarp();
+#if TDM__DSCHED_STAMPING
+			if (lane == 0) {
+				TDM__DSCHED_STAMP(mine_g, 4, tdm__dsched_clock());
+				TDM__DSCHED_STAMP(mine_g, 5, prev_ns);
+				TDM__DSCHED_STAMP(mine_g, 6, prev_ret_ns);
+				TDM__DSCHED_STAMP(mine_g, 7, ret_ns);
 			}
-			if ((stop & TDM__DSCHED_CANCEL) != 0 ||
-			    claim[0] >= (stop & ~TDM__DSCHED_CANCEL))
-				break; /* destroy: cancelled, or past the last item (drain) */
-			/* The items that are there, lowest first. */
-			for (; taken < nl; taken++) {
-				const unsigned g = taken, base = 8u * g;
-				const uint32_t tag = (uint32_t)(claim[g] + 1u);
-				const uint64_t w0 = __shfl_sync(0xffffffffu, lo, base);
-				if ((uint32_t)(w0 >> 32) != tag)
-					break;
-				/* The size as submitted is at most TDM_DSCHED_ARGS_MAX; bounded
-				 * here too, so that a stray write cannot overrun a box. */
-				const unsigned size = min((unsigned)(w0 >> 16) & 0xffu,
-				                          (unsigned)TDM_DSCHED_ARGS_MAX),
-				               nw = (size + 3u) / 4u;
-				/* Words 2 part and 2 part + 1 of item g: each needed one carries
-				 * the tag. */
-				const bool ok =
-				    group != g ||
-				    ((2u * part < 1u || 2u * part > nw ||
-				      (uint32_t)(lo >> 32) == tag) &&
-				     (2u * part + 1u > nw || (uint32_t)(hi >> 32) == tag));
-				if (!__all_sync(0xffffffffu, ok))
-					break; /* part of it is still on its way: look again */
-				if (taken == 0) {
-					/* The lanes' acquire loads of the items' words pair with
-					 * the submitter's release stores of them: what it wrote
-					 * before the submit (the buffers the handler reads) is seen
-					 * by each lane that read a word, then, through the warp's
-					 * barrier (once a look), by lane 0, and by the runner after
-					 * the box's mbarrier. An acquire load is the load and an
-					 * invalidation of the SM's L1 (LDG.STRONG.SYS, CCTL.IVALL):
-					 * no fence, which at system scope would wait for a round
-					 * trip over the bus (docs/design/dsched.md). */
-					TDM__DSCHED_STAMP(claim[g], 4, tdm__dsched_clock());
-					__syncwarp();
-				}
-				const unsigned r = __ffs(idle) - 1u;
+#endif
+			/* A free runner for each (there are as many as claims: claims are taken for
+			 * free runners only), and its box, written by lane 0 (the one thread that
+			 * also tests the runner's `empty`): word 0 (handler and size) into the
+			 * box's last word, words 1..15 (the arguments) into its words 0..14, each
+			 * word's low half, gathered from the item's 8 lanes. */
+			for (unsigned g = 0; g < taken; g++) {
+				const unsigned r = __ffs(idle) - 1u, base = 8u * g;
 				idle &= ~(1u << r);
+				const unsigned long long cl =
+				    __shfl_sync(0xffffffffu, mine_g, base);
 				uint32_t words[TDM__DSCHED_WORDS];
 				for (unsigned k = 0; k < 8u; k++) {
 					words[2u * k] =
-					    (uint32_t)__shfl_sync(0xffffffffu, lo, base + k);
+					    __shfl_sync(0xffffffffu, (uint32_t)lo, base + k);
 					words[2u * k + 1u] =
-					    (uint32_t)__shfl_sync(0xffffffffu, hi, base + k);
+					    __shfl_sync(0xffffffffu, (uint32_t)hi, base + k);
 				}
 				if (lane == 0) {
-					for (unsigned k = 1; k <= nw; k++)
+					for (unsigned k = 1; k < TDM__DSCHED_WORDS; k++)
 						b->args[r][k - 1u] = words[k];
-					b->args[r][TDM__DSCHED_WORDS - 1] = words[0];
-					b->seq[r] = claim[g];
+					b->args[r][TDM__DSCHED_WORDS - 1u] = words[0];
+					b->seq[r] = cl;
 					busy |= 1u << r;
-					TDM__DSCHED_STAMP(claim[g], 0, look_ns);
-					TDM__DSCHED_STAMP(claim[g], 1, tdm__dsched_clock());
+#if TDM__DSCHED_STAMPING
+					if (g == 0) {
+						TDM__DSCHED_STAMP(cl, 0, look_ns);
+						TDM__DSCHED_STAMP(cl, 1, tdm__dsched_clock());
+					}
+#endif
 					/* Release (block scope): the box, before the runner's wait
 					 * ends. */
 					tdm__dsched_mbar_arrive(&b->full[r]);
@@ -316,9 +371,14 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 			}
 		}
 		found = taken > 0;
-		const unsigned long long last = taken > 0 ? claim[taken - 1u] : 0;
-		for (unsigned k = taken; k < n; k++)
-			claim[k - taken] = claim[k];
+		/* The runners done (lane 0), off the items' way. */
+		if (lane == 0)
+			tdm__dsched_reap(b, &busy, &parity);
+		idle = __shfl_sync(0xffffffffu, all & ~busy, 0);
+		const unsigned long long last =
+		    __shfl_sync(0xffffffffu, mine, taken > 0 ? taken - 1u : 0u);
+		if (taken > 0)
+			mine = __shfl_sync(0xffffffffu, mine, (lane + taken) & 31u);
 		n -= taken;
 		/* Claims for as many free runners as the window holds (device scope: only the
 		 * fetchers claim), taken once the items found were handed out: the atomic's answer
@@ -327,14 +387,18 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 		want = want < TDM__DSCHED_WINDOW ? want : TDM__DSCHED_WINDOW;
 		want = want > n ? want - n : 0;
 		if (want > 0) {
-			unsigned long long first = 0;
+			unsigned long long first_new = 0;
 			if (lane == 0)
-				first = atomicAdd((unsigned long long *)q.dev,
-				                  (unsigned long long)want);
-			first = __shfl_sync(0xffffffffu, first, 0);
-			for (unsigned k = 0; k < want; k++)
-				claim[n + k] = first + k;
+				first_new = atomicAdd((unsigned long long *)q.dev,
+				                      (unsigned long long)want);
+			first_new = __shfl_sync(0xffffffffu, first_new, 0);
+			if (lane >= n && lane < n + want)
+				mine = first_new + (lane - n);
 			n += want;
+		}
+		if (taken > 0 || want > 0) {
+			mine_g = __shfl_sync(0xffffffffu, mine, group);
+			first_claim = __shfl_sync(0xffffffffu, mine, 0);
 		}
 		if (taken > 0) {
 			/* The front: the highest item taken, a hint for the naps below (relaxed,
@@ -352,15 +416,17 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 		}
 		if (!ctl)
 			continue; /* nothing there: look again, with the control words */
+		front = __shfl_sync(0xffffffffu, hi, c + 1u);
+		moved = __shfl_sync(0xffffffffu, lo, c + 2u);
 		/* Nothing there. While items came within the last TDM__DSCHED_SPIN_NS, a fetcher
 		 * whose lowest claim is among the next ones (up to a window past the front) looks
 		 * again at once, so that the next item's fetcher is looking already when the one
 		 * before is taken; otherwise every microsecond. One holding a later item naps
 		 * longer the farther it is from the front, so that an idle scheduler does not
 		 * keep the bus busy. */
+		unsigned nap = 0;
 		if (lane == 0) {
-			const uint64_t ahead = claim[0] > front ? claim[0] - front : 0;
-			unsigned nap;
+			const uint64_t ahead = first_claim > front ? first_claim - front : 0;
 			if (ahead <= TDM__DSCHED_WINDOW + 1u)
 				nap =
 				    tdm__dsched_clock() - moved < TDM__DSCHED_SPIN_NS ? 0u : 1000u;
@@ -371,7 +437,7 @@ tdm__dsched_fetch(const struct tdm__dsched_queue q, struct tdm__dsched_boxes *b,
 			if (nap != 0)
 				__nanosleep(nap);
 		}
-		__syncwarp();
+		spinning = __shfl_sync(0xffffffffu, nap, 0) == 0;
 	}
 	/* Every runner done with its item, then told to leave. */
 	if (lane == 0) {

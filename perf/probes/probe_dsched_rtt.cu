@@ -12,7 +12,9 @@
  * the rtt line is followed by the medians, over the last round trips, of: the look that found
  * the item (issued to seen), the hand-over (seen to the runner awake), the runner (awake to its
  * completion word stored), and the rest of the round trip (the bus both ways, and the wait for a
- * look after the host's store).
+ * look after the host's store); then of the fetcher's looks: the one that found the item (its
+ * load, issued to returned), the one before it, the time between the two (the loop), and from
+ * the issue of one to the next. -DTDM__DSCHED_LOOK_ITEMS=1 makes each look read one claim's item.
  *
  *   nvcc -O2 -arch=sm_90 -I include -o /tmp/pdr perf/probes/probe_dsched_rtt.cu
  *   /tmp/pdr [RTT_REPS [sys|dev [CAPACITY]]]
@@ -33,7 +35,7 @@
 #define CAP 4096u
 
 #ifdef STAGES
-__device__ unsigned long long probe_stamps[CAP][5];
+__device__ unsigned long long probe_stamps[CAP][8];
 #define TDM__DSCHED_STAMP(s, k, t) (probe_stamps[(s) & (CAP - 1u)][k] = (t))
 #endif
 
@@ -175,9 +177,9 @@ int main(int argc, char **argv)
 		}
 #ifdef STAGES
 		/* The stages of the last round trips (each slot holds the last item there). */
-		std::vector<uint64_t> st[5];
+		std::vector<uint64_t> st[9];
 		{
-			static unsigned long long h[CAP][5];
+			static unsigned long long h[CAP][8];
 			CK(cudaMemcpyFromSymbolAsync(h, probe_stamps, sizeof(h), 0,
 			                             cudaMemcpyDeviceToHost, ws));
 			CK(cudaStreamSynchronize(ws));
@@ -192,6 +194,14 @@ int main(int argc, char **argv)
 				st[1].push_back(t[2] - t[1]);
 				st[2].push_back(t[3] - t[2]);
 				st[3].push_back(rtt > dev ? rtt - dev : 0);
+				/* the look that found it, to its return; the look before it; the
+				 * loop between them; one look to the next */
+				st[5].push_back(t[7] - t[0]);
+				if (t[5] != 0 && t[6] >= t[5] && t[0] >= t[6]) {
+					st[6].push_back(t[6] - t[5]);
+					st[7].push_back(t[0] - t[6]);
+					st[8].push_back(t[0] - t[5]);
+				}
 			}
 			for (auto &x : st)
 				std::sort(x.begin(), x.end());
@@ -228,6 +238,13 @@ int main(int argc, char **argv)
 		       st[0][st[0].size() / 2] / 1e3, st[4][st[4].size() / 2] / 1e3,
 		       st[1][st[1].size() / 2] / 1e3, st[2][st[2].size() / 2] / 1e3,
 		       st[3][st[3].size() / 2] / 1e3);
+		if (!st[6].empty())
+			printf(
+			    "  looks p50 (us): the finding one %.2f, the one before %.2f (of %zu), "
+			    "between them %.2f, issue to issue %.2f\n",
+			    st[5][st[5].size() / 2] / 1e3, st[6][st[6].size() / 2] / 1e3,
+			    st[6].size(), st[7][st[7].size() / 2] / 1e3,
+			    st[8][st[8].size() / 2] / 1e3);
 #endif
 		fflush(stdout);
 	}
