@@ -55,7 +55,9 @@
 #ifndef TDM__DSCHED_WINDOW /* (a probe may set it: perf/probes/probe_dsched_rtt.cu) */
 #define TDM__DSCHED_WINDOW 4
 #endif
-static_assert(TDM__DSCHED_WINDOW >= 1 && TDM__DSCHED_WINDOW <= 4, "8 lanes an item, 32 lanes");
+/* At least 2: with every group holding a claim, a control look reads the words in place of the
+ * last claim's item, so a window of one would never look at its item again. */
+static_assert(TDM__DSCHED_WINDOW >= 2 && TDM__DSCHED_WINDOW <= 4, "8 lanes an item, 32 lanes");
 /* Of the claims held, how many a look reads at most (a probe may set it lower). */
 #ifndef TDM__DSCHED_LOOK_ITEMS
 #define TDM__DSCHED_LOOK_ITEMS TDM__DSCHED_WINDOW
@@ -89,11 +91,15 @@ static __device__ __forceinline__ uint64_t tdm__dsched_clock(void)
 	return t;
 }
 
-/* The time once `after` is there (a probe's stamps: when a load returned). */
+/* The time once `after` is there (a probe's stamps: when a load returned): the timer is read
+ * under a predicate computed from `after`, so that it cannot be read before `after` arrives. */
 static __device__ __forceinline__ uint64_t tdm__dsched_clock_after(uint64_t after)
 {
 	uint64_t t;
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "l"(after));
+	asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.u64 p, %1, 1;\n\t"
+	             "@p mov.u64 %0, %%globaltimer;\n\t@!p mov.u64 %0, %%globaltimer;\n\t}"
+	             : "=l"(t)
+	             : "l"(after));
 	return t;
 }
 
