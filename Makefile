@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Thin wrapper over CMake (CMakeLists.txt, CMakePresets.json). Override any variable below:
 #   make build BUILD_TYPE=Debug BUILD_DIR=build-debug CMAKE_FLAGS=-DTANDEM_CUDA=OFF
 # CMAKE_PREFIX_PATH from the environment reaches cmake unchanged.
@@ -20,7 +21,7 @@ stage = @printf '\n==== %s ====\n' "$(1)"
 
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps build demo bench test clean format \
+.PHONY: all deps build demo bench test clean format license-check \
 	format-check cppcheck test-release test-nocuda test-tsan test-asan valgrind
 .NOTPARALLEL:
 
@@ -43,7 +44,11 @@ bench: build
 
 # Every stage CI runs, in order; the first failure stops the rest.
 test: deps
-	@$(MAKE) format-check cppcheck test-release test-nocuda test-tsan test-asan valgrind
+	@$(MAKE) license-check format-check cppcheck test-release test-nocuda test-tsan test-asan valgrind
+
+license-check:
+	$(call stage,license lines (SPDX))
+	@bash scripts/check-spdx.sh
 
 format-check:
 	$(call stage,format check (clang-format))

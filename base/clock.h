@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The one clock: CLOCK_MONOTONIC in nanoseconds (tdm_now_ns, deadlines, the poller's timing and
  * the simulator's kernels all read it), and a sleep on it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * What every layer assumes of the CPU: the cache line that shared data is laid out by, and the
  * hint a spin-wait gives the core.

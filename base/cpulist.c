@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* CPU lists (cpulist.h). */
 #include <errno.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * CPU lists as the kernel writes them ("0-3,8,10-11"): each number starts with a digit, ranges
  * ascend, no blanks, nothing empty; one trailing newline (a list read from sysfs) is allowed.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The event counts' mode (ec.h): ck_ec's operations over futexes. */
 #include <limits.h>
 #include <stdint.h>

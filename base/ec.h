@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The mode every ConcurrencyKit event count of tandem's uses (a parked worker's, the GPU
  * poller's): futex waits and wakes on the monotonic clock, any number of producers.

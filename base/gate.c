@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The gate (gate.h): stripes taken in turn, and the drain. */
 #include <sched.h>
 

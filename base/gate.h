@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * A gate for calls that may race the destroy of what they use. A call enters, counted on its
  * thread's stripe (each stripe on its own line, so that concurrent callers do not share one),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The observers behind base/observe.h: NVTX v3 (header-only, from the CUDA toolkit), in a domain
  * "tandem", for Nsight Systems or any NVTX tool, and tandem's own trace (base/trace.c), which

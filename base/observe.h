@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * What a run shows to observers: NVTX ranges and names for a profiler (Nsight Systems), and
  * tandem's own trace (base/trace.c, tdm_trace_start). Every hook is behind tdm__observing(), one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * An intrusive multi-producer stack whose consumer takes everything at once (the executor's
  * injection queue and inboxes, the GPU poller's intake). ck_stack offers the same (push_upmc,

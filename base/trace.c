@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem's own trace: tdm_trace_start / tdm_trace_stop and TANDEM_TRACE=path, written as Chrome
  * trace-event JSON that Perfetto (ui.perfetto.dev) and chrome://tracing open

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Linked into the Criterion test programs of ThreadSanitizer builds only (TANDEM_SANITIZE=thread).
  *

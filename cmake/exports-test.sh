@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The shared library's exports against the public headers and the export map: every function the
 # headers declare is exported, in the map's version node, and nothing else is (no tdm__ internal,
 # no test hook).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The ctest test install_consumer: installs the build tree into a scratch prefix, then builds
 # tests/install/consumer.c against that prefix the ways a user would, and runs each program:
 #   1. find_package(tandem): tandem::tandem and tandem::tandem_static, and tandem::mpi where

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem's first example: fork-join on the CPU executor.
  *

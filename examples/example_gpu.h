@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The prologue the GPU examples share: an executor and a GPU layer on the real GPU, or on
  * tandem's GPU simulator (saying so) where there is none.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * One async task that copies a buffer to the GPU, scales it there and copies it back, awaiting
  * each step without holding its worker. Runs on the real GPU where there is one and on the

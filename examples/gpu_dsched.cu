@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Tiny GPU steps without a launch each: a device scheduler (tandem_dsched.h) runs two handlers
  * defined in this file, and tasks submit steps to it one at a time, each step decided by the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * A step of three GPU operations (copy in, scale, copy out) run every iteration by one async task
  * through tandem's graph cache: the first two iterations run the step directly, the third captures

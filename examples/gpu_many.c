@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Ten thousand concurrent tasks, each with its own chain of GPU work: a kernel, an await, a
  * second kernel on the first one's output, an await. All are in flight at once on a handful of

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Use every MIG instance of a machine from tandem: one process per instance.
 #
 # Why: a CUDA process enumerates at most one MIG instance (CUDA 12 and 13), so one tandem process

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # One process per GPU or MIG instance under mpirun: each rank takes the device of its local rank.
 #
 #   mpirun -np N --bind-to none examples/mpi_bind.sh PROGRAM [ARGS...]

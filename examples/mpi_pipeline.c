@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The pipeline of examples/pipeline.c across processes, one per GPU (or MIG instance): rank 0
  * prepares batches of floats and sends them out, the other ranks double them on their GPU and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * A GPU pipeline: batches of floats go to the GPU, are doubled there and come back. While the
  * GPU computes batch N, the CPU prepares batch N+1 and batch N-1 is copied back:

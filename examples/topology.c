@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Prints what tandem found out about this machine's GPUs and what it decided for each: devices,
  * MIG state, PCI bus, NUMA node and nearest CPUs, the stream bound, the launch limit, the memory

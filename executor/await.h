@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The executor's seam for awaitables: all that a layer which suspends tasks and wakes them later
  * (gpu/, and every later layer) may know of the executor. Such a layer includes this header and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The Chase-Lev work-stealing deque, in the C11 formulation proved correct on weak memory models
  * by Lê, Pop, Cohen and Zappa Nardelli ("Correct and Efficient Work-Stealing for Weak Memory

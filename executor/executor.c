@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The executor's public life cycle: configuration, creation, submission, statistics, and
  * destruction (drain or cancel, then join and free everything).

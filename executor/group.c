@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Task groups (fork-join).
  *

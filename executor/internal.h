@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The executor's internal header: the layout of executors, workers and tasks. Nothing here is
  * API, and nothing outside executor/ includes it but the executor's own tests: awaitables go

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Parking and waking workers, and deciding when a shutting-down executor may stop.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Resumable tasks (async/await in C) and the awaitables that need nothing but the executor: host
  * notifications. Task groups are awaited in group.c; other layers await through await.h.

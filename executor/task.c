@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Task memory. Tasks are one cache line each, carved from aligned slabs (internal.h). Each worker
  * keeps a private free list (no atomics on the hot path); a worker whose list grows long (it

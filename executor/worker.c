@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * A worker's life: find a task (own deque, then inbox and injection queue, then other workers),
  * run it, and park when there is none. Also where tasks enter the executor (tdm__enqueue) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The await calls: each numbers what it waits for, suspends the task (executor/await.h) and
  * hands it to the poller, or to its own worker for a word the worker may watch itself.

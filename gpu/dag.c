@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * DAGs of GPU steps (tandem_graph.h, "DAGs"): a host-side list of nodes (kernels through a
  * callback, copies, memsets) with their dependencies, lowered onto streams for the first runs,

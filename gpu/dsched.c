@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The device scheduler (tandem_dsched.h): a persistent kernel started once per scheduler, fed
  * through a queue in pinned host memory. This file owns the host side of the protocol: the

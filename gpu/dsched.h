@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The device scheduler's internal header (tandem_dsched.h is the API): a scheduler's state, and
  * what the poller and the testing library reach of it. docs/design/dsched.md has the protocol.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Pooled events: each device keeps the events it made, for stream awaits (event completion)
  * and for users (tdm_event_get, _put, _record).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The GPU layer's internal header: devices, pooled streams and events, and the poller's state.
  * Lock rules: dev->lock guards lazy creation of a device's streams; dev->ev_lock its event pool

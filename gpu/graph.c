@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Graphs: capture on a leased stream, instantiate, update, replay (tandem_graph.h), and
  * tdm_graph_run's cache. Why, and the costs: docs/design/graphs.md.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* The interval set of the metrics (iset.h). */
 #include <stdlib.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * A set of disjoint intervals on one clock, kept sorted, that intervals arriving out of order
  * merge into, with a bound on its size (gpu/iset.c). The metrics keep a device's busy time in

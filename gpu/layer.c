@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The GPU layer's life: its config and environment switches, choosing a backend, the devices
  * (each planned by the topology before it is made), CUDA_DEVICE_MAX_CONNECTIONS, create and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Memory: device and pinned host allocations, stream-ordered allocation, managed memory on
  * request, peer copies, host registration, and what a copy does with pageable host memory (staged

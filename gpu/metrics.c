@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The layer's metrics (tdm_gpu_metrics_*, tandem_gpu.h): per device, the union of its kernel and
  * graph spans, of each copy direction's spans, bytes, and per stream its work and the idle time

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The await calls' and the poller's side of the metrics (gpu/metrics.c; the stamps' side is in
  * stamps.h). An await made while its layer's metrics are on is timed from its call to the moment

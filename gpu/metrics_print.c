@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* tdm_metrics_print (tandem_gpu.h): a tdm_gpu_metrics as a table for a human. */
 #include <errno.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The pinned host memory pool (tdm_pinned_alloc, _free, _stats_get, and tdm__pinned_owns for the
  * copy path).

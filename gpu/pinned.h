@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The pinned pool's private header: its constants, size classes, structures and the radix
  * tree's lookup, shared by pinned.c (the calls, shared lists, caches, statistics, life) and

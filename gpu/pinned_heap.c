@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The pinned pool's heap (pinned.h): chunks pinned from the backend, the runs of pages carved
  * from them, the radix tree's writes, growth within the cap, and the spare dedicated chunks.

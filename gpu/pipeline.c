@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Pipelines (tdm_pipeline_run): slots that carry batches through prepare, copy in, compute, copy
  * out and consume. This file owns a pipeline's whole life: checking the config, the slots'

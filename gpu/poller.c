@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The poller: one thread per tdm_gpu that owns every outstanding await and hands tasks back to
  * the workers when their await is over. Its lists (busy streams, event awaits, the deadline heap)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Device-side stamps (stamps.h; docs/design/observe.md, "GPU spans").
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Device-side stamps (gpu/stamps.c): while a trace records or a layer's metrics are on, every
  * launch made through the launch gate (tdm_launch_begin/end, and tandem's own copies, memsets,

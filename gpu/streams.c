@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Stream sets, placement, leases and the launch gate. Why, with the measurements:
  * docs/design/gpu-streams.md.

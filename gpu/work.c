@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Work helpers: copies, memsets and the built-in kernel on a leased stream, each through the
  * launch gate (TDM__LAUNCH), and what an enqueue's -EIO says about the device. The kernels for

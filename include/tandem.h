@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem: a C11 task runtime for host programs that keep many GPU tasks in flight.
  *
@@ -25,7 +26,7 @@ extern "C" {
 #endif
 
 #define TDM_VERSION_MAJOR 0
-#define TDM_VERSION_MINOR 5
+#define TDM_VERSION_MINOR 6
 #define TDM_VERSION_PATCH 0
 
 /* Largest number of workers one executor may have. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem's device scheduler, the device side: include in the .cu file that defines the handlers
  * (nvcc, sm_80 or later). The scheduler kernel is compiled here, in the program's own module,

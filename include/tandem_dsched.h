@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem's device scheduler: tiny GPU steps without a kernel launch each.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem's GPU layer: await GPU work without blocking a worker.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem's GPU graphs: work captured once from a stream and replayed as one unit (a CUDA Graph),
  * awaited like any other stream work. Why, and what each call costs: docs/design/graphs.md.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem_mpi: a tandem task awaits an MPI request without blocking a worker.
  *

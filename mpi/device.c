@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Device buffers over MPI (tdm_mpi_send_device, tdm_mpi_recv_device): each transfer is a
  * resumable task of its own, spawned into the transfer's group and awaited as that group, so

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * What the sources of tandem_mpi share beyond include/tandem_mpi.h. Hidden (the library's
  * visibility preset), never installed.

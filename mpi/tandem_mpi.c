@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem_mpi: MPI requests as awaitables (include/tandem_mpi.h), on tandem's public API only.
  *

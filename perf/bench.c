@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/bench.c: tandem-bench, the driver (options, timing, table and JSON output) and the tandem
  * implementations of the CPU benchmarks; the GPU benchmarks live in bench_gpu.c and get their

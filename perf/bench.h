@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/bench.h: what the driver (bench.c) shares with the baseline files (bench_tbb.cpp,
  * bench_omp.c): one table of entry points per implementation, so that the driver times every

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/bench_gpu.c: the GPU benchmarks of tandem-bench, gpu-latency and gpu-throughput: tandem's
  * GPU layer on the cuda or sim backend and, in CUDA builds on cuda, the plain-CUDA baselines of

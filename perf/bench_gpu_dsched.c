@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem-bench gpu-dsched: tiny GPU steps through the device scheduler (tandem_dsched.h) beside
  * tandem's launch path, graph replay and a hand-written persistent kernel (dsched_cuda.cu), in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem-bench gpu-graph: what tandem's GPU graphs (tandem_graph.h) cost and gain beside launching
  * kernel by kernel, and beside the same graphs driven by hand in plain CUDA (raw_graph.cu), in one

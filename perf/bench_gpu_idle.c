@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem-bench gpu-idle: the CPU an executor with a GPU layer (workers and poller) burns while
  * nothing is outstanding, after a burst of GPU awaits, as % of one core over a 2 s window.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The set-up shared by the GPU subcommands: bench_gpu_create for all of them, and for the small
  * ones (gpu-idle, topology) their option parsing too: `--backend cuda|sim` and `--json`, then an

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem-bench gpu-scaling: whether tandem turns more GPUs into more throughput for compute-bound
  * tasks. A fixed number of tasks, each a kernel that fills its device for kernel_us

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/bench_mpi.c: tandem_mpi's benchmarks (built when tandem_mpi is; run under mpirun).
  *

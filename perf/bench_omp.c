@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/bench_omp.c: the OpenMP task baselines. Without TANDEM_HAVE_OMP it only says "not built in".
  *

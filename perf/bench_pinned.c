@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/bench_pinned.c: `tandem-bench pinned`, the cost of one allocation and free of pinned host
  * memory: tandem's pool, warm, from a worker (inside a task) and from a thread that is not a

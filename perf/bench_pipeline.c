@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/bench_pipeline.c: `tandem-bench pipeline`, tdm_pipeline_run on a copy-bound and a
  * compute-bound load, and beside it in the same run: the same work done synchronously, a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/bench_tbb.cpp: the oneTBB baselines. Without TANDEM_HAVE_TBB it only says "not built in".
  */

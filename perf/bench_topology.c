@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem-bench topology: what tandem found on this machine and decided for each device, one
  * JSON object per device with --json (examples/topology prints the same for people).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The ctest test bench_usage: `tandem-bench --help` lists every subcommand (those named here
 # among them), each with a line of its own and on a synopsis line, and tandem-bench accepts
 # every name it lists; and the subcommands that read their options with bench_next_opt refuse

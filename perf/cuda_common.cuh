@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * What the plain-CUDA baselines (raw_cuda.cu, raw_graph.cu, pipeline_cuda.cu) share: their clock,
  * the mapping of CUDA errors to negative errno values, the message kept for the caller,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/dsched_cuda.cu: the CUDA side of `tandem-bench gpu-dsched` (dsched_cuda.h says what each
  * entry point measures): the benchmark's handler table, the hand-written persistent-kernel floors

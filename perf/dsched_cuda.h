@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/dsched_cuda.h: the CUDA side of `tandem-bench gpu-dsched` (dsched_cuda.cu, compiled by
  * nvcc only in CUDA builds, TANDEM_HAVE_CUDA), as C entry points for bench_gpu_dsched.c:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/pipeline_cuda.cu: the plain-CUDA side of `tandem-bench pipeline` (pipeline_cuda.h): the
  * device-filling kernel of the compute-bound load, which tandem's side launches on its own streams

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/pipeline_cuda.h: the plain-CUDA side of `tandem-bench pipeline` (pipeline_cuda.cu, compiled
  * by nvcc only in CUDA builds, TANDEM_HAVE_CUDA), as C entry points for bench_pipeline.c: the

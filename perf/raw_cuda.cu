@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/raw_cuda.cu: the plain-CUDA baselines of gpu-latency and gpu-throughput (raw_cuda.h), the
  * floors tandem's GPU layer is compared with. Its kernels are its own, shaped like those of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/raw_cuda.h: the plain-CUDA baselines of the GPU benchmarks (raw_cuda.cu, compiled by nvcc
  * only in CUDA builds, TANDEM_HAVE_CUDA), as C entry points for bench_gpu.c. Nothing here names a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/raw_graph.cu: the plain-CUDA baselines of gpu-graph (raw_graph.h): chains of spin kernels
  * launched one by one or replayed as CUDA graphs, on one stream and on many, and a fan-out/fan-in

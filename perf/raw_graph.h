@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/raw_graph.h: the plain-CUDA baselines of `tandem-bench gpu-graph` (raw_graph.cu, compiled
  * by nvcc only in CUDA builds, TANDEM_HAVE_CUDA), as C entry points for bench_gpu_graph.c.

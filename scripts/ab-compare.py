@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Side-by-side figures of two trees from scripts/gpu-ab.sh's JSON lines.
 
 usage: ab-compare.py DIR   (DIR holds NAME-before.jsonl and NAME-after.jsonl)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs what building and testing tandem needs, and only what is missing. Headers are looked
 # for in /usr/include, /usr/local/include and each $CMAKE_PREFIX_PATH entry's include/, so a
 # staged prefix (.devdeps/root/usr) counts. Installs through apt-get as root; otherwise, or where

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The tree against an earlier one on the GPU machine, side by side in one call: both built with
 # CUDA, this tree's tests (cuda suites under compute-sanitizer memcheck too) and examples, then
 # the GPU and CPU benchmarks of the two trees in turn, PASSES times (default 2).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Bisect a benchmark cell over several trees in one call on the GPU machine: each tree under
 # .trees/NAME (git archive of a commit, made here) builds tandem-bench with CUDA, then the cell
 # runs PASSES times, the trees in a rotated order each pass so no tree always runs first.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # One call on the GPU machine: this tree built with CUDA, its tests (the cuda suites of the
 # graph, DAG, edge, await and memory-error tests under compute-sanitizer memcheck too), its
 # examples, `tandem-bench gpu-graph`, and gpu-throughput side by side with an earlier tree in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # shellcheck shell=bash
 # The head of the scripts that make one call on the GPU machine (gpu-check.sh, gpu-trace.sh),
 # sourced by them: $OUT and its summary, log (a stamped heading, also to the summary), the logs

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # One call on the GPU machine for issue 21, the device scheduler (tandem_dsched.h): this tree
 # built with CUDA; test_dsched (its cuda suite), then that suite under compute-sanitizer memcheck
 # and racecheck (the trapping-handler test left out: its trap is the point), with fewer items;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # One call on the GPU machine: build with CUDA, then run what the mode asks for; logs go to $OUT.
 # $OUT ends with summary.txt and logs.tgz (everything else), as the device tool returns 8 files.
 # Prepare here first: ../shared/device/prepare-deps.sh; then run with carry [".devdeps"]:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # One call on the GPU machine for issue 20 (tandem_mpi), and the off-path A/B of the final tree:
 # this tree built with CUDA and tandem_mpi against the Open MPI staged in .devdeps
 # (scripts/stage-mpi.sh, scripts/mpi-env.sh), its MPI tests, the MPI pipeline example across 2 and

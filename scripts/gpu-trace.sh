@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # One call on the GPU machine for issue 19's GPU half: this tree built with CUDA, its tests
 # (the trace's GPU spans printed), the examples traced and checked, gpu-throughput with 1 us
 # kernels untraced against traced, and the cost of the hooks when off: fib and gpu-throughput

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # shellcheck shell=bash disable=SC2317
 # Source this (bash), in the project root, to use the Open MPI that scripts/stage-mpi.sh staged in
 # .devdeps/root (Debian 12's 4.1.4) instead of any installed one: mpicc/mpirun on PATH, the copy

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /* Smoke test of an MPI installation (scripts/mpi-env.sh): rank 0 sends an int to rank 1, which
  * sends it back incremented; prints "mpi ok" on success. mpicc -o mpi-hello scripts/mpi-hello.c
  * && mpirun -np 2 ./mpi-hello */

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Stage Debian 12's Open MPI 4.1.4 into .devdeps/root, next to what prepare-deps.sh staged, so that
 # a machine with no package registry (the GPU machine: Ubuntu 24.04) can build MPI programs
 # (mpicc, CMake's find_package(MPI COMPONENTS C)) and run them with mpirun -np N on one host,

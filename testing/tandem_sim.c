@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The test and benchmark hooks (tandem_sim.h): the backend's test operations behind the same
  * launch gate as the library's own work, and the GPU layer's diagnostic switches. Part of the

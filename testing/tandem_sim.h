@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem's test and benchmark hooks: kernels that only spin, keep a device busy or trap, faults
  * injected into the simulator, and the GPU layer's diagnostic switches. Built into the static

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Helpers shared by the tandem tests: stress sizes that shrink under the sanitizers (and under
  * valgrind), executor set-up and tear-down that assert success, sleeping, and summed worker

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Smoke test of the cuda backend (gpu/backend/cuda.c + gpu/backend/kernels.cu) on a real GPU: every
  * op of tdm__backend_cuda once, through the ops table alone (no executor, no poller), the memory

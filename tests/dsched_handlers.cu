@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The device scheduler's test handlers as a program writes them (tandem_dsched.cuh): each both a
  * device function and its host twin, in one table (tests/dsched_steps.h has what each does).

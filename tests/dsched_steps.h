@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The device scheduler's test handlers, by index, and their arguments: implemented twice, as
  * host functions for the simulator (tests/test_dsched.c) and as a TDM_DSCHED_TABLE of a .cu file

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Notifications and groups made on fresh (uninitialised) memory, used, and reused: plain C, not
  * Criterion, so that `make valgrind` runs it under valgrind as it runs the demo. Initialising

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * What the GPU layer's tests share: an executor and a GPU layer opened and closed together, a
  * resumable task run to its end from the test's thread, and the tasks more than one file drives

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem_mpi under mpirun (ctest runs it with 2 and with 4 ranks, oversubscribed): tasks await
  * MPI requests without blocking their workers. Every rank runs the same steps, in order:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Checks for the MPI test programs (tests/mpi_*.c). They are plain programs, one process per
  * rank under mpirun, not Criterion suites: Criterion runs each test in a forked process, which MPI

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * An MPI that the program initialised itself below MPI_THREAD_SERIALIZED: tdm_mpi_init reports
  * the level and refuses it, tdm_mpi_create too (ctest runs it under mpirun with one rank).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The test suite's own NVTX tool: what Nsight Systems is to a profiled program, minus the
  * profile. NVTX loads it from NVTX_INJECTION64_PATH at the program's first NVTX call and calls

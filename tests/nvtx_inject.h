@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * What tests/nvtx_inject.c, the test suite's own NVTX tool, saw: counts of the NVTX calls it
  * implements, and the strings they carried. test_nvtx loads it as a profiler is loaded

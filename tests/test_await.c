@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The GPU await path, specified on every backend: tdm_await_stream, tdm_await_event and
  * tdm_await_deadline resume their task after the work, in order, with thousands outstanding and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * How awaits complete: which mechanism each stream await uses (completion words, events, or
  * adaptive between the two as the stream's awaits turn quick or stall), the poller's look steps

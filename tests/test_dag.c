@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * DAGs of GPU steps (tandem_graph.h, "DAGs"), and tdm_memset_async under them: a diamond of
  * copies, kernels and a memset whose result is right only if its order is kept, run lowered,

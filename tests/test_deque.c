@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Specification of the Chase-Lev work-stealing deque (executor/deque.h): the owner pushes and
  * takes at the bottom (LIFO), thieves steal from the top (FIFO), the buffer grows without losing

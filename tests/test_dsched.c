@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The device scheduler (tandem_dsched.h), specified on sim everywhere and on cuda where a device
  * exists (left out of builds without CUDA): every item runs exactly once and its await resumes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * base/ec.h: the event counts' waits keep their deadline. Time here is a fake clock that a
  * wait moves to the end of the step it was asked to sleep, so what is checked is which steps

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Device-side edges between streams (tdm_stream_wait_event): work after an edge runs after the
  * work its event captured, across streams and devices, without a host wait; what an edge adds

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Specification of argument checking and of the defaults: each bad argument gets the error the
  * header documents, and a call that fails has no effect, so the executor it was given still runs

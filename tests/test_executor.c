@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Specification of the executor (tandem.h): every submitted or spawned task runs exactly once,
  * from the test's thread, from tasks and from many outside threads at once; workers know their

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Faults reach exactly the tasks they concern: an operation's error resumes its own task with
  * -EIO and the stream goes on; a sticky fault (or a trapping kernel on CUDA) fails the device,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The GPU layer's documented errors: each call refuses NULL, out-of-range and foreign arguments
  * and each bad config field (and environment switch) with its error, and leaves the layer usable;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * GPU graphs through the public API (tandem_graph.h): a capture records work without running it,
  * a launch replays it (awaited from a task as any work), capture ends update a graph in place or

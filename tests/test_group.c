@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Specification of task groups (fork-join): a wait returns only after every task spawned into
  * the group has finished, including tasks spawned by those tasks; it makes their writes visible;

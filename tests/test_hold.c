@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The executor's side of holding an await (tdm__task_hold), with a stand-in awaitable instead of
  * a GPU stream: a worker with nothing else queued holds the await and looks at it while it spins,

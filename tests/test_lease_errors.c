@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Stream leases misused, on the simulator: each lease is its own handle, so a second release of
  * it is -EINVAL and leaves every other holder's lease alone, and work or an await on a handle

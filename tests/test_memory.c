@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Memory through the GPU layer: peer copies between devices; pageable host memory staged through
  * the pinned pool (or refused), in stream order even through one buffer, and the staging given

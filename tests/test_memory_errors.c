@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Memory misuse, on the simulator (two devices), answered as CUDA answers it rather than by a
  * crash: frees of pointers never allocated, freed twice, or named with the wrong device are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The layer's metrics (tdm_gpu_metrics_*, gpu/metrics.c): the documented errors; the await
  * histogram's count, percentiles, mean and max on known round trips; the span accounting on

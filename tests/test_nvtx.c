@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * NVTX reaches a tool: with NVTX_INJECTION64_PATH naming the suite's own tool (nvtx_inject.c,
  * loaded by NVTX as Nsight Systems' is), every task run is one range of the "tandem" domain,

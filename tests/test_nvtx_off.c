@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * NVTX costs nothing without a tool: with NVTX_INJECTION64_PATH unset, tandem makes no NVTX call
  * at all, not even the first one that would look for a tool. The proof needs a tool that would

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The pinned host memory pool, specified on the simulator and, where a device exists, on CUDA
  * (skipped elsewhere, left out of builds without CUDA): reuse without growth, the cap, frees from

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tdm_pipeline_run, specified: order of consume, every batch once, back-pressure, buffer reuse,
  * failures of each stage, shutdown with batches in flight, and bad configs. The behaviours run on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Where leases go: a lease for any device skips a failed device and falls over to one with room,
  * by each placement policy (round robin, least loaded, nearest); a worker's shared leases

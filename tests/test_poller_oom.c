@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The poller when memory runs out: its batch of tasks to wake grows in two arrays (the tasks and
  * their results) that share one capacity. A failed growth of the second wakes the task alone;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Resumable tasks and the awaitables of the executor itself: host notifications and task
  * groups. The GPU awaitables are specified in test_await.c and its neighbours.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Specification of tdm_executor_destroy(): TDM_SHUTDOWN_DRAIN runs every queued task and every
  * task they spawn; TDM_SHUTDOWN_CANCEL reports every task that has not started to on_cancel

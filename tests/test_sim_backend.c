@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Specification of the `sim` backend, driven through its ops table as the poller and the pools
  * drive it: work on a stream runs in order and completion words and events report it; injected

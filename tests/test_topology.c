@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Specification of device topology (gpu/topology/topology.h): recorded machines load through the
  * same struct as live discovery; the decisions on them follow the rules stated at the top of

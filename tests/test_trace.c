@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * tandem's own trace (base/trace.c): tdm_trace_start/stop and TANDEM_TRACE write Chrome
  * trace-event JSON, one event a line, which this file reads back line by line: exactly one span

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """scripts/trace-check on traces made here: a good one (worker and GPU tracks, flows, counters)
 passes; each broken copy of it fails, with the reason it was broken for."""
 import json

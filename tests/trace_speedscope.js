@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: MIT
 // A tandem trace opened in a real viewer: speedscope (its npm release build) in headless
 // Chromium, driven by playwright-core. Serves speedscope and the trace on a free localhost port,
 // opens index.html#profileURL=..., and checks what the page shows: every worker track (and GPU

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The backend interface of the GPU layer: what the poller, the pools and the work helpers need
  * from a device, implemented by `cuda` (cuda.c, cuda_memory.c, kernels.cu) and `sim` (sim.c,

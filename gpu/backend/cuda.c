@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The `cuda` backend: tdm__backend_cuda over the CUDA runtime, with the kernels of kernels.cu.
  * It owns the device selection of the threads that call it, the stream and event wrappers that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The cuda backend's graph operations (backend.h, "graphs"; docs/design/graphs.md): stream
  * capture into a cudaGraph_t, instantiation, update in place, replay and destruction, over the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The cuda backend's private header (cuda.c, cuda_memory.c, cuda_graph.c): its state, CUDA's
  * errors as errnos, and the calling thread's current device. Only with TANDEM_HAVE_CUDA.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The cuda backend's memory ops: pinned host memory, device and managed memory, stream-ordered
  * allocation, host registration, prefetches and advice, memory info, host functions and peer

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The cuda backend's kernels (empty, spin, busy, scale, fault) and their extern "C" launch
  * wrappers, declared in kernels.h for cuda.c. The launch wrappers choose no device and check no

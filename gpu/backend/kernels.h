@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The kernels of the cuda backend (kernels.cu, compiled by nvcc) as plain C entry points for
  * cuda.c. Each wrapper only launches: the caller has made the stream's device current and checked

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The `sim` backend: an in-process GPU for machines without one. It owns the simulated devices,
  * their streams (each an in-order queue drained by a thread of its own, "tdm-sim<N>"), their

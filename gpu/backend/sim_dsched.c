@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The sim backend's device scheduler: the protocol of tandem_dsched.cuh's kernel on host threads
  * ("tdm-dsched<N>"), one per runner warp of the kernel up to SIM_DS_MAX_THREADS (a host has

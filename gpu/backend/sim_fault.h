@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The faults the simulator can be armed with. The backend interface carries them for its test
  * operation (backend.h); the testing library's tdm_sim_inject (testing/tandem_sim.h) names them

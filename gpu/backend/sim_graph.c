@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The sim backend's graphs (backend.h, "graphs"): stream capture, source and executable graphs,
  * their update in place, and their replays, with CUDA's observable semantics (ordering, errors).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The sim backend's own header: its devices, streams, operations and events, shared by sim.c
  * (devices, memory, events, the calls that enqueue work, the ops table), sim_stream.c (each

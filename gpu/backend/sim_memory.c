@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The sim backend's memory (sim_memory.h): a sorted array of disjoint ranges under a
  * reader-writer lock, searched by binary search. Reads (every copy and kernel the sim runs, and

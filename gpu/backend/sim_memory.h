@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The sim backend's memory (sim_memory.c): it allocates the simulated devices' memory and the
  * pinned host memory, and keeps a table of every range a simulated device may reach, so that a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The sim backend's streams (sim_internal.h): each an in-order queue of operations, drained by a
  * thread of its own; the operations as that thread runs them; the erred values its completion

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Device topology's decisions (topology.h): a pure function of one device's facts and a
  * decide_env, so that they are tested on recorded machines. The rules are stated here; why, with

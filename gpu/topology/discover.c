@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Live discovery (tdm__topology_discover): the CUDA runtime's devices, completed by NVML and sysfs.
  * NVML is loaded at run time (dlopen, never linked): the build machine's toolkit has no nvml.h

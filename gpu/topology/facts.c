@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Device topology's facts (topology.h): the struct's small helpers, cpulists, ids and MIG
  * profiles, the sysfs reader, and building a topology. Live discovery (CUDA, NVML, sysfs) is in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * The GPU layer's topology: facts from live discovery (cuda) or from the backend itself (sim,
  * or cuda when discovery disagrees), planned with the layer's config and worker count; and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Device topology's report (tdm__topology_print): the facts, NVML's view of the machine and the
  * plans, for people (examples/topology, tandem-bench topology).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Device topology: what the machine has (GPUs, MIG instances, PCI bus, NUMA node, nearby CPUs,
  * NVML's view) and what tandem decides per device (stream bound, launch limit, pool threshold,

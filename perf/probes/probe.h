@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/probes/probe.h: what the plain-CUDA probes share (they are built by hand with nvcc, not
  * by CMake; see each probe's header): a check that stops at the first failed CUDA call, and the

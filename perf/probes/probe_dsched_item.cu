@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/probes/probe_dsched_item.cu: what the form of an item costs one round trip (issue 21; not
  * built by CMake). One warp polls pinned host memory for item i, one host thread writes it and

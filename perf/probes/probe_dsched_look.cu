@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/probes/probe_dsched_look.cu: what one look at pinned host memory costs a polling warp,
  * by how the look reads and by how many warps poll at once (issue 21; not built by CMake). P

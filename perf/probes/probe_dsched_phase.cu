@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/probes/probe_dsched_phase.cu: whether the round trip depends on when the host's item lands
  * between two looks, and whether a second polling warp takes that away (issue 21; not built by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/probes/probe_dsched_rtt.cu: the device scheduler's kernel (tandem_dsched.cuh) driven from
  * one host thread over its queue, with no executor and no poller (issue 21; not built by CMake):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/probes/probe_first_launch.cu: why tandem's first launch of a pipeline run returns later
  * than the hand-written double buffer's (not built by CMake; sixth session of 2026-11-30).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/probes/probe_pending.cu: the plain-CUDA probe behind TDM_COMPLETION_ADAPTIVE (not built by
  * CMake). Round trip of an empty kernel and a completion mechanism on one stream, while other

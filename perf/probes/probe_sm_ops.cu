@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/probes/probe_sm_ops.cu: what one step of the device scheduler's fetcher loop costs on an
  * SM (issue 21; not built by CMake). One warp runs a dependent chain of 256 of each operation

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * perf/probes/probe_stamp_cost.cu: what timing each kernel costs the launching threads, by the
  * means tandem could use (not built by CMake; 2026-12-02, issue 19's traced cost). N threads,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * A program outside tandem's tree, built against an installed prefix (cmake/install-test.sh): the
  * public header compiles cleanly in strict C11, and the installed library runs a task. Public

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * A program outside tandem's tree using tandem_mpi, built against an installed prefix
  * (cmake/install-test.sh): tandem_mpi.h compiles cleanly in strict C11, and a task awaits an MPI

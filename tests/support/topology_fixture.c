@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * Recorded machines (tdm__topology_load): a line-based text format parsed into the same struct as
  * live discovery, so that decisions and placement are tested on machines we do not have.
