@@ -8,8 +8,8 @@
 #      without one: tandem::tandem still builds and runs. Against a CUDA build of tandem, also
 #      that tandem::tandem_static is then left undefined and that COMPONENTS static fails,
 #      naming the toolkit (so the toolkit was hidden indeed).
-#   3. pkg-config: the README's line, with the rpath a prefix off the loader's path needs, and
-#      the same without the rpath through LD_LIBRARY_PATH.
+#   3. pkg-config: the line of docs/guide/install.md, with the rpath a prefix off the loader's
+#      path needs, and the same without the rpath through LD_LIBRARY_PATH.
 # usage: install-test.sh CMAKE CC BUILD_DIR CONSUMER_DIR WORK_DIR LIBDIR [PREFIX_PATH, :-separated]
 set -euo pipefail
 cmake=$1 cc=$2 build=$3 src=$4 work=$5 libdir=$6 inherited=${7:-}
@@ -95,8 +95,9 @@ if ! command -v pkg-config >/dev/null; then
 fi
 export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
 echo "pkg-config --cflags --libs tandem: $(pkg-config --cflags --libs tandem)"
-# The README's line (as `cc app.c ...`): its rpath lets the program find libtandem.so in a prefix
-# the loader does not search. $(...) unquoted on purpose: pkg-config's flags are a word list.
+# The line of docs/guide/install.md (as `cc app.c ...`): its rpath lets the program find
+# libtandem.so in a prefix the loader does not search. $(...) unquoted on purpose: pkg-config's
+# flags are a word list.
 # shellcheck disable=SC2046
 "$cc" -o "$work/consumer_rpath" "$src/consumer.c" $(pkg-config --cflags --libs tandem) \
 	-Wl,-rpath,$(pkg-config --variable=libdir tandem)

@@ -49,12 +49,12 @@ static int job_run(tdm_task *t, void *arg)
 	for (j->it = 0; j->it < ITERATIONS && j->err == 0; j->it++) {
 		for (unsigned i = 0; i < N; i++)
 			j->in[i] = (float)(i + (unsigned)j->it); /* new data, same buffers */
-		int how = tdm_graph_run(j->s, STEP_KEY, step, j, 0);
-		if (how < 0) {
-			j->err = how;
+		/* In the state, not a local: the await's resume would jump past its declaration. */
+		j->how[j->it] = tdm_graph_run(j->s, STEP_KEY, step, j, 0);
+		if (j->how[j->it] < 0) {
+			j->err = j->how[j->it];
 			break;
 		}
-		j->how[j->it] = how;
 		TDM_AWAIT(t, tdm_await_stream(t, j->s)); /* the worker runs other tasks meanwhile */
 		if ((j->err = tdm_task_result(t)) != 0)
 			break;

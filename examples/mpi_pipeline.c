@@ -63,13 +63,15 @@ static int batch_task(tdm_task *t, void *arg)
 	TDM_BEGIN(t);
 	for (uint32_t k = 0; k < FLOATS; k++)
 		b->x[k] = input(b->i, k);
-	int peer = 1 + (int)(b->i % (uint64_t)(ranks - 1)), tag = (int)b->i;
-	if ((rc = tdm_mpi_irecv(mpi, b->y, FLOATS, MPI_FLOAT, peer, tag, MPI_COMM_WORLD,
-	                        &b->recv)) != 0)
-		return rc;
-	if ((rc = tdm_mpi_isend(mpi, b->x, FLOATS, MPI_FLOAT, peer, tag, MPI_COMM_WORLD,
-	                        &b->send)) != 0)
-		return rc; /* (an example: the receive is left to MPI_Finalize) */
+	{ /* a block of its own: the awaits' resumes below may not jump past a declaration */
+		int peer = 1 + (int)(b->i % (uint64_t)(ranks - 1)), tag = (int)b->i;
+		if ((rc = tdm_mpi_irecv(mpi, b->y, FLOATS, MPI_FLOAT, peer, tag, MPI_COMM_WORLD,
+		                        &b->recv)) != 0)
+			return rc;
+		if ((rc = tdm_mpi_isend(mpi, b->x, FLOATS, MPI_FLOAT, peer, tag, MPI_COMM_WORLD,
+		                        &b->send)) != 0)
+			return rc; /* (an example: the receive is left to MPI_Finalize) */
+	}
 	TDM_AWAIT(t, tdm_await_mpi(t, mpi, &b->send, MPI_STATUS_IGNORE));
 	if ((rc = tdm_task_result(t)) != 0)
 		return rc;
