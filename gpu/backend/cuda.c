@@ -142,10 +142,21 @@ static _Thread_local cudaError_t open_err;
 
 static void tdm__cuda_why_none(char *out, size_t len)
 {
-	if (open_err == cudaSuccess)
+	if (open_err == cudaSuccess) {
 		snprintf(out, len, "CUDA sees no device");
-	else
-		snprintf(out, len, "cudaGetDeviceCount: %s", cudaGetErrorString(open_err));
+		return;
+	}
+	/* The runtime says "driver version is insufficient" also where there is no driver at all:
+	 * tell that apart, it is what a machine without a GPU has. */
+	if (open_err == cudaErrorInsufficientDriver) {
+		void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+		if (lib == NULL) {
+			snprintf(out, len, "no CUDA driver: libcuda.so.1 not found");
+			return;
+		}
+		dlclose(lib);
+	}
+	snprintf(out, len, "cudaGetDeviceCount: %s", cudaGetErrorString(open_err));
 }
 
 static int tdm__cuda_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
