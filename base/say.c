@@ -75,6 +75,9 @@ int tdm__refuse(int err, const char *fmt, ...)
 	if (n < 0)
 		return err;
 	size_t len = strlen(text);
+	/* The cause is the text before the call's name: tdm_gpu_prepare and then tdm_gpu_create
+	 * refusing one TANDEM_GPU say it once. */
+	bool first = first_time(text);
 	if (err < 0) {
 		const char *name = strerrorname_np(-err);
 		if (call_now != NULL)
@@ -85,7 +88,7 @@ int tdm__refuse(int err, const char *fmt, ...)
 			         name != NULL ? name : "?");
 		memcpy(detail, text, sizeof(detail));
 	}
-	if (first_time(text))
+	if (first)
 		fprintf(stderr, "tandem: %s\n", text);
 	return err;
 }

@@ -4,8 +4,8 @@
  *
  * Every refusal of a configuration field or an environment variable goes through tdm__refuse:
  * it names the field or variable and its value, keeps that text as the calling thread's detail,
- * and writes it to stderr once per text and process ("tandem: TANDEM_GPU=bogus: not one of
- * cuda, sim, none (tdm_gpu_create returns -EINVAL)"). A public call that may refuse so calls
+ * and writes it to stderr once per cause (the text) and process ("tandem: TANDEM_GPU=bogus: not one
+ * of cuda, sim, none (tdm_gpu_create returns -EINVAL)"). A public call that may refuse so calls
  * tdm__detail_begin first: its name goes into the text, and the thread's detail is cleared.
  * tdm__say writes a line every time it is called (tdm_gpu_destroy's waits).
  */
@@ -20,8 +20,8 @@ void tdm__detail_begin(const char *call);
  * A refusal: err (a negative errno) with a text that names the field or variable and its value,
  * and why ("TANDEM_GPU=bogus: not one of cuda, sim, none"). The thread's detail becomes the
  * text and "(CALL returns -ENAME)", and stderr gets "tandem: " and the detail, unless the same
- * text went there before in this process. err 0: a value ignored rather than refused: stderr
- * only (once), the detail untouched. Returns err.
+ * text (whatever the call) went there before in this process. err 0: a value ignored rather than
+ * refused: stderr only (once), the detail untouched. Returns err.
  */
 int tdm__refuse(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -115,11 +115,20 @@ Test(messages, bad_tandem_gpu_names_the_variable_and_its_values_once)
 	int first = tdm_gpu_create(&gpu, ex, NULL);
 	char detail[512];
 	snprintf(detail, sizeof(detail), "%s", tdm_error_detail());
-	int again = tdm_gpu_create(&gpu, ex, NULL); /* the same cause: no second line */
+	/* The same cause, by the same call or another: no second line, the detail all the same. */
+	int again = tdm_gpu_create(&gpu, ex, NULL);
+	int prepared = tdm_gpu_prepare(NULL, 1);
+	char prepare_detail[512];
+	snprintf(prepare_detail, sizeof(prepare_detail), "%s", tdm_error_detail());
+	int last = tdm_gpu_create(&gpu, ex, NULL);
 	capture_end(&c);
 	const char *out = read_all(&c);
 	cr_assert_eq(first, -EINVAL);
 	cr_assert_eq(again, -EINVAL);
+	cr_assert_eq(prepared, -EINVAL);
+	cr_assert_eq(last, -EINVAL);
+	cr_assert_str_eq(prepare_detail, "TANDEM_GPU=bogus: not one of cuda, sim, none "
+	                                 "(tdm_gpu_prepare returns -EINVAL)");
 	const char *want = "TANDEM_GPU=bogus: not one of cuda, sim, none "
 	                   "(tdm_gpu_create returns -EINVAL)";
 	cr_assert_str_eq(detail, want);
