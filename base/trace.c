@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "observe.h"
+#include "say.h"
 #include "tandem.h"
 
 #define DEFAULT_EVENTS 65536u
@@ -316,6 +317,7 @@ static uint64_t tasks_run(tdm_executor *ex)
 
 int tdm_trace_start(tdm_executor *ex, const char *path)
 {
+	tdm__detail_begin("tdm_trace_start");
 	if (ex == NULL || path == NULL || path[0] == '\0')
 		return -EINVAL;
 	uint32_t cap = DEFAULT_EVENTS;
@@ -324,7 +326,9 @@ int tdm_trace_start(tdm_executor *ex, const char *path)
 		char *end;
 		unsigned long v = strtoul(env, &end, 10);
 		if (*end != '\0' || v == 0 || v > (1ul << 26))
-			return -EINVAL;
+			return tdm__refuse(-EINVAL,
+			                   "TANDEM_TRACE_EVENTS=%s: not a number from 1 to %lu",
+			                   env, 1ul << 26);
 		cap = (uint32_t)v;
 	}
 	pthread_mutex_lock(&lock);
@@ -827,7 +831,7 @@ void tdm__trace_executor_created(void *ex)
 		return;
 	int rc = tdm_trace_start(ex, path);
 	if (rc != 0 && rc != -EALREADY)
-		fprintf(stderr, "tandem: TANDEM_TRACE=%s: %s\n", path, tdm_strerror(rc));
+		(void)tdm__refuse(0, "TANDEM_TRACE=%s: not traced: %s", path, tdm_strerror(rc));
 }
 
 void tdm__trace_executor_destroyed(void *ex)

@@ -125,4 +125,9 @@ static inline int tdm__worker_index(const struct tdm_executor *ex)
 	return ex != NULL && tdm__worker_id.ex == ex ? (int)tdm__worker_id.index : -1;
 }
 
+/* The function of the task running on the calling thread (its tdm_fn or tdm_resume_fn, as an
+ * integer; tdm__observe_fn_name names it), 0 outside a task: who took a lease, for the message of
+ * a tdm_gpu_destroy that waits for it. */
+uintptr_t tdm__task_fn_now(void);
+
 #endif /* TDM_EXECUTOR_AWAIT_H */

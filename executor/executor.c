@@ -13,6 +13,7 @@
 #include "base/clock.h"
 #include "base/cpulist.h"
 #include "base/observe.h"
+#include "base/say.h"
 #include "internal.h"
 
 uint64_t tdm_now_ns(void)
@@ -87,6 +88,7 @@ static void free_executor(struct tdm_executor *ex, unsigned ndeques)
 int tdm_executor_create(tdm_executor **out, const tdm_config *cfg_in)
 {
 	tdm_config cfg;
+	tdm__detail_begin("tdm_executor_create");
 	if (out == NULL)
 		return -EINVAL;
 	tdm__observe_init(); /* before any worker starts: they name themselves */
@@ -94,18 +96,33 @@ int tdm_executor_create(tdm_executor **out, const tdm_config *cfg_in)
 		cfg = *cfg_in;
 	else
 		tdm_config_init(&cfg);
-	if (cfg.workers > TDM_MAX_WORKERS ||
-	    (cfg.shutdown != TDM_SHUTDOWN_DRAIN && cfg.shutdown != TDM_SHUTDOWN_CANCEL))
-		return -EINVAL;
+	if (cfg.workers > TDM_MAX_WORKERS)
+		return tdm__refuse(-EINVAL, "tdm_config.workers=%u: above TDM_MAX_WORKERS (%d)",
+		                   cfg.workers, TDM_MAX_WORKERS);
+	if (cfg.shutdown != TDM_SHUTDOWN_DRAIN && cfg.shutdown != TDM_SHUTDOWN_CANCEL)
+		return tdm__refuse(-EINVAL,
+		                   "tdm_config.shutdown=%d: not TDM_SHUTDOWN_DRAIN (0) or "
+		                   "TDM_SHUTDOWN_CANCEL (1)",
+		                   (int)cfg.shutdown);
 	cpu_set_t cpus;
 	unsigned ncpus = tdm__cpus_allowed(&cpus);
 	if (cfg.cpus != NULL) {
 		cpu_set_t want, both;
 		if (tdm__cpulist_parse(cfg.cpus, &want) != 0)
-			return -EINVAL;
+			return tdm__refuse(-EINVAL,
+			                   "tdm_config.cpus=\"%.200s\": not a CPU list such as "
+			                   "\"0-3,8\", or empty",
+			                   cfg.cpus);
 		CPU_AND(&both, &want, &cpus);
-		if (!CPU_EQUAL(&both, &want))
-			return -EINVAL; /* CPUs this process may not run on */
+		if (!CPU_EQUAL(&both, &want)) {
+			char allowed[128];
+			if (tdm__cpulist_format(&cpus, allowed, sizeof(allowed)) < 0)
+				snprintf(allowed, sizeof(allowed), "?");
+			return tdm__refuse(-EINVAL,
+			                   "tdm_config.cpus=\"%.200s\": CPUs this process may not "
+			                   "run on (it may on %s)",
+			                   cfg.cpus, allowed);
+		}
 		cpus = want;
 		ncpus = (unsigned)CPU_COUNT(&cpus);
 	}
@@ -113,7 +130,8 @@ int tdm_executor_create(tdm_executor **out, const tdm_config *cfg_in)
 	if (n > TDM_MAX_WORKERS)
 		n = TDM_MAX_WORKERS;
 	if (cfg.max_searching > n)
-		return -EINVAL;
+		return tdm__refuse(-EINVAL, "tdm_config.max_searching=%u: above the workers (%u)",
+		                   cfg.max_searching, n);
 
 	struct tdm_executor *ex = aligned_alloc(TDM__CACHELINE, sizeof(*ex));
 	if (ex == NULL)
@@ -347,7 +365,16 @@ const char *tdm_strerror(int err)
 		return "not supported";
 	case -EFAULT:
 		return "memory of a kind this call refuses";
+	case -ENOSPC:
+		return "no room left in a fixed table";
+	case -ENOTCONN:
+		return "MPI is not initialised";
+	case -EPROTONOSUPPORT:
+		return "MPI's thread level is too low";
 	default:
+		/* What else a call hands on from the C library (fopen's -ENOENT, -EACCES). */
+		if (err < 0 && err > -4096 && strerrordesc_np(-err) != NULL)
+			return strerrordesc_np(-err);
 		return "unknown error";
 	}
 }

@@ -199,6 +199,14 @@ uint64_t tdm__trace_await_flow(void)
 	return ((uint64_t)(uintptr_t)t << 9) | (uint64_t)(gen << 1) | 1u;
 }
 
+uintptr_t tdm__task_fn_now(void)
+{
+	const struct tdm__task *t = tdm__current;
+	if (t == NULL)
+		return 0;
+	return (t->flags & TDM__TASK_RESUMABLE) ? (uintptr_t)t->resume : (uintptr_t)t->fn;
+}
+
 /* A run takes up t's open flow, if any; only while observed (the caller asked). */
 static void flow_in(struct tdm__task *t)
 {

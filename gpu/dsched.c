@@ -16,9 +16,11 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/say.h"
 #include "dsched.h"
 #include "metrics.h"
 #include "topology/topology.h"
@@ -407,26 +409,53 @@ static int dsched_open(struct tdm_dsched *ds, const tdm_dsched_config *cfg)
 
 int tdm_dsched_create(tdm_gpu *gpu, int device, const tdm_dsched_config *cfg, tdm_dsched **out)
 {
+	tdm__detail_begin("tdm_dsched_create");
 	if (gpu == NULL || cfg == NULL || cfg->handlers == NULL || out == NULL)
 		return -EINVAL;
 	const tdm_dsched_handlers *h = cfg->handlers;
-	if (h->abi != TDM_DSCHED_ABI || h->count == 0 || h->count > TDM_DSCHED_MAX_HANDLERS ||
-	    cfg->warps > TDM_DSCHED_MAX_WARPS ||
-	    (cfg->scope != TDM_DSCHED_SCOPE_SYSTEM && cfg->scope != TDM_DSCHED_SCOPE_DEVICE) ||
-	    (cfg->capacity != 0 && (!pow2(cfg->capacity) || cfg->capacity < DS_MIN_CAPACITY ||
-	                            cfg->capacity > DS_MAX_CAPACITY)))
-		return -EINVAL;
+	const char *table = h->name != NULL ? h->name : "(unnamed)";
+	if (h->abi != TDM_DSCHED_ABI)
+		return tdm__refuse(
+		    -EINVAL,
+		    "tdm_dsched_handlers.abi=%u (table %.64s): not TDM_DSCHED_ABI (%u); "
+		    "rebuild the table with this tandem's headers",
+		    h->abi, table, TDM_DSCHED_ABI);
+	if (h->count == 0 || h->count > TDM_DSCHED_MAX_HANDLERS)
+		return tdm__refuse(-EINVAL,
+		                   "tdm_dsched_handlers.count=%u (table %.64s): not 1 to %u",
+		                   h->count, table, TDM_DSCHED_MAX_HANDLERS);
+	if (cfg->warps > TDM_DSCHED_MAX_WARPS)
+		return tdm__refuse(-EINVAL, "tdm_dsched_config.warps=%u: above %u", cfg->warps,
+		                   TDM_DSCHED_MAX_WARPS);
+	if (cfg->scope != TDM_DSCHED_SCOPE_SYSTEM && cfg->scope != TDM_DSCHED_SCOPE_DEVICE)
+		return tdm__refuse(-EINVAL,
+		                   "tdm_dsched_config.scope=%u: not TDM_DSCHED_SCOPE_SYSTEM (0) or "
+		                   "TDM_DSCHED_SCOPE_DEVICE (1)",
+		                   cfg->scope);
+	if (cfg->capacity != 0 && (!pow2(cfg->capacity) || cfg->capacity < DS_MIN_CAPACITY ||
+	                           cfg->capacity > DS_MAX_CAPACITY))
+		return tdm__refuse(
+		    -EINVAL, "tdm_dsched_config.capacity=%u: not a power of two from %u to %u",
+		    cfg->capacity, DS_MIN_CAPACITY, DS_MAX_CAPACITY);
 	if (gpu->ops == NULL || gpu->ndev == 0)
 		return device < 0 ? -EINVAL : -ENODEV;
 	if (device < 0 || device >= gpu->ndev)
 		return -EINVAL;
 	struct tdm__gdev *d = &gpu->devs[device];
-	if (cfg->blocks > (unsigned)(d->info.sm_count > 0 ? d->info.sm_count : 1))
-		return -EINVAL;
+	unsigned sms = (unsigned)(d->info.sm_count > 0 ? d->info.sm_count : 1);
+	if (cfg->blocks > sms)
+		return tdm__refuse(-EINVAL, "tdm_dsched_config.blocks=%u: above device %d's %u SMs",
+		                   cfg->blocks, device, sms);
 	if (gpu->ops->dsched_start == NULL || !d->info.maps_host)
-		return -ENOTSUP;
+		return tdm__refuse(
+		    -ENOTSUP,
+		    "device %d (%s): cannot reach pinned host memory, where a device "
+		    "scheduler's queue lives",
+		    device, d->info.name);
 	if (gpu->ops == &tdm__backend_sim ? h->host == NULL : h->launch == NULL)
-		return -ENOTSUP;
+		return tdm__refuse(-ENOTSUP, "table %.64s: no %s for the %s backend", table,
+		                   gpu->ops == &tdm__backend_sim ? "host functions" : "launch",
+		                   gpu->ops->name);
 	/* Inside the gate of leases: tdm_gpu_destroy, past its drain, sees the count below. */
 	_Atomic unsigned *in = tdm__gate_enter(&gpu->leases, &gpu->stopping);
 	if (in == NULL)
@@ -453,8 +482,16 @@ int tdm_dsched_create(tdm_gpu *gpu, int device, const tdm_dsched_config *cfg, td
 			ds = NULL;
 		}
 	}
-	if (rc == 0)
+	if (rc == 0) {
+		ds->task = tdm__task_fn_now();
+		pthread_mutex_lock(&gpu->lease_lock);
+		ds->next = gpu->dsched_list;
+		if (ds->next != NULL)
+			ds->next->prev = ds;
+		gpu->dsched_list = ds;
+		pthread_mutex_unlock(&gpu->lease_lock);
 		atomic_fetch_add_explicit(&gpu->dscheds, 1, memory_order_relaxed);
+	}
 	tdm__gate_leave(in);
 	if (rc == 0)
 		*out = ds;
@@ -534,10 +571,35 @@ int tdm_dsched_destroy(tdm_dsched *ds, int how, tdm_dsched_stats *out)
 		out->failed = failed;
 		out->completed = tail - cancelled - failed;
 	}
+	pthread_mutex_lock(&gpu->lease_lock);
+	if (ds->prev != NULL)
+		ds->prev->next = ds->next;
+	else
+		gpu->dsched_list = ds->next;
+	if (ds->next != NULL)
+		ds->next->prev = ds->prev;
+	pthread_mutex_unlock(&gpu->lease_lock);
 	release_parts(ds);
 	/* Release: pairs with tdm_gpu_destroy's acquire load; this scheduler's frees come first. */
 	atomic_fetch_sub_explicit(&gpu->dscheds, 1, memory_order_release);
 	return 0;
+}
+
+unsigned tdm__dscheds_say(struct tdm_gpu *gpu, unsigned waited_s)
+{
+	unsigned n = 0;
+	pthread_mutex_lock(&gpu->lease_lock);
+	for (const struct tdm_dsched *ds = gpu->dsched_list; ds != NULL; ds = ds->next) {
+		char who[80];
+		tdm__task_who(ds->task, who, sizeof(who));
+		tdm__say(
+		    "tdm_gpu_destroy waits for a device scheduler not destroyed (%u s so far): "
+		    "device %d, made by %s",
+		    waited_s, ds->dev->index, who);
+		n++;
+	}
+	pthread_mutex_unlock(&gpu->lease_lock);
+	return n;
 }
 
 int tdm_dsched_stats_get(const tdm_dsched *ds, tdm_dsched_stats *out)

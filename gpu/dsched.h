@@ -36,6 +36,10 @@ struct tdm_dsched {
 	 * while the destroy writes it. */
 	uint64_t *cancelled;
 	unsigned nhandlers, blocks, warps, capacity;
+	/* On gpu->dsched_list (under gpu->lease_lock) while alive, with the task that made it
+	 * (tdm__task_fn_now; 0: none), for tdm_gpu_destroy's message. */
+	struct tdm_dsched *next, *prev;
+	uintptr_t task;
 
 	/* The next sequence number to hand out (tickets 1..tail are out): a CAS among submitters.
 	 */

@@ -107,6 +107,9 @@ struct tdm_stream {
 	_Atomic bool held;
 	bool exclusive;
 	struct tdm_stream *next_free; /* on a free list (streams.c) */
+	/* The task that took the lease (tdm__task_fn_now), 0: a thread outside any task; published
+	 * with held, for tdm_gpu_destroy's message about the leases it waits for. */
+	uintptr_t task;
 	/* Graph capture (graph.c): the capture this stream records into (its own, `capture`, or
 	 * one it joined), NULL outside one; cap_gen counts the captures begun on it, so that an
 	 * event recorded in an earlier one is known stale. Written by the capturing thread; atomic
@@ -258,6 +261,8 @@ struct tdm_gpu {
 	pthread_mutex_t lease_lock;
 	struct tdm__lease_list lease_free;     /* lease_lock */
 	struct tdm__lease_chunk *lease_chunks; /* lease_lock */
+	/* The device schedulers alive, for tdm_gpu_destroy's message (dsched.c). */
+	struct tdm_dsched *dsched_list; /* lease_lock */
 
 	/* Graphs (graph.c): every handle, those free (oldest first), the open captures, and
 	 * tdm_graph_run's cache. */
@@ -401,6 +406,14 @@ unsigned tdm__streams_open(const struct tdm__gdev *d, int c);
 /* The lease handles' lists, with the layer's life: -ENOMEM; fini is safe on a zeroed gpu. */
 int tdm__leases_init(struct tdm_gpu *gpu);
 void tdm__leases_fini(struct tdm_gpu *gpu);
+/* "task NAME" for a task function recorded by tdm__task_fn_now (its tdm_task_name, else its
+ * symbol), "a thread outside any task" for 0 (streams.c). */
+void tdm__task_who(uintptr_t task, char *out, size_t len);
+/* tdm_gpu_destroy, past its drain of the leases' gate, has waited waited_s seconds: a line on
+ * stderr for each lease still held (device, stream, the task that took it); returns how many. */
+unsigned tdm__leases_say(struct tdm_gpu *gpu, unsigned waited_s);
+/* The same for each device scheduler not destroyed (dsched.c). */
+unsigned tdm__dscheds_say(struct tdm_gpu *gpu, unsigned waited_s);
 
 /* layer.c */
 void tdm__device_fail(struct tdm__gdev *d);

@@ -13,6 +13,7 @@
 
 #include "base/cpulist.h"
 #include "base/observe.h"
+#include "base/say.h"
 #include "gpu_internal.h"
 #include "stamps.h"
 #include "topology/topology.h"
@@ -25,18 +26,23 @@ void tdm_gpu_config_init(tdm_gpu_config *cfg)
 
 /*
  * The index in names[0..n) of environment variable `name`'s value; dflt when it is unset or
- * empty; -1 for any other value: a typo must not silently pick another setting. Every TANDEM_*
- * switch tdm_gpu_create reads goes through here, so they all refuse bad values alike.
+ * empty; -EINVAL for any other value, said with the values it may have (base/say.h): a typo must
+ * not silently pick another setting. Every TANDEM_* switch tdm_gpu_create reads goes through
+ * here, so they all refuse bad values alike.
  */
 static int env_choice(const char *name, const char *const *names, int n, int dflt)
 {
 	const char *v = getenv(name);
 	if (v == NULL || *v == '\0')
 		return dflt;
-	for (int i = 0; i < n; i++)
+	char list[64] = "";
+	for (int i = 0; i < n; i++) {
 		if (strcmp(v, names[i]) == 0)
 			return i;
-	return -1;
+		size_t len = strlen(list);
+		snprintf(list + len, sizeof(list) - len, "%s%s", i > 0 ? ", " : "", names[i]);
+	}
+	return tdm__refuse(-EINVAL, "%s=%s: not one of %s", name, v, list);
 }
 
 static int pick_backend(tdm_gpu_config *cfg, const struct tdm__backend_ops **out)
@@ -48,7 +54,7 @@ static int pick_backend(tdm_gpu_config *cfg, const struct tdm__backend_ops **out
 		                                    TDM_BACKEND_NONE};
 		int k = env_choice("TANDEM_GPU", names, 3, 0);
 		if (k < 0)
-			return -EINVAL;
+			return k;
 		kind = kinds[k];
 	}
 	cfg->backend = kind;
@@ -63,7 +69,8 @@ static int pick_backend(tdm_gpu_config *cfg, const struct tdm__backend_ops **out
 		*out = NULL;
 		return 0;
 	default:
-		return -EINVAL;
+		return tdm__refuse(-EINVAL, "tdm_gpu_config.backend=%d: not a tdm_backend (0 to 3)",
+		                   (int)kind);
 	}
 }
 
@@ -132,7 +139,12 @@ static int init_device(struct tdm_gpu *gpu, int i)
 	if ((gpu->cfg.completion == TDM_COMPLETION_WORD ||
 	     gpu->cfg.completion == TDM_COMPLETION_ADAPTIVE) &&
 	    !d->words)
-		return -ENOTSUP;
+		return tdm__refuse(
+		    -ENOTSUP,
+		    "completion %s (tdm_gpu_config.completion or TANDEM_COMPLETION): "
+		    "device %d (%s) cannot write completion words",
+		    gpu->cfg.completion == TDM_COMPLETION_WORD ? "word" : "adaptive", i,
+		    d->info.name);
 	/* The default where words can be written: see TDM_COMPLETION_ADAPTIVE in tandem_gpu.h. */
 	d->adaptive = d->words && (gpu->cfg.completion == TDM_COMPLETION_ADAPTIVE ||
 	                           gpu->cfg.completion == TDM_COMPLETION_AUTO);
@@ -162,31 +174,52 @@ static unsigned connections_set; /* connections_lock: the value written; 0: none
 static bool connections_auto;    /* connections_lock: written by TDM_CONNECTIONS_AUTO */
 static bool connections_late;    /* connections_lock: a prepare found CUDA started */
 
-/* The fields tdm_gpu_create and tdm_gpu_prepare refuse (tandem_gpu.h lists them). */
-static bool config_valid(const tdm_gpu_config *cfg)
+/* The fields tdm_gpu_create and tdm_gpu_prepare refuse (tandem_gpu.h lists them): 0, or
+ * -EINVAL said for the first field refused (base/say.h). */
+static int config_check(const tdm_gpu_config *cfg)
 {
-	return (unsigned)cfg->completion <= TDM_COMPLETION_ADAPTIVE &&
-	       (unsigned)cfg->placement <= TDM_PLACE_NEAREST &&
-	       (unsigned)cfg->pageable <= TDM_PAGEABLE_REFUSE && cfg->streams_per_device <= 1024 &&
-	       cfg->launch_limit <= 1024 && cfg->pinned_chunk_bytes <= ((size_t)64 << 30) &&
-	       cfg->connections >= TDM_CONNECTIONS_KEEP &&
-	       cfg->connections <= TDM__TOPO_MAX_QUEUES &&
-	       cfg->graph_capture_after >= TDM_GRAPH_CAPTURE_FIRST &&
-	       cfg->graph_cache <= (1u << 20) && cfg->sim_sm_count <= 1024 &&
-	       (cfg->pinned_cap_bytes == 0 || cfg->pinned_cap_bytes >= ((size_t)64 << 10));
+#define REFUSE(field, fmt, why)                                                                    \
+	tdm__refuse(-EINVAL, "tdm_gpu_config." #field "=" fmt ": " why, cfg->field)
+	if ((unsigned)cfg->completion > TDM_COMPLETION_ADAPTIVE)
+		return REFUSE(completion, "%d", "not a tdm_completion (0 to 3)");
+	if ((unsigned)cfg->placement > TDM_PLACE_NEAREST)
+		return REFUSE(placement, "%d", "not a tdm_placement (0 to 2)");
+	if ((unsigned)cfg->pageable > TDM_PAGEABLE_REFUSE)
+		return REFUSE(pageable, "%d",
+		              "not TDM_PAGEABLE_STAGE (0) or TDM_PAGEABLE_REFUSE (1)");
+	if (cfg->streams_per_device > 1024)
+		return REFUSE(streams_per_device, "%u", "above 1024");
+	if (cfg->launch_limit > 1024)
+		return REFUSE(launch_limit, "%u", "above 1024");
+	if (cfg->pinned_chunk_bytes > ((size_t)64 << 30))
+		return REFUSE(pinned_chunk_bytes, "%zu", "above 64 GiB");
+	if (cfg->pinned_cap_bytes != 0 && cfg->pinned_cap_bytes < ((size_t)64 << 10))
+		return REFUSE(pinned_cap_bytes, "%zu", "below 64 KiB, the pool's page (0: no cap)");
+	if (cfg->connections < TDM_CONNECTIONS_KEEP || cfg->connections > TDM__TOPO_MAX_QUEUES)
+		return REFUSE(connections, "%d", "not from -1 (TDM_CONNECTIONS_KEEP) to 32");
+	if (cfg->graph_capture_after < TDM_GRAPH_CAPTURE_FIRST)
+		return REFUSE(graph_capture_after, "%d", "below -1 (TDM_GRAPH_CAPTURE_FIRST)");
+	if (cfg->graph_cache > (1u << 20))
+		return REFUSE(graph_cache, "%u", "above 1048576");
+	if (cfg->sim_sm_count > 1024)
+		return REFUSE(sim_sm_count, "%u", "above 1024");
+#undef REFUSE
+	return 0;
 }
 
 int tdm_gpu_prepare(const tdm_gpu_config *cfg_in, unsigned workers)
 {
+	tdm__detail_begin("tdm_gpu_prepare");
 	tdm_gpu_config cfg;
 	if (cfg_in != NULL)
 		cfg = *cfg_in;
 	else
 		tdm_gpu_config_init(&cfg);
-	if (!config_valid(&cfg))
-		return -EINVAL;
-	const struct tdm__backend_ops *ops;
-	int rc = pick_backend(&cfg, &ops);
+	int rc = config_check(&cfg);
+	if (rc != 0)
+		return rc;
+	const struct tdm__backend_ops *ops = NULL;
+	rc = pick_backend(&cfg, &ops);
 	if (rc != 0)
 		return rc;
 	if (workers == 0) {
@@ -218,8 +251,29 @@ static void read_connections(struct tdm_gpu *gpu)
 	pthread_mutex_unlock(&connections_lock);
 }
 
+/* The default backend (cuda, TDM_BACKEND_AUTO) found no device: say so once, and that the
+ * simulator is a variable away (the examples fall back to it: examples/example_gpu.h). */
+static void no_gpu(const struct tdm__backend_ops *ops)
+{
+	char why[160] = "no device";
+	if (ops->why_none != NULL)
+		ops->why_none(why, sizeof(why));
+	const char *set = getenv("TANDEM_GPU");
+	if (set != NULL && *set != '\0')
+		(void)tdm__refuse(-ENODEV,
+		                  "TANDEM_GPU=%s: no GPU (%s); TANDEM_GPU=sim runs tandem's GPU "
+		                  "simulator instead",
+		                  set, why);
+	else
+		(void)tdm__refuse(-ENODEV,
+		                  "no GPU for the default backend, cuda (%s); TANDEM_GPU=sim runs "
+		                  "tandem's GPU simulator instead",
+		                  why);
+}
+
 int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in)
 {
+	tdm__detail_begin("tdm_gpu_create");
 	if (out == NULL || ex == NULL)
 		return -EINVAL;
 	tdm__observe_init(); /* before the poller starts: it names itself */
@@ -228,8 +282,9 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 		cfg = *cfg_in;
 	else
 		tdm_gpu_config_init(&cfg);
-	if (!config_valid(&cfg))
-		return -EINVAL;
+	int rc = config_check(&cfg);
+	if (rc != 0)
+		return rc;
 	if (cfg.completion == TDM_COMPLETION_AUTO) {
 		/* Unset: modes[3], automatic (adaptive where words can be written). */
 		static const char *const names[] = {"word", "event", "adaptive"};
@@ -238,16 +293,17 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 		                                       TDM_COMPLETION_AUTO};
 		int k = env_choice("TANDEM_COMPLETION", names, 3, 3);
 		if (k < 0)
-			return -EINVAL;
+			return k;
 		cfg.completion = modes[k];
 	}
 	/* Kept in gpu->nvml for discovery (tdm__topology_discover). */
 	static const char *const nvml[] = {"0", "off", "1", "on"};
 	int use_nvml = env_choice("TANDEM_NVML", nvml, 4, 2);
 	if (use_nvml < 0)
-		return -EINVAL;
-	const struct tdm__backend_ops *ops;
-	int rc = pick_backend(&cfg, &ops);
+		return use_nvml;
+	bool by_default = cfg.backend == TDM_BACKEND_AUTO; /* cuda unless TANDEM_GPU says */
+	const struct tdm__backend_ops *ops = NULL;
+	rc = pick_backend(&cfg, &ops);
 	if (rc != 0)
 		return rc;
 	struct tdm_gpu *gpu = aligned_alloc(TDM__CACHELINE, sizeof(*gpu));
@@ -268,6 +324,8 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	if (ops != NULL) {
 		read_connections(gpu);
 		rc = ops->open(&gpu->b, &cfg);
+		if (rc == -ENODEV && by_default && ops == &tdm__backend_cuda)
+			no_gpu(ops);
 		if (rc != 0) {
 			free(gpu);
 			return rc;
@@ -330,6 +388,25 @@ fail:
 	return rc;
 }
 
+/* When tdm_gpu_destroy first says what it waits for, and how often again (tandem_gpu.h). */
+#define WAIT_SAY_FIRST_NS 1000000000ull
+#define WAIT_SAY_EVERY_NS 10000000000ull
+
+/* Whether a stream of gpu is still leased. */
+static bool held_streams(struct tdm_gpu *gpu)
+{
+	for (int i = 0; i < gpu->ndev; i++)
+		for (int c = 0; c < TDM__PRIO_CLASSES; c++)
+			for (unsigned k = 0; k < gpu->devs[i].nstreams; k++) {
+				struct tdm__stream *s = atomic_load(&gpu->devs[i].streams[c][k]);
+				/* Acquire: pairs with the release in tdm_stream_release. */
+				if (s != NULL &&
+				    atomic_load_explicit(&s->leases, memory_order_acquire) != 0)
+					return true;
+			}
+	return false;
+}
+
 int tdm_gpu_destroy(tdm_gpu *gpu)
 {
 	if (gpu == NULL)
@@ -346,21 +423,24 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 	 * wakes, and its next loads of stopping see the store above. */
 	ck_ec32_inc(&gpu->ec, &tdm__ec_mode);
 	pthread_join(gpu->poller, NULL);
-	/* Tasks resumed from their last await still hold their leases for a moment: wait until
-	 * every stream is given back before the streams go. */
-	for (int i = 0; i < gpu->ndev; i++)
-		for (int c = 0; c < TDM__PRIO_CLASSES; c++)
-			for (unsigned k = 0; k < gpu->devs[i].nstreams; k++) {
-				struct tdm__stream *s = atomic_load(&gpu->devs[i].streams[c][k]);
-				/* Acquire: pairs with the release in tdm_stream_release. */
-				while (s != NULL &&
-				       atomic_load_explicit(&s->leases, memory_order_acquire) != 0)
-					sched_yield();
-			}
-	/* Device schedulers hold their streams, pinned and device memory like leases: wait until
-	 * each was destroyed. Acquire: pairs with the release in tdm_dsched_destroy. */
-	while (atomic_load_explicit(&gpu->dscheds, memory_order_acquire) != 0)
+	/* Tasks resumed from their last await still hold their leases for a moment, and device
+	 * schedulers hold their streams, pinned and device memory like leases: wait until every
+	 * stream is given back and every scheduler destroyed before the streams go. A wait past a
+	 * second is a lease or scheduler the program forgot: say which, then every 10 s. */
+	uint64_t began = tdm__now_ns(), next_say = began + WAIT_SAY_FIRST_NS;
+	while (held_streams(gpu) ||
+	       /* Acquire: pairs with the release in tdm_dsched_destroy. */
+	       atomic_load_explicit(&gpu->dscheds, memory_order_acquire) != 0) {
 		sched_yield();
+		uint64_t now = tdm__now_ns();
+		if (now < next_say)
+			continue;
+		unsigned waited_s = (unsigned)((now - began) / 1000000000u);
+		if (tdm__leases_say(gpu, waited_s) + tdm__dscheds_say(gpu, waited_s) > 0)
+			tdm__say("tdm_gpu_destroy keeps waiting until each is released "
+			         "(tdm_stream_release) or destroyed (tdm_dsched_destroy)");
+		next_say = now + WAIT_SAY_EVERY_NS;
+	}
 	/* Leases and awaits refused since the drain above still touch the gate, `stopping` and
 	 * `active` (an await counts itself before it sees `stopping`, and the poller may have
 	 * ended before): wait for their leaves and their drops of `active` (releases, paired with

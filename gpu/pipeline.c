@@ -49,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/say.h"
 #include "gpu_internal.h"
 
 #define DEFAULT_IN_FLIGHT 8  /* the fastest measured (docs/design/pipeline.md) */
@@ -634,18 +635,31 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 {
 	if (stats != NULL)
 		memset(stats, 0, sizeof(*stats));
-	if (gpu == NULL || cfg == NULL || cfg->prepare == NULL || cfg->in_bytes == 0 ||
-	    cfg->out_bytes == 0 || cfg->in_flight > TDM_PIPELINE_MAX_IN_FLIGHT)
+	tdm__detail_begin("tdm_pipeline_run");
+	if (gpu == NULL || cfg == NULL)
 		return -EINVAL;
+	if (cfg->prepare == NULL)
+		return tdm__refuse(-EINVAL, "tdm_pipeline_config.prepare=NULL: required");
+	if (cfg->in_bytes == 0 || cfg->out_bytes == 0)
+		return tdm__refuse(-EINVAL,
+		                   "tdm_pipeline_config.%s=0: a slot's buffers must not be empty",
+		                   cfg->in_bytes == 0 ? "in_bytes" : "out_bytes");
+	if (cfg->in_flight > TDM_PIPELINE_MAX_IN_FLIGHT)
+		return tdm__refuse(-EINVAL,
+		                   "tdm_pipeline_config.in_flight=%u: above "
+		                   "TDM_PIPELINE_MAX_IN_FLIGHT (%u)",
+		                   cfg->in_flight, (unsigned)TDM_PIPELINE_MAX_IN_FLIGHT);
 	unsigned n = cfg->in_flight != 0 ? cfg->in_flight : DEFAULT_IN_FLIGHT;
 	if (cfg->streams > n)
-		return -EINVAL;
+		return tdm__refuse(-EINVAL, "tdm_pipeline_config.streams=%u: above in_flight (%u)",
+		                   cfg->streams, n);
 	if (gpu->ndev == 0)
 		return -ENODEV;
 	/* Its runs in a trace or a profiler: named once per process (-EALREADY afterwards). */
 	(void)tdm_resumable_name(slot_task, "tandem pipeline batch");
 	if (cfg->device < 0 || cfg->device >= gpu->ndev)
-		return -EINVAL;
+		return tdm__refuse(-EINVAL, "tdm_pipeline_config.device=%d: not from 0 to %d",
+		                   cfg->device, gpu->ndev - 1);
 	if (tdm_worker_index(gpu->ex) >= 0)
 		return -EDEADLK; /* the slots' tasks may need this very worker */
 

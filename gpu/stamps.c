@@ -38,6 +38,7 @@
 
 #include "base/clock.h"
 #include "base/observe.h"
+#include "base/say.h"
 #include "gpu_internal.h"
 #include "stamps.h"
 
@@ -625,21 +626,31 @@ int tdm__stamps_init(struct tdm_gpu *gpu)
 		free(ss);
 		return -ENOMEM;
 	}
+	/* Ignored rather than refused, said once each (base/say.h): stamps only measure. */
 	const char *mode = getenv("TANDEM_STAMPS");
 	ss->off = mode != NULL && strcmp(mode, "0") == 0;
 	ss->all = mode != NULL && strcmp(mode, "all") == 0;
 	if (mode != NULL && !ss->off && !ss->all && strcmp(mode, "auto") != 0)
-		fprintf(stderr, "tandem: TANDEM_STAMPS=%s ignored (0, all or auto)\n", mode);
+		(void)tdm__refuse(0, "TANDEM_STAMPS=%s: ignored: not one of 0, all, auto", mode);
 	const char *rate = getenv("TANDEM_STAMPS_RATE");
-	unsigned long r = rate != NULL ? strtoul(rate, NULL, 10) : 0;
-	ss->rate = r >= 1000 && r <= 100000000ul ? r : RATE_DEFAULT;
+	char *end = NULL;
+	unsigned long r = rate != NULL ? strtoul(rate, &end, 10) : 0;
+	ss->rate = r >= 1000 && r <= 100000000ul && end != NULL && *end == '\0' ? r : RATE_DEFAULT;
 	if (rate != NULL && ss->rate != r)
-		fprintf(stderr, "tandem: TANDEM_STAMPS_RATE=%s ignored (1000 to 100000000)\n",
-		        rate);
+		(void)tdm__refuse(0,
+		                  "TANDEM_STAMPS_RATE=%s: ignored: not a number from 1000 to "
+		                  "100000000",
+		                  rate);
 	atomic_init(&ss->every, 1u);
 	const char *period = getenv("TANDEM_STAMPS_PERIOD_US");
-	unsigned long us = period != NULL ? strtoul(period, NULL, 10) : 0;
-	ss->period_ns = us >= 100 && us <= 1000000 ? us * 1000ull : PERIOD_NS;
+	unsigned long us = period != NULL ? strtoul(period, &end, 10) : 0;
+	bool us_ok = us >= 100 && us <= 1000000 && end != NULL && *end == '\0';
+	ss->period_ns = us_ok ? us * 1000ull : PERIOD_NS;
+	if (period != NULL && !us_ok)
+		(void)tdm__refuse(0,
+		                  "TANDEM_STAMPS_PERIOD_US=%s: ignored: not a number from 100 to "
+		                  "1000000",
+		                  period);
 	static atomic_uint layers;
 	ss->layer = atomic_fetch_add_explicit(&layers, 1, memory_order_relaxed) + 1; /* a name */
 	pthread_mutex_init(&ss->resolve, NULL);

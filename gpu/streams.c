@@ -21,10 +21,12 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/observe.h"
+#include "base/say.h"
 #include "gpu_internal.h"
 #include "stamps.h"
 
@@ -268,6 +270,45 @@ void tdm__leases_fini(struct tdm_gpu *gpu)
 	pthread_mutex_destroy(&gpu->lease_lock);
 }
 
+void tdm__task_who(uintptr_t task, char *out, size_t len)
+{
+	if (task == 0) {
+		snprintf(out, len, "a thread outside any task");
+		return;
+	}
+	char name[64];
+	tdm__observe_fn_name((void (*)(void))task, name, sizeof(name));
+	snprintf(out, len, "task %s", name);
+}
+
+unsigned tdm__leases_say(struct tdm_gpu *gpu, unsigned waited_s)
+{
+	unsigned n = 0;
+	/* The chunks hold every handle ever made; none is made past the destroy's drain of the
+	 * gate, and the lock orders this walk after the last one that was. */
+	pthread_mutex_lock(&gpu->lease_lock);
+	for (const struct tdm__lease_chunk *ch = gpu->lease_chunks; ch != NULL; ch = ch->next)
+		for (unsigned i = 0; i < LEASE_BATCH; i++) {
+			const struct tdm_stream *h = &ch->h[i];
+			/* Acquire: pairs with the release store of held in tdm_stream_lease, which
+			 * published st, exclusive and task; no lease rewrites them past the drain.
+			 */
+			if (!atomic_load_explicit(&h->held, memory_order_acquire))
+				continue;
+			const struct tdm__stream *st = h->st;
+			char who[80];
+			tdm__task_who(h->task, who, sizeof(who));
+			tdm__say("tdm_gpu_destroy waits for a stream lease not released (%u s so "
+			         "far): device %d, stream %s %u, %s, taken by %s",
+			         waited_s, st->dev->index, st->sq.high ? "high" : "normal",
+			         st->sq.index % st->dev->nstreams,
+			         h->exclusive ? "exclusive" : "shared", who);
+			n++;
+		}
+	pthread_mutex_unlock(&gpu->lease_lock);
+	return n;
+}
+
 /* The calling thread's list when it is a worker of gpu's executor, else NULL. */
 static struct tdm__lease_list *lease_cache(struct tdm_gpu *gpu, int wi)
 {
@@ -353,6 +394,8 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 		h->bs = st->bs;
 		h->exclusive = (flags & TDM_STREAM_EXCLUSIVE) != 0;
 		h->stamp = NULL;
+		h->task =
+		    tdm__task_fn_now(); /* a load or two: who to name if it is never released */
 		/* Release: pairs with the acquire in tdm__lease_held and the acq_rel exchange in
 		 * tdm_stream_release, so that a check that finds h held reads this lease's fields,
 		 * even one made by a stale handle's holder racing this reuse. */

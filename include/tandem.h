@@ -89,7 +89,8 @@ void tdm_config_init(tdm_config *cfg);
 /*
  * Starts an executor and its workers. cfg may be NULL for the defaults.
  * -EINVAL: out is NULL, workers > TDM_MAX_WORKERS, max_searching > workers, shutdown is not a
- *          tdm_shutdown_mode, or cpus is malformed, empty, or outside the affinity mask.
+ *          tdm_shutdown_mode, or cpus is malformed, empty, or outside the affinity mask; the
+ *          field and its value are named on stderr and in tdm_error_detail.
  * -ENOMEM: out of memory.   -EAGAIN: a worker thread could not be started.
  */
 int tdm_executor_create(tdm_executor **out, const tdm_config *cfg);
@@ -307,7 +308,8 @@ int tdm_executor_stats(const tdm_executor *ex, unsigned worker, tdm_worker_stats
  * (for the first executor created while no trace runs), with no code change.
  *
  * tdm_trace_start: -EINVAL: ex or path is NULL, path is empty, or TANDEM_TRACE_EVENTS is not a
- * number from 1 to 2^26.  -EALREADY: a trace runs (this executor's or another's).  -ENOMEM.
+ * number from 1 to 2^26 (named with its value on stderr and in tdm_error_detail).  -EALREADY: a
+ * trace runs (this executor's or another's).  -ENOMEM.
  * The file is not opened until the stop.
  */
 int tdm_trace_start(tdm_executor *ex, const char *path);
@@ -338,6 +340,20 @@ int tdm_resumable_name(tdm_resume_fn fn, const char *name);
 
 /* A message for any value tandem returns; never NULL. */
 const char *tdm_strerror(int err);
+
+/*
+ * What the last refusal of a configuration or of the environment on the calling thread was
+ * about, or "": the field or variable, its value, why, and which call returned which errno, as in
+ * "TANDEM_GPU=bogus: not one of cuda, sim, none (tdm_gpu_create returns -EINVAL)". Set by the
+ * calls that check a config struct or read a TANDEM_* variable: tdm_executor_create,
+ * tdm_gpu_prepare, tdm_gpu_create, tdm_trace_start, tdm_dsched_create and tdm_pipeline_run,
+ * each of which clears it as it begins; any other call leaves it as it was. Also for -ENODEV from
+ * tdm_gpu_create when the default backend (cuda) has no device: it says that TANDEM_GPU=sim runs
+ * tandem's GPU simulator. The same text goes to stderr, after "tandem: ", once per process for
+ * each distinct text. Never NULL; valid on this thread until its next such call.
+ * docs/guide/errors.md lists every message. Since 0.6.0.
+ */
+const char *tdm_error_detail(void);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

@@ -163,7 +163,9 @@ void tdm_dsched_config_init(tdm_dsched_config *cfg);
  * device's SMs, warps above TDM_DSCHED_MAX_WARPS, capacity not a power of two in 16..65536,
  * scope not a TDM_DSCHED_SCOPE_ value.
  * -ENOTSUP: the table has nothing for this backend (cuda: no launch; sim: no host functions),
- * or the device cannot reach pinned host memory (cuda).  -ENODEV: no device (backend none), or
+ * or the device cannot reach pinned host memory (cuda).
+ * A refused field of cfg or of the table, and the -ENOTSUP, is named with its value on stderr and
+ * in tdm_error_detail (tandem.h).  -ENODEV: no device (backend none), or
  * it failed.  -ESHUTDOWN: the GPU layer is being destroyed.  -ENOMEM, -EAGAIN (sim: no thread).
  * -EIO: the launch failed (the launcher's CUDA error).
  */

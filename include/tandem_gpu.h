@@ -152,6 +152,11 @@ int tdm_gpu_prepare(const tdm_gpu_config *cfg, unsigned workers);
  * not built in. -ENOTSUP: word or adaptive completion asked for (cfg or TANDEM_COMPLETION) on a
  * device that cannot write completion words.  -ENOMEM, -EAGAIN: no memory, no thread.  -EIO: the
  * driver failed while the devices were set up (cuda).
+ * Each refused field or variable, and the -ENOTSUP, is named with its value on stderr and in
+ * tdm_error_detail (tandem.h): "tandem: TANDEM_GPU=bogus: not one of cuda, sim, none
+ * (tdm_gpu_create returns -EINVAL)". -ENODEV from the default backend (TDM_BACKEND_AUTO, cuda) says
+ * why there is no GPU, and that TANDEM_GPU=sim runs tandem's GPU simulator. Each text once per
+ * process (docs/guide/errors.md). tdm_gpu_prepare says its refusals alike.
  */
 int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg);
 
@@ -170,6 +175,12 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg);
  * Other calls on gpu (device, managed and pinned memory, events) must not race it: make them
  * before it begins, or while holding a lease (it frees nothing before every lease is released).
  * Either order of tdm_gpu_destroy and tdm_executor_destroy works.
+ * A lease never released, or a scheduler never destroyed, makes it wait for ever: once it has
+ * waited a second for them it says on stderr which, a line each, and again every 10 s while it
+ * waits: "tandem: tdm_gpu_destroy waits for a stream lease not released (1 s so far): device 0,
+ * stream normal 3, exclusive, taken by task NAME" (NAME: tdm_resumable_name's, else the task
+ * function's symbol; "a thread outside any task" for a lease taken outside one), and "... waits
+ * for a device scheduler not destroyed (1 s so far): device 0, made by ...". It goes on waiting.
  * -EINVAL: gpu is NULL.  -EDEADLK: called from a worker of the executor.
  */
 int tdm_gpu_destroy(tdm_gpu *gpu);
@@ -489,7 +500,8 @@ typedef struct tdm_pipeline_stats {
  * once. stats may be NULL; it is zeroed first and filled in whenever the pipeline ran. Returns 0
  * when every batch succeeded, else the first batch error (stats says which and how many), or:
  * -ECANCELED: the executor's shutdown (TDM_SHUTDOWN_CANCEL) cancelled the pipeline's tasks,
- * whatever else failed.  -EINVAL: a bad config (streams beyond in_flight among them).
+ * whatever else failed.  -EINVAL: a bad config (streams beyond in_flight among them; the field
+ * and its value are named on stderr and in tdm_error_detail, tandem.h).
  * -EDEADLK: called from a worker of gpu's executor.  -ENODEV: no device, or it failed before the
  * run could lease its streams.  -EBUSY: no stream of the device could be leased.  -EAGAIN: a
  * stream could not be made (sim: its thread did not start).  -ENOMEM: no buffers could be had;

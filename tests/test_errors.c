@@ -227,12 +227,15 @@ Test(errors, strerror_gives_a_distinct_message_for_each_code)
 	}
 }
 
-/* Every code any call of tandem.h or tandem_gpu.h documents has a message of its own, not the
- * one for codes tandem never returns. */
+/* Every code any public call documents (tandem.h, tandem_gpu.h, tandem_graph.h, tandem_dsched.h,
+ * tandem_mpi.h; fopen's codes that tdm_trace_stop hands on) has a message of its own, not the one
+ * for codes tandem never returns. */
 Test(errors, strerror_names_every_documented_code)
 {
-	const int codes[] = {0,      -EINVAL, -ENOMEM, -EAGAIN,  -ESHUTDOWN, -ECANCELED, -EDEADLK,
-	                     -EBUSY, -ENODEV, -EIO,    -ENOTSUP, -EEXIST,    -EFAULT};
+	const int codes[] = {0,          -EINVAL,   -ENOMEM,          -EAGAIN,   -ESHUTDOWN,
+	                     -ECANCELED, -EDEADLK,  -EBUSY,           -ENODEV,   -EIO,
+	                     -ENOTSUP,   -EEXIST,   -EFAULT,          -EALREADY, -EMSGSIZE,
+	                     -ENOSPC,    -ENOTCONN, -EPROTONOSUPPORT, -ENOENT,   -EACCES};
 	const size_t n = sizeof codes / sizeof codes[0];
 	const char *unknown = tdm_strerror(-12345);
 	cr_assert_not_null(unknown);

@@ -45,6 +45,9 @@ struct tdm__backend_ops {
 	const char *name;
 	/* -ENODEV when the backend has no device (or, for cuda, was not built in). */
 	int (*open)(struct tdm__backend **out, const tdm_gpu_config *cfg);
+	/* Why the calling thread's last open said -ENODEV, in words for a message ("no driver",
+	 * the driver's own words); NULL: the backend has nothing to add. */
+	void (*why_none)(char *out, size_t len);
 	/* Every stream and event was destroyed and all memory freed before. */
 	void (*close)(struct tdm__backend *b);
 	int (*device_count)(struct tdm__backend *b);

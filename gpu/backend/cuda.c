@@ -7,13 +7,15 @@
  * device's default memory pool, which it raises at open so that stream-ordered frees keep their
  * memory for the next allocation.
  *
- * Present in every build. Without TANDEM_HAVE_CUDA only open() exists, and says -ENODEV. With it,
- * the library links the static CUDA runtime and never libcuda itself: driver functions come
- * through cudaGetDriverEntryPointByVersion, so a binary still loads, and open() fails quietly
- * with -ENODEV, on a machine without a driver (libcuda.so.1 absent).
+ * Present in every build. Without TANDEM_HAVE_CUDA only open() (-ENODEV) and why_none exist.
+ * With it, the library links the static CUDA runtime and never libcuda itself: driver functions
+ * come through cudaGetDriverEntryPointByVersion, so a binary still loads, and open() fails with
+ * -ENODEV, on a machine without a driver (libcuda.so.1 absent). open() prints nothing: whether
+ * that is worth a line is tdm_gpu_create's to say (gpu/layer.c), with why_none's words.
  */
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "backend.h"
 
@@ -26,16 +28,21 @@ static int tdm__cuda_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 	return -ENODEV;
 }
 
+static void tdm__cuda_why_none(char *out, size_t len)
+{
+	snprintf(out, len, "this libtandem was built without CUDA");
+}
+
 const struct tdm__backend_ops tdm__backend_cuda = {
     .name = "cuda",
     .open = tdm__cuda_open,
+    .why_none = tdm__cuda_why_none,
 };
 
 #else /* TANDEM_HAVE_CUDA */
 
 #include <dlfcn.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,6 +137,28 @@ static unsigned tdm__cuda_busy_blocks(int dev, int sm_count)
 	return (unsigned)(sm_count > 0 ? sm_count : 1) * per_sm;
 }
 
+/* What the calling thread's last open got from cudaGetDeviceCount (tdm__cuda_why_none). */
+static _Thread_local cudaError_t open_err;
+
+static void tdm__cuda_why_none(char *out, size_t len)
+{
+	if (open_err == cudaSuccess) {
+		snprintf(out, len, "CUDA sees no device");
+		return;
+	}
+	/* The runtime says "driver version is insufficient" also where there is no driver at all:
+	 * tell that apart, it is what a machine without a GPU has. */
+	if (open_err == cudaErrorInsufficientDriver) {
+		void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+		if (lib == NULL) {
+			snprintf(out, len, "no CUDA driver: libcuda.so.1 not found");
+			return;
+		}
+		dlclose(lib);
+	}
+	snprintf(out, len, "cudaGetDeviceCount: %s", cudaGetErrorString(open_err));
+}
+
 static int tdm__cuda_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 {
 	PFN_cuDeviceGet_v2000 device_get = NULL;
@@ -142,9 +171,9 @@ static int tdm__cuda_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 	(void)cfg;
 	if (out == NULL)
 		return -EINVAL;
-	/* No driver (libcuda.so.1 absent), a driver too old, or no device: all are "no device", and
-	 * none of them prints anything, so that AUTO can fall back quietly. */
-	if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
+	/* No driver (libcuda.so.1 absent), a driver too old, or no device: all are "no device";
+	 * why_none tells them apart for tdm_gpu_create's message. */
+	if ((open_err = cudaGetDeviceCount(&n)) != cudaSuccess || n <= 0) {
 		(void)cudaGetLastError();
 		return -ENODEV;
 	}
@@ -722,6 +751,7 @@ static int tdm__cuda_set_connections(unsigned n)
 const struct tdm__backend_ops tdm__backend_cuda = {
     .name = "cuda",
     .open = tdm__cuda_open,
+    .why_none = tdm__cuda_why_none,
     .close = tdm__cuda_close,
     .device_count = tdm__cuda_device_count,
     .device_info = tdm__cuda_device_info,

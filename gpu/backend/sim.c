@@ -55,6 +55,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "base/say.h"
 #include "sim_internal.h"
 
 #define SIM_MAX_DEVICES 1024
@@ -68,7 +69,8 @@ static int sim_open(struct tdm__backend **out, const tdm_gpu_config *cfg)
 	*out = NULL;
 	unsigned n = cfg != NULL && cfg->sim_devices != 0 ? cfg->sim_devices : 1;
 	if (n > SIM_MAX_DEVICES)
-		return -EINVAL;
+		return tdm__refuse(-EINVAL, "tdm_gpu_config.sim_devices=%u: above %u", n,
+		                   SIM_MAX_DEVICES);
 	struct tdm__backend *b = calloc(1, sizeof(*b));
 	if (b == NULL)
 		return -ENOMEM;
