@@ -94,6 +94,8 @@ class TandemPlot(unittest.TestCase):
         self.refused("scaling", self.jsonl("d.jsonl", {"impl": "x"}), 'no "bench"')
         self.refused("scaling", self.file("e.jsonl", json.dumps(FIB) + "\n{\"bench\":\n"),
                      "e.jsonl:2: not JSON")
+        bad_cdf = dict(LAT, cdf_p=[0, 1], cdf_us=[1.0])
+        self.refused("latency", self.jsonl("f.jsonl", bad_cdf), "cdf_p")
 
     def test_good_files_draw(self):
         trace = self.file("trace.json", json.dumps(TRACE))
@@ -101,6 +103,8 @@ class TandemPlot(unittest.TestCase):
         for what, path in (("timeline", trace), ("timeline", cut),
                            ("scaling", self.jsonl("cpu.jsonl", FIB, dict(FIB, threads=2))),
                            ("latency", self.jsonl("lat.jsonl", LAT, PIPE)),
+                           ("latency", self.jsonl("old.jsonl", {k: v for k, v in LAT.items()
+                                                                if not k.startswith("cdf")})),
                            ("pipeline", self.jsonl("pipe.jsonl", PIPE))):
             with self.subTest(what=what, file=os.path.basename(path)):
                 p = self.run_plot(what, path)
