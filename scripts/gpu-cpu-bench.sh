@@ -14,7 +14,8 @@
 # file for perf/plot-data/, which `make plots` draws) and cpu-scaling.png: 6 files.
 # Settings (environment): THREADS (1,2,4,8,16), FIB_N (30), SKYNET_DEPTH (6), REPS (10),
 # BUILD (build-cpu), MACHINE (in the file name; default h200 or h100 from nvidia-smi, else
-# cpu<N>), TREE (in the file name; default the commit, short). A quick run on 2 cores:
+# cpu<N>), TREE (in the file name; default the commit, short), CPU_CMAKE_ARGS (more options for
+# the build). A quick run on 2 cores:
 #   THREADS=1,2 FIB_N=22 SKYNET_DEPTH=4 REPS=3 OUT=/tmp/cpu bash scripts/gpu-cpu-bench.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/tandem-out}
@@ -44,8 +45,9 @@ data=$OUT/$(date -u +%F)-$MACHINE-$TREE-cpu.jsonl
 
 log "build in $BUILD (fresh, Release, no CUDA)"
 rm -rf "$BUILD"
+# shellcheck disable=SC2086 # CPU_CMAKE_ARGS is a word list
 if ! { cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=OFF -DTANDEM_MPI=OFF \
-	-DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_EXAMPLES=OFF &&
+	-DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_EXAMPLES=OFF ${CPU_CMAKE_ARGS:-} &&
 	cmake --build "$BUILD" -j"$(nproc)" --target tandem-bench; } >"$OUT/build.log" 2>&1; then
 	tail -40 "$OUT/build.log" | tee -a "$S"
 	fail "the build failed"
