@@ -521,35 +521,37 @@ static int is_libomp(const struct bench_impl *im)
 	return im != NULL && strcmp(im->name, "libomp") == 0;
 }
 
-/* `--impl` alone: each implementation, what it is and whether this tandem-bench has it. */
+/*
+ * `--impl` alone: each implementation, what it is and whether this tandem-bench has it; both
+ * OpenMP runtimes always, whichever runtime the compiler gave tandem-bench.
+ */
 static void list_impls(FILE *f)
 {
-	fputs("implementations (--impl LIST, any of these; omp: every OpenMP runtime here):\n", f);
-	for (int k = 0; k < MAX_IMPLS; k++) {
-		const struct bench_impl *im = impl_get[k]();
-		const char *name = impl_name(k);
+	const struct bench_impl *omp = bench_omp();
+	const char *omp_name = omp != NULL ? omp->name : "";
 
-		fprintf(f, "  %-8s ", name);
-		if (k == IMPL_TANDEM)
-			fputs("tandem's executor\n", f);
-		else if (k == IMPL_TBB)
-			fprintf(f, "oneTBB (tbb::task_group, tbb::task_arena)%s\n",
-			        im ? "" : ": not built in (oneTBB not found when configuring)");
-		else if (k == IMPL_OMP && strcmp(name, "libomp") == 0)
-			fputs("OpenMP tasks, LLVM's runtime (tandem-bench built by clang)\n", f);
-		else if (k == IMPL_OMP)
-			fprintf(f, "OpenMP tasks, %s's runtime, in this process%s\n",
-			        strcmp(name, "libgomp") == 0 ? "GCC" : "the compiler",
-			        im ? "" : ": not built in (OpenMP not found when configuring)");
-		else if (is_libomp(bench_omp()))
-			fputs("OpenMP tasks, LLVM's runtime: the one above\n", f);
-		else
-			fprintf(f, "OpenMP tasks, LLVM's runtime, in a child process: %s%s\n",
-			        bench_libomp_path(),
-			        im ? ""
-			           : " (not found: built where clang and libomp-dev are; "
-			             "TANDEM_BENCH_LIBOMP names another)");
-	}
+	fputs("implementations (--impl LIST, any of these; omp: every OpenMP runtime here):\n", f);
+	fputs("  tandem   tandem's executor\n", f);
+	fprintf(f, "  tbb      oneTBB (tbb::task_group, tbb::task_arena)%s\n",
+	        bench_tbb() ? "" : ": not here (oneTBB not found when configuring)");
+	fputs("  libgomp  OpenMP tasks, GCC's runtime", f);
+	if (strcmp(omp_name, "libgomp") == 0)
+		fputs(", in this process\n", f);
+	else if (omp == NULL)
+		fputs(": not here (OpenMP not found when configuring)\n", f);
+	else
+		fprintf(f, ": not here (tandem-bench was built with %s)\n", omp_name);
+	fputs("  libomp   OpenMP tasks, LLVM's runtime", f);
+	if (is_libomp(omp))
+		fputs(", in this process (tandem-bench built by clang)\n", f);
+	else
+		fprintf(f, ", in a child process: %s%s\n", bench_libomp_path(),
+		        bench_libomp() ? ""
+		                       : " (not found: built where clang and libomp-dev are; "
+		                         "TANDEM_BENCH_LIBOMP names another)");
+	if (omp != NULL && strcmp(omp_name, "libgomp") != 0 && !is_libomp(omp))
+		fprintf(f, "  %-8s OpenMP tasks, the compiler's runtime, in this process\n",
+		        omp_name);
 }
 
 /* impl names one implementation, or omp every OpenMP runtime to be had. */
@@ -569,6 +571,9 @@ static void impl_item(const char *opt, const char *tok, size_t len, struct opts 
 			had = 1;
 		}
 	}
+	for (int k = 0; k < MAX_IMPLS && !matched; k++)
+		matched =
+		    strlen(impl_fallback[k]) == len && memcmp(tok, impl_fallback[k], len) == 0;
 	if (!matched)
 		bad("%s: unknown implementation '%.*s' (tandem-bench fib --impl lists them)", opt,
 		    (int)len, tok);
