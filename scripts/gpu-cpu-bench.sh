@@ -63,11 +63,13 @@ for impl in tandem tbb libgomp libomp; do
 		fail "no $impl here (tandem-bench fib --impl above says why; libomp: scripts/stage-libomp.sh)"
 done
 
+# Each within 4 minutes, so that build and both fit the device tool's 10 (on 16 cores, about a
+# minute and a half each: 11 runs of each implementation at each thread count).
 log "fib --n $FIB_N and skynet --depth $SKYNET_DEPTH, threads $THREADS, $REPS reps, every impl"
 : >"$data"
-timeout 540 "$bench" fib --n "$FIB_N" --threads "$THREADS" --reps "$REPS" --json \
+timeout 240 "$bench" fib --n "$FIB_N" --threads "$THREADS" --reps "$REPS" --json \
 	>>"$data" 2>>"$OUT/bench.err" || fail "fib: exit $? (bench.err)"
-timeout 540 "$bench" skynet --depth "$SKYNET_DEPTH" --threads "$THREADS" --reps "$REPS" --json \
+timeout 240 "$bench" skynet --depth "$SKYNET_DEPTH" --threads "$THREADS" --reps "$REPS" --json \
 	>>"$data" 2>>"$OUT/bench.err" || fail "skynet: exit $? (bench.err)"
 # The table: each bench and thread count, the medians, tandem over oneTBB and over the better
 # OpenMP (as tandem-bench's own table has them).
