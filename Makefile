@@ -103,11 +103,18 @@ clean:
 	rm -rf $(BUILD_DIR) build-debug build-nocuda build-tsan build-asan
 
 # The figures of README.md and perf/README.md (docs/img/), drawn by scripts/tandem-plot (Debian's
-# python3-matplotlib) from what perf/plot-data/ keeps: no build needed.
+# python3-matplotlib) from what perf/plot-data/ keeps: no build needed. The CPU scaling and the
+# latency figures come from the newest DATE-MACHINE-TREE-cpu.jsonl (scripts/gpu-cpu-bench.sh) and
+# -gpu.jsonl (scripts/gpu-machine.sh bench) there; CPU_DATA= and GPU_DATA= name others.
 PLOT      = scripts/tandem-plot
 PLOT_DATA = perf/plot-data
 PLOT_TRACE = $(PLOT_DATA)/sim-pipeline-trace.json
 H200      = $(PLOT_DATA)/2026-12-01-h200
+CPU_DATA ?= $(lastword $(sort $(wildcard $(PLOT_DATA)/*-cpu.jsonl)))
+GPU_DATA ?= $(lastword $(sort $(wildcard $(PLOT_DATA)/*-gpu.jsonl)))
+# data_about,FILE: "H200 machine, 2026-12-01, tree 67576aa" from a plot-data file's name.
+data_about = $(shell echo $(notdir $(1)) | \
+	awk -F- '{ printf "%s machine, %s-%s-%s, tree %s", toupper($$4), $$1, $$2, $$3, $$5 }')
 .PHONY: plots plot-trace
 plots:
 	@mkdir -p docs/img
@@ -116,10 +123,10 @@ plots:
 	$(PLOT) scaling $(H200)-43432ed-throughput-conn-unset-1.jsonl \
 		$(H200)-43432ed-throughput-conn-unset-2.jsonl -o docs/img/gpu-throughput.png \
 		--title "gpu-throughput on one H200, 16 cores (2026-12-01, median of two passes)"
-	$(PLOT) scaling $(H200)-67576aa-cpu.jsonl -o docs/img/cpu-scaling.png \
-		--title "fib and skynet on the H200 machine's 16 cores (2026-12-01)"
-	$(PLOT) latency $(H200)-67576aa-gpu.jsonl -o docs/img/latency.png \
-		--title "await round trips and pipeline runs on one H200 (2026-12-01)"
+	$(PLOT) scaling $(CPU_DATA) -o docs/img/cpu-scaling.png \
+		--title "fib and skynet: ms against threads ($(call data_about,$(CPU_DATA)))"
+	$(PLOT) latency $(GPU_DATA) -o docs/img/latency.png \
+		--title "await round trips and pipeline runs ($(call data_about,$(GPU_DATA)))"
 	$(PLOT) pipeline $(H200)-d147f80-pipeline-1.jsonl $(H200)-d147f80-pipeline-2.jsonl \
 		-o docs/img/pipeline.png --title "pipeline on one H200 (2026-12-01, median of two calls)"
 

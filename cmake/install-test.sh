@@ -9,7 +9,10 @@
 #      that tandem::tandem_static is then left undefined and that COMPONENTS static fails,
 #      naming the toolkit (so the toolkit was hidden indeed).
 #   3. pkg-config: the line of docs/guide/install.md, with the rpath a prefix off the loader's
-#      path needs, and the same without the rpath through LD_LIBRARY_PATH.
+#      path needs, and the same without the rpath through LD_LIBRARY_PATH; where tandem was
+#      built with MPI, that tandem_mpi.pc names MPI by its pkg-config module and no path (its
+#      flags follow a stand-in module), and consumer_mpi.c built with tandem_mpi's flags, by cc
+#      and by mpicc.
 # usage: install-test.sh CMAKE CC BUILD_DIR CONSUMER_DIR WORK_DIR LIBDIR [PREFIX_PATH, :-separated]
 set -euo pipefail
 cmake=$1 cc=$2 build=$3 src=$4 work=$5 libdir=$6 inherited=${7:-}
@@ -114,9 +117,52 @@ fi
 "$cc" -o "$work/consumer_pc" "$src/consumer.c" $(pkg-config --cflags --libs tandem)
 LD_LIBRARY_PATH=$prefix/$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$work/consumer_pc"
 if [ $mpi_build = 1 ]; then
-	echo "pkg-config --cflags --libs tandem_mpi: $(pkg-config --cflags --libs tandem_mpi)"
+	# tandem_mpi.pc names its MPI by pkg-config module (Requires.private), never by path: the file
+	# holds no absolute path, --libs names no MPI folder, and the MPI flags that --cflags gives
+	# come from the module found on PKG_CONFIG_PATH (a stand-in of that name, put first, pointing
+	# elsewhere, replaces every one of them).
+	pc=$prefix/$libdir/pkgconfig/tandem_mpi.pc
+	module=$(pkg-config --variable=mpi_module tandem_mpi)
+	[ -n "$module" ] || fail "tandem_mpi.pc names no MPI module (configuring said why): $(cat "$pc")"
+	if grep -v '^#' "$pc" | grep -qE '(^|[ =:])/'; then
+		fail "tandem_mpi.pc holds an absolute path: $(cat "$pc")"
+	fi
+	mpi_dirs=$(pkg-config --cflags-only-I --libs-only-L "$module" | tr ' ' '\n' | sed -n 's/^-[IL]//p')
+	echo "pkg-config --cflags --libs tandem_mpi: $(pkg-config --cflags --libs tandem_mpi) (MPI: $module)"
+	for d in $mpi_dirs; do
+		if pkg-config --libs tandem_mpi | grep -qF -- "$d"; then
+			fail "pkg-config --libs tandem_mpi names MPI's $d"
+		fi
+	done
+	stand_in=$work/stand-in-pc
+	mkdir -p "$stand_in"
+	printf 'Name: %s\nDescription: stand-in\nVersion: 0\nLibs: -L/stand-in/lib -lmpi\nCflags: -I/stand-in/include\n' \
+		"$module" >"$stand_in/$module.pc"
+	flags=$(PKG_CONFIG_PATH=$stand_in:$PKG_CONFIG_PATH pkg-config --cflags --static --libs tandem_mpi)
+	for d in $mpi_dirs; do
+		if tr ' ' '\n' <<<"$flags" | grep -qE -- "^-[IL]$d\$"; then
+			fail "tandem_mpi's flags keep MPI's $d with $module elsewhere: $flags"
+		fi
+	done
+	grep -q -- "-I/stand-in/include" <<<"$flags" ||
+		fail "tandem_mpi's flags do not follow the module $module: $flags"
+	# The CMake package names MPI by target (MPI::MPI_C, found again by find_dependency).
+	for d in $mpi_dirs; do
+		if grep -rqF -- "$d" "$prefix/$libdir/cmake/tandem"; then
+			fail "the CMake package names MPI's $d"
+		fi
+	done
+	# A program that calls MPI names its MPI too: the module beside tandem_mpi, or mpicc.
 	# shellcheck disable=SC2046
-	"$cc" -o "$work/consumer_mpi_pc" "$src/consumer_mpi.c" $(pkg-config --cflags --libs tandem_mpi) \
+	"$cc" -o "$work/consumer_mpi_pc" "$src/consumer_mpi.c" \
+		$(pkg-config --cflags --libs tandem_mpi "$module") \
 		-Wl,-rpath,$(pkg-config --variable=libdir tandem_mpi)
 	"${mpi_env[@]}" "$work/consumer_mpi_pc"
+	if command -v mpicc >/dev/null; then
+		# shellcheck disable=SC2046
+		mpicc -o "$work/consumer_mpicc" "$src/consumer_mpi.c" \
+			$(pkg-config --cflags --libs tandem_mpi) \
+			-Wl,-rpath,$(pkg-config --variable=libdir tandem_mpi)
+		"${mpi_env[@]}" "$work/consumer_mpicc"
+	fi
 fi

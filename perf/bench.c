@@ -18,17 +18,6 @@
 
 #include "tandem.h"
 
-/* The GPU benchmarks come after `all`, which runs the CPU ones only. */
-enum bench_kind {
-	BENCH_FIB,
-	BENCH_SKYNET,
-	BENCH_SPAWN,
-	BENCH_IDLE,
-	BENCH_ALL,
-	BENCH_GPU_LATENCY,
-	BENCH_GPU_THROUGHPUT,
-	BENCH_COUNT
-};
 /*
  * Every subcommand tandem-bench accepts, in the order the usage lists them: the dispatch (main,
  * parse_args) and the usage both read this table, so the usage names all of them. Entries
@@ -77,7 +66,7 @@ static const struct subcommand {
 #define bench_name(kind) (subcommands[(kind)].name)
 
 #define MAX_THREAD_CONFIGS 64
-#define MAX_IMPLS 3
+#define MAX_IMPLS 4
 
 /* ---- tandem ---------------------------------------------------------------------------------- */
 
@@ -234,7 +223,7 @@ static void tandem_spawn(void *ctx, uint64_t n)
 }
 
 static const struct bench_impl tandem_impl = {
-    "tandem", tandem_setup, tandem_teardown, tandem_fib, tandem_skynet, tandem_spawn,
+    "tandem", tandem_setup, tandem_teardown, tandem_fib, tandem_skynet, tandem_spawn, NULL,
 };
 
 /* ---- options --------------------------------------------------------------------------------- */
@@ -245,7 +234,7 @@ struct opts {
 	int nthreads;
 	int reps, reps_given;
 	const struct bench_impl *impl[MAX_IMPLS];
-	int nimpl, want[MAX_IMPLS];
+	int nimpl, want[MAX_IMPLS], slot[MAX_IMPLS]; /* slot: IMPL_* of impl[k] */
 	unsigned cpus;
 	uint64_t n, depth;
 	int n_given, depth_given;
@@ -292,7 +281,8 @@ static void usage(FILE *f)
 	      "  --reps N        timed reps per config, after 1 untimed warm-up (default 10;\n"
 	      "                  idle: 1 window unless given; gpu-throughput: 3; gpu-latency: 3\n"
 	      "                  rounds of every implementation, medians over them)\n"
-	      "  --impl LIST     any of tandem,tbb,omp (default: all built in)\n"
+	      "  --impl LIST     any of tandem,tbb,libgomp,libomp; omp: both OpenMP runtimes\n"
+	      "                  (default: all to be had; --impl alone lists them)\n"
 	      "  --n N           fib: n (default 30, at most 60); spawn: tasks (default 1000000);\n"
 	      "                  idle: seconds measured (default 2); gpu-latency: timed round\n"
 	      "                  trips (default 20000); gpu-throughput: tasks (default 20000)\n"
@@ -321,22 +311,6 @@ __attribute__((format(printf, 1, 2))) _Noreturn static void bad(const char *fmt,
 	fputc('\n', stderr);
 	usage(stderr);
 	exit(2);
-}
-
-int bench_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	/* strtoull would accept a sign and leading blanks; a count must be plain digits. */
-	if (s[0] < '0' || s[0] > '9')
-		return -1;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno != 0 || *end != '\0' || v < lo || v > hi)
-		return -1;
-	*out = v;
-	return 0;
 }
 
 int bench_parse_list(const char *s, unsigned *out, int *n, int max, unsigned lo, unsigned hi)
@@ -520,23 +494,95 @@ static const struct bench_impl *tandem_get(void)
 	return &tandem_impl;
 }
 
-/* The table and the JSON list implementations in this order, whatever order --impl gave. */
-static const char *const impl_names[MAX_IMPLS] = {"tandem", "tbb", "omp"};
+/*
+ * The implementations, in the order the table and the JSON list them, whatever order --impl gave:
+ * tandem, oneTBB, the OpenMP runtime built into tandem-bench (libgomp with gcc) and LLVM's libomp
+ * in a child process (bench_child.c). Each getter is NULL where that one is not to be had.
+ */
+enum { IMPL_TANDEM, IMPL_TBB, IMPL_OMP, IMPL_LIBOMP };
 static const struct bench_impl *(*const impl_get[MAX_IMPLS])(void) = {tandem_get, bench_tbb,
-                                                                      bench_omp};
+                                                                      bench_omp, bench_libomp};
+static const char *const impl_fallback[MAX_IMPLS] = {"tandem", "tbb", "libgomp", "libomp"};
 
+static const char *impl_name(int k)
+{
+	const struct bench_impl *im = impl_get[k]();
+
+	return im != NULL ? im->name : impl_fallback[k];
+}
+
+static int is_omp(int k)
+{
+	return k == IMPL_OMP || k == IMPL_LIBOMP;
+}
+
+static int is_libomp(const struct bench_impl *im)
+{
+	return im != NULL && strcmp(im->name, "libomp") == 0;
+}
+
+/*
+ * `--impl` alone: each implementation, what it is and whether this tandem-bench has it; both
+ * OpenMP runtimes always, whichever runtime the compiler gave tandem-bench.
+ */
+static void list_impls(FILE *f)
+{
+	const struct bench_impl *omp = bench_omp();
+	const char *omp_name = omp != NULL ? omp->name : "";
+
+	fputs("implementations (--impl LIST, any of these; omp: every OpenMP runtime here):\n", f);
+	fputs("  tandem   tandem's executor\n", f);
+	fprintf(f, "  tbb      oneTBB (tbb::task_group, tbb::task_arena)%s\n",
+	        bench_tbb() ? "" : ": not here (oneTBB not found when configuring)");
+	fputs("  libgomp  OpenMP tasks, GCC's runtime", f);
+	if (strcmp(omp_name, "libgomp") == 0)
+		fputs(", in this process\n", f);
+	else if (omp == NULL)
+		fputs(": not here (OpenMP not found when configuring)\n", f);
+	else
+		fprintf(f, ": not here (tandem-bench was built with %s)\n", omp_name);
+	fputs("  libomp   OpenMP tasks, LLVM's runtime", f);
+	if (is_libomp(omp))
+		fputs(", in this process (tandem-bench built by clang)\n", f);
+	else
+		fprintf(f, ", in a child process: %s%s\n", bench_libomp_path(),
+		        bench_libomp() ? ""
+		                       : " (not found: built where clang and libomp-dev are; "
+		                         "TANDEM_BENCH_LIBOMP names another)");
+	if (omp != NULL && strcmp(omp_name, "libgomp") != 0 && !is_libomp(omp))
+		fprintf(f, "  %-8s OpenMP tasks, the compiler's runtime, in this process\n",
+		        omp_name);
+}
+
+/* impl names one implementation, or omp every OpenMP runtime to be had. */
 static void impl_item(const char *opt, const char *tok, size_t len, struct opts *o)
 {
+	int matched = 0, had = 0;
+	int omp = len == 3 && memcmp(tok, "omp", 3) == 0;
+
 	for (int k = 0; k < MAX_IMPLS; k++) {
-		if (strlen(impl_names[k]) != len || memcmp(tok, impl_names[k], len) != 0)
+		const char *name = impl_name(k);
+
+		if (omp ? !is_omp(k) : strlen(name) != len || memcmp(tok, name, len) != 0)
 			continue;
-		if (!impl_get[k]())
-			bad("%s: %s was not built in (not found when configuring)", opt,
-			    impl_names[k]);
-		o->want[k] = 1;
-		return;
+		matched = 1;
+		if (impl_get[k]()) {
+			o->want[k] = 1;
+			had = 1;
+		}
 	}
-	bad("%s: unknown implementation '%.*s'", opt, (int)len, tok);
+	for (int k = 0; k < MAX_IMPLS && !matched; k++)
+		matched =
+		    strlen(impl_fallback[k]) == len && memcmp(tok, impl_fallback[k], len) == 0;
+	if (!matched)
+		bad("%s: unknown implementation '%.*s' (tandem-bench fib --impl lists them)", opt,
+		    (int)len, tok);
+	if (!had && omp)
+		bad("%s: no OpenMP runtime is to be had here (tandem-bench fib --impl says why)",
+		    opt);
+	if (!had)
+		bad("%s: %.*s is not to be had here (tandem-bench fib --impl says why)", opt,
+		    (int)len, tok);
 }
 
 unsigned bench_cpus(void)
@@ -599,8 +645,14 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			val = eq + 1;
 		else if (i + 1 < argc)
 			val = argv[++i];
+		else if (k == 2) /* --impl without a list: what there is */
+			val = "list";
 		else
 			bad("%s needs a value", a);
+		if (k == 2 && strcmp(val, "list") == 0) {
+			list_impls(stdout);
+			exit(0);
+		}
 		switch (k) {
 		case 0:
 			each_token(valued[k], val, o, threads_item);
@@ -652,7 +704,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	gpu = o->bench == BENCH_GPU_LATENCY || o->bench == BENCH_GPU_THROUGHPUT;
 	if (gpu && o->nthreads)
 		bad("--threads does not apply to %s (--workers does)", bench_name(o->bench));
-	if (gpu && (o->want[0] | o->want[1] | o->want[2]))
+	if (gpu && (o->want[0] | o->want[1] | o->want[2] | o->want[3]))
 		bad("--impl does not apply to %s", bench_name(o->bench));
 	if (gpu && o->depth_given)
 		bad("--depth applies to skynet only");
@@ -688,108 +740,19 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		if (o->cpus > 1)
 			o->threads[o->nthreads++] = o->cpus;
 	}
-	for (int k = 0, any = o->want[0] | o->want[1] | o->want[2]; k < MAX_IMPLS; k++) {
+	for (int k = 0, any = o->want[0] | o->want[1] | o->want[2] | o->want[3]; k < MAX_IMPLS;
+	     k++) {
 		if (any && !o->want[k])
 			continue;
-		if (impl_get[k]())
+		if (impl_get[k]()) {
+			o->slot[o->nimpl] = k;
 			o->impl[o->nimpl++] = impl_get[k]();
-		else
-			fprintf(stderr, "tandem-bench: note: the %s baseline was not built in\n",
-			        impl_names[k]);
+		} else if (k != IMPL_LIBOMP || !is_libomp(bench_omp()))
+			fprintf(stderr,
+			        "tandem-bench: note: no %s baseline here (tandem-bench fib --impl "
+			        "says why)\n",
+			        impl_name(k));
 	}
-}
-
-/* ---- measuring ------------------------------------------------------------------------------- */
-
-static double now_ms(clockid_t clk)
-{
-	struct timespec ts;
-
-	clock_gettime(clk, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static void sleep_ms(uint64_t ms)
-{
-	struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
-
-static uint64_t fib_serial(uint64_t n)
-{
-	uint64_t a = 0, b = 1;
-
-	for (uint64_t i = 0; i < n; i++) {
-		uint64_t t = a + b;
-
-		a = b;
-		b = t;
-	}
-	return a;
-}
-
-static uint64_t expected(enum bench_kind b, uint64_t param)
-{
-	uint64_t leaves = 1;
-
-	if (b == BENCH_FIB)
-		return fib_serial(param);
-	for (uint64_t i = 0; i < param; i++)
-		leaves *= 10;
-	return leaves * (leaves - 1) / 2; /* the leaves are numbered 0..leaves-1 */
-}
-
-static void check(const struct bench_impl *im, enum bench_kind b, uint64_t param, uint64_t got)
-{
-	uint64_t want = expected(b, param);
-
-	if (got == want)
-		return;
-	fprintf(stderr, "tandem-bench: WRONG RESULT: %s %s(%llu) = %llu, expected %llu\n", im->name,
-	        bench_name(b), (unsigned long long)param, (unsigned long long)got,
-	        (unsigned long long)want);
-	abort();
-}
-
-/* Wall milliseconds of one run of fib, skynet or spawn; only the computation is inside. */
-static double time_once(const struct bench_impl *im, void *ctx, enum bench_kind b, uint64_t param)
-{
-	double t0, t1;
-	uint64_t got = 0;
-
-	t0 = now_ms(CLOCK_MONOTONIC);
-	if (b == BENCH_FIB)
-		got = im->fib(ctx, (int)param);
-	else if (b == BENCH_SKYNET)
-		got = im->skynet(ctx, (int)param);
-	else
-		im->spawn(ctx, param);
-	t1 = now_ms(CLOCK_MONOTONIC);
-	if (b != BENCH_SPAWN)
-		check(im, b, param, got);
-	return t1 - t0;
-}
-
-/*
- * Process CPU milliseconds burnt while the main thread sleeps `seconds`. Before the window every
- * thread of the implementation is woken by a small fork-join run and then given 100 ms, so the
- * window sees the steady idle state after activity rather than start-up or the tail of a spin.
- */
-static double idle_once(const struct bench_impl *im, void *ctx, uint64_t seconds, double *percent)
-{
-	double w0, c0, w1, c1;
-
-	check(im, BENCH_FIB, 18, im->fib(ctx, 18));
-	sleep_ms(100);
-	w0 = now_ms(CLOCK_MONOTONIC);
-	c0 = now_ms(CLOCK_PROCESS_CPUTIME_ID);
-	sleep_ms(seconds * 1000);
-	c1 = now_ms(CLOCK_PROCESS_CPUTIME_ID);
-	w1 = now_ms(CLOCK_MONOTONIC);
-	*percent = (c1 - c0) / (w1 - w0) * 100.0;
-	return c1 - c0;
 }
 
 /* ---- running and reporting ------------------------------------------------------------------- */
@@ -809,13 +772,19 @@ static void print_header(const struct opts *o, enum bench_kind b, uint64_t param
 	printf("%7s", "threads");
 	for (int k = 0; k < o->nimpl; k++)
 		printf(" %21s", o->impl[k]->name);
-	printf("  tandem/best-other\n");
+	printf("  %10s  %s\n", "tandem/tbb", "tandem/best-OpenMP");
 }
 
+/*
+ * A row, then tandem's figure over oneTBB's and over the better OpenMP runtime's (the lower
+ * figure, named), where both were run: libgomp slows as its team grows (perf/README.md, fib), so
+ * a ratio against it alone would flatter tandem.
+ */
 static void print_row(const struct opts *o, enum bench_kind b, unsigned threads,
                       const struct result *r)
 {
-	double mine = -1, best = -1;
+	double mine = -1, tbb = -1, omp = -1;
+	const char *omp_name = NULL;
 
 	printf("%7u", threads);
 	for (int k = 0; k < o->nimpl; k++) {
@@ -825,16 +794,24 @@ static void print_row(const struct opts *o, enum bench_kind b, unsigned threads,
 			printf(" %20.3f%%", r[k].cpu_percent);
 		else
 			printf(" %10.3f / %8.3f", r[k].median_ms, r[k].min_ms);
-		if (o->impl[k] == &tandem_impl)
+		if (o->slot[k] == IMPL_TANDEM)
 			mine = v;
-		else if (best < 0 || v < best)
-			best = v;
+		else if (o->slot[k] == IMPL_TBB)
+			tbb = v;
+		else if (omp < 0 || v < omp) {
+			omp = v;
+			omp_name = o->impl[k]->name;
+		}
 	}
 	/* An idle baseline can measure 0.00%: no ratio then rather than a division by zero. */
-	if (mine >= 0 && best > 0)
-		printf("  %16.2fx\n", mine / best);
+	if (mine >= 0 && tbb > 0)
+		printf("  %9.2fx", mine / tbb);
 	else
-		printf("  %17s\n", "-");
+		printf("  %10s", "-");
+	if (mine >= 0 && omp > 0)
+		printf("  %8.2fx (%s)\n", mine / omp, omp_name);
+	else
+		printf("  %9s\n", "-");
 }
 
 static void print_json(const struct opts *o, const struct bench_impl *im, enum bench_kind b,
@@ -866,20 +843,16 @@ static void run_bench(const struct opts *o, enum bench_kind b, uint64_t param)
 
 		for (int k = 0; k < o->nimpl; k++) {
 			const struct bench_impl *im = o->impl[k];
-			void *ctx = im->setup(o->threads[t]);
 
-			if (b == BENCH_IDLE) {
-				for (int i = 0; i < reps; i++)
-					ms[i] = idle_once(im, ctx, param, &pct[i]);
-				r[k].cpu_percent = bench_median(pct, reps);
+			if (im->measure != NULL) {
+				im->measure(o->threads[t], b, param, reps, ms, pct);
 			} else {
-				/* Warm-up: thread start-up, first-touch of pools and caches. */
-				time_once(im, ctx, b, param);
-				for (int i = 0; i < reps; i++)
-					ms[i] = time_once(im, ctx, b, param);
-				r[k].cpu_percent = 0;
+				void *ctx = im->setup(o->threads[t]);
+
+				bench_measure(im, ctx, b, param, reps, ms, pct);
+				im->teardown(ctx);
 			}
-			im->teardown(ctx);
+			r[k].cpu_percent = b == BENCH_IDLE ? bench_median(pct, reps) : 0;
 			r[k].median_ms = bench_median(ms, reps);
 			r[k].min_ms = ms[0]; /* bench_median() sorted ms */
 			if (o->json) {

@@ -15,11 +15,26 @@
 extern "C" {
 #endif
 
+/* The benchmarks; the GPU ones come after `all`, which runs the CPU ones only. */
+enum bench_kind {
+	BENCH_FIB,
+	BENCH_SKYNET,
+	BENCH_SPAWN,
+	BENCH_IDLE,
+	BENCH_ALL,
+	BENCH_GPU_LATENCY,
+	BENCH_GPU_THROUGHPUT,
+	BENCH_COUNT
+};
+
 /*
  * One implementation of the benchmarks. setup() builds everything that must stay out of the timed
  * region (thread pool, arena, team size) for `threads` threads and returns it as ctx; it aborts
  * rather than fail. The other entry points are the timed computations: fib and skynet return their
  * result so that the driver can check it; spawn returns once all n tasks have run.
+ * An implementation measured in another process (the libomp baseline, bench_child.c) has only
+ * a name and measure(), which fills in what bench_measure() would (ms and pct, reps each) and
+ * ends the process on failure.
  */
 struct bench_impl {
 	const char *name;
@@ -28,11 +43,30 @@ struct bench_impl {
 	uint64_t (*fib)(void *ctx, int n);
 	uint64_t (*skynet)(void *ctx, int depth);
 	void (*spawn)(void *ctx, uint64_t n);
+	void (*measure)(unsigned threads, enum bench_kind b, uint64_t param, int reps, double *ms,
+	                double *pct);
 };
 
-/* NULL when the baseline was not built in (TANDEM_HAVE_TBB / TANDEM_HAVE_OMP not set). */
+/*
+ * NULL when the baseline was not built in (TANDEM_HAVE_TBB / TANDEM_HAVE_OMP not set). bench_omp
+ * is the OpenMP runtime of the compiler that built tandem-bench, named by it (TANDEM_OMP_NAME:
+ * libgomp with gcc, libomp with clang). bench_libomp (bench_child.c): LLVM's libomp through the
+ * program tandem-bench-libomp, where bench_omp is not libomp itself and that program is found
+ * (TANDEM_BENCH_LIBOMP, else beside tandem-bench); bench_libomp_path says where it was looked for.
+ */
 const struct bench_impl *bench_tbb(void);
 const struct bench_impl *bench_omp(void);
+const struct bench_impl *bench_libomp(void);
+const char *bench_libomp_path(void);
+
+/*
+ * bench_run.c: one configuration of fib, skynet, spawn (b, with its n or depth) or idle (param:
+ * seconds a window) on ctx: an untimed warm-up, then reps timed runs into ms[0..reps) (idle:
+ * reps windows' CPU ms, and their CPU percentages into pct; else pct[i] = 0). A wrong result
+ * aborts.
+ */
+void bench_measure(const struct bench_impl *im, void *ctx, enum bench_kind b, uint64_t param,
+                   int reps, double *ms, double *pct);
 
 /* What the options say for gpu-latency and gpu-throughput (the lists are never empty). */
 struct bench_gpu_opts {
@@ -86,8 +120,8 @@ void bench_stats_add_delta(struct tdm_gpu_stats *sum, const struct tdm_gpu_stats
  * comma at either end: the one form every subcommand prints the poller's counts in. */
 void bench_stats_json(const struct tdm_gpu_stats *s);
 
-/* bench.c: s, plain decimal digits (no sign, no blanks), as a number in [lo, hi]: 0 and *out,
- * or -1. */
+/* bench_run.c: s, plain decimal digits (no sign, no blanks), as a number in [lo, hi]: 0 and
+ * *out, or -1. */
 int bench_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 /* bench.c, for the subcommands' own parsers, each 0 or -1: a comma-separated list of at most
  * max numbers in [lo, hi] into out[0..*n); one number in [lo, hi]; a comma-separated list of

@@ -241,8 +241,21 @@ static void json_str(const char *s)
 
 /* ---- gpu-latency ----------------------------------------------------------------------------- */
 
+/*
+ * The probabilities at which gpu-latency reports its distribution (cdf_p, cdf_us in the JSON):
+ * every percent, then the tail, so that tandem-plot draws the CDF as a curve.
+ */
+#define LAT_NQ 104
+static double lat_q_p(int i)
+{
+	static const double tail[] = {0.995, 0.999, 0.9999, 1.0};
+
+	return i < 100 ? i / 100.0 : tail[i - 100];
+}
+
 struct lat_stats {
 	double p50, p99, min, mean, max; /* microseconds */
+	double q[LAT_NQ];                /* at lat_q_p(i), microseconds */
 };
 
 /* Nearest rank: the smallest sample with at least p of all samples at or below it. */
@@ -265,6 +278,8 @@ static struct lat_stats lat_stats(uint64_t *ns, uint64_t n)
 	s.p99 = rank_us(ns, n, 0.99);
 	s.min = (double)ns[0] / 1e3;
 	s.max = (double)ns[n - 1] / 1e3;
+	for (int i = 0; i < LAT_NQ; i++)
+		s.q[i] = rank_us(ns, n, lat_q_p(i));
 	s.mean = sum / (double)n / 1e3;
 	return s;
 }
@@ -614,6 +629,11 @@ static void lat_report(const struct lat_ctx *c, const char *impl, unsigned worke
 	       r->st.p50, r->st.p99, r->st.min, r->st.mean, r->st.max);
 	if (floor != NULL && strcmp(impl, "tandem") == 0)
 		printf(",\"floor_p50_us\":%.3f,\"floor_p99_us\":%.3f", floor->p50, floor->p99);
+	for (int i = 0; i < LAT_NQ; i++)
+		printf("%s%g", i == 0 ? ",\"cdf_p\":[" : ",", lat_q_p(i));
+	for (int i = 0; i < LAT_NQ; i++)
+		printf("%s%.3f", i == 0 ? "],\"cdf_us\":[" : ",", r->st.q[i]);
+	putchar(']');
 	if (strcmp(impl, "tandem") == 0 && outstanding > 0)
 		printf(",\"bg_setup_ms\":%.3f,\"bg_kernel_ms\":%.3f,\"bg_early\":%llu",
 		       r->bg_setup_ms, r->bg_kernel_ms, (unsigned long long)r->bg_early);
@@ -626,14 +646,14 @@ static void lat_report(const struct lat_ctx *c, const char *impl, unsigned worke
 
 /* The median of v[0..n) (sorted here). */
 /*
- * rounds results, each `stride` apart from first, into one: p50 and p99 are the medians over the
- * rounds, min the least, max the most, mean the mean; the background facts are the first
- * round's, bg_early the most of any round.
+ * rounds results, each `stride` apart from first, into one: p50, p99 and each quantile of the
+ * distribution are the medians over the rounds, min the least, max the most, mean the mean; the
+ * background facts are the first round's, bg_early the most of any round.
  */
 static void lat_rounds(const struct lat_result *first, int stride, int rounds,
                        struct lat_result *out)
 {
-	double p50[BENCH_LAT_MAX_ROUNDS], p99[BENCH_LAT_MAX_ROUNDS];
+	double p50[BENCH_LAT_MAX_ROUNDS], p99[BENCH_LAT_MAX_ROUNDS], q[BENCH_LAT_MAX_ROUNDS];
 	int n = rounds < BENCH_LAT_MAX_ROUNDS ? rounds : BENCH_LAT_MAX_ROUNDS;
 
 	*out = first[0];
@@ -649,6 +669,11 @@ static void lat_rounds(const struct lat_result *first, int stride, int rounds,
 	}
 	out->st.p50 = bench_median(p50, n);
 	out->st.p99 = bench_median(p99, n);
+	for (int i = 0; i < LAT_NQ; i++) {
+		for (int r = 0; r < n; r++)
+			q[r] = first[r * stride].st.q[i];
+		out->st.q[i] = bench_median(q, n);
+	}
 }
 
 int bench_gpu_latency(const struct bench_gpu_opts *o)

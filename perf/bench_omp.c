@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * perf/bench_omp.c: the OpenMP task baselines. Without TANDEM_HAVE_OMP it only says "not built in".
+ * Built into tandem-bench with the compiler's runtime (gcc: libgomp), and by clang into
+ * tandem-bench-libomp (bench_libomp.c) with LLVM's; TANDEM_OMP_NAME names the runtime.
  *
  * Every computation is one `parallel num_threads(threads)` region whose `single` thread starts the
  * work; the team is created by the warm-up run, so later regions reuse its threads.
@@ -97,8 +99,12 @@ static void omp_spawn(void *ctx, uint64_t n)
 	}
 }
 
+#ifndef TANDEM_OMP_NAME
+#define TANDEM_OMP_NAME "omp"
+#endif
+
 static const struct bench_impl impl = {
-    "omp", omp_setup, omp_teardown, omp_fib, omp_skynet, omp_spawn,
+    TANDEM_OMP_NAME, omp_setup, omp_teardown, omp_fib, omp_skynet, omp_spawn, NULL,
 };
 
 const struct bench_impl *bench_omp(void)

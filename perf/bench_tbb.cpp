@@ -123,7 +123,7 @@ void tbb_spawn(void *ctx, uint64_t n)
 	st.cv.wait(lk, [&st] { return st.done; });
 }
 
-const bench_impl impl = {"tbb", tbb_setup, tbb_teardown, tbb_fib, tbb_skynet, tbb_spawn};
+const bench_impl impl = {"tbb", tbb_setup, tbb_teardown, tbb_fib, tbb_skynet, tbb_spawn, nullptr};
 
 } // namespace
 

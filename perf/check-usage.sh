@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 # The ctest test bench_usage: `tandem-bench --help` lists every subcommand (those named here
 # among them), each with a line of its own and on a synopsis line, and tandem-bench accepts
-# every name it lists; and the subcommands that read their options with bench_next_opt refuse
-# bad ones, with status 2 and the message that says why.
+# every name it lists; `tandem-bench fib --impl` lists every implementation, libgomp and libomp
+# among them; and the subcommands that read their options with bench_next_opt refuse bad ones,
+# with status 2 and the message that says why.
 # usage: check-usage.sh TANDEM_BENCH
 set -euo pipefail
 bench=$1
@@ -48,6 +49,13 @@ for cmd in gpu-graph gpu-dsched; do
 	refuses "$cmd" "bad value 'x' for --rounds" --backend sim --rounds x
 	refuses "$cmd" "unexpected argument 'stray'" --backend sim stray
 done
+# `--impl` alone lists the implementations, both OpenMP runtimes among them (each named, had
+# here or not); a name not among them is refused.
+impls=$("$bench" fib --impl) || fail "fib --impl: status $?"
+for name in tandem tbb libgomp libomp; do
+	grep -qE "^  $name " <<<"$impls" || fail "fib --impl does not list $name: $impls"
+done
+refuses fib "unknown implementation 'bogus'" --impl tandem,bogus
 refuses gpu-dsched "bad value 'bogus' for --scope" --backend sim --scope bogus
 refuses gpu-dsched "bad value '100' for --capacity" --backend sim --capacity 100
 echo "tandem-bench --help lists $(wc -w <<<"$listed") subcommands, each accepted"

@@ -20,11 +20,17 @@ have_tbb() { have_header oneapi/tbb/task_group.h || have_header tbb/task_group.h
 have_mpi_header() { have_header mpi.h || compgen -G '/usr/include/*/mpi/mpi.h' >/dev/null; }
 # Debian's matplotlib is for Debian's python3 (scripts/tandem-plot runs under it if need be).
 have_matplotlib() { /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1; }
+# LLVM's OpenMP runtime, as clang links it (-fopenmp).
+have_libomp() {
+	have clang && printf '#include <omp.h>\nint main(void) { return omp_get_max_threads() < 1; }\n' |
+		clang -fopenmp -x c - -o /dev/null >/dev/null 2>&1
+}
 
 # Each check: required|optional, Debian package, test. Optional parts only turn off a step
 # (oneTBB baseline, valgrind run, format check, cppcheck, pkg-config half of the install test,
 # make plots, the speedscope test, tandem_mpi with its tests and example: Open MPI's headers and
-# library, and mpirun to run them).
+# library, and mpirun to run them; clang with LLVM's libomp: tandem-bench's libomp baseline,
+# perf/tandem-bench-libomp).
 checks=(
 	"required libck-dev        have_header ck_ec.h"
 	"required libcriterion-dev have_header criterion/criterion.h"
@@ -42,6 +48,8 @@ checks=(
 	"optional chromium         have chromium"
 	"optional libopenmpi-dev   have_mpi_header"
 	"optional openmpi-bin      have mpirun"
+	"optional clang            have clang"
+	"optional libomp-dev       have_libomp"
 )
 scan() {
 	missing=() missing_required=()

@@ -23,6 +23,9 @@ OUT=${OUT:-/tmp/tandem-out}
 mkdir -p "$OUT"
 export CMAKE_PREFIX_PATH=$PWD/.devdeps/root/usr
 export LD_LIBRARY_PATH=$PWD/.devdeps/root/usr/lib/x86_64-linux-gnu
+# tandem-bench's libomp rows: the program scripts/stage-libomp.sh staged (no clang there).
+[ -x .devdeps/libomp/tandem-bench-libomp ] &&
+	export TANDEM_BENCH_LIBOMP=$PWD/.devdeps/libomp/tandem-bench-libomp
 B=build-gpu
 bench=$B/perf/tandem-bench
 log() { printf '\n==== %s %s ====\n' "$(date -u +%T)" "$*" | tee -a "$OUT/summary.txt"; }
