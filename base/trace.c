@@ -585,6 +585,17 @@ static void put_name(const struct buffer *b)
 		                 w.pid, b->tid, b->tid - (1 << 30) + 1000));
 }
 
+/* The process's name; after it, end: ",\n", or "\n" for the array's last event. */
+static void put_process_name(const char *end)
+{
+	char l[LINE];
+	emit(l,
+	     snprintf(l, sizeof(l),
+	              "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"ts\":0.000,\"name\":\"process_name\","
+	              "\"args\":{\"name\":\"tandem\"}}%s",
+	              w.pid, end));
+}
+
 /* Room for one more of an array that grows; false (the entry left out) without memory. */
 static bool room(void **a, size_t n, size_t *cap, size_t size)
 {
@@ -1000,6 +1011,7 @@ int tdm_trace_start(tdm_executor *ex, const char *path)
 	w.s = s;
 	w.out = out;
 	emit(HEAD_RUN "\n", (int)sizeof(HEAD_RUN)); /* a trace killed now is an empty array */
+	put_process_name(",\n"); /* for a file cut before the stop's; the stop's ends the array */
 	out_flush();
 	/* The writer waits for lock, which this holds until the session is published. */
 	int e = pthread_create(&w.thread, NULL, writer_main, (void *)(uintptr_t)s);
