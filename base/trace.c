@@ -801,7 +801,8 @@ static void drain(struct buffer *b)
  * HOLD_NS (all dropped at the last pass). */
 static void pair_flows(uint64_t now, bool last)
 {
-	qsort(w.ends, w.nends, sizeof(*w.ends), end_cmp);
+	if (w.nends > 1) /* qsort's array may not be NULL, even empty */
+		qsort(w.ends, w.nends, sizeof(*w.ends), end_cmp);
 	size_t kept = 0;
 	for (size_t i = 0; i < w.nends; i++) {
 		const struct fend *e = &w.ends[i];
@@ -819,8 +820,10 @@ static void pair_flows(uint64_t now, bool last)
 
 	/* Done flows: a span of task flow F that ended at E leads to F's first resume at or after
 	 * E; of the spans that lead to one resume, the last to end draws the arrow. */
-	qsort(w.res, w.nres, sizeof(*w.res), res_cmp);
-	qsort(w.spans, w.nspans, sizeof(*w.spans), span_cmp);
+	if (w.nres > 1)
+		qsort(w.res, w.nres, sizeof(*w.res), res_cmp);
+	if (w.nspans > 1)
+		qsort(w.spans, w.nspans, sizeof(*w.spans), span_cmp);
 	for (size_t j = 0; j < w.nspans; j++) {
 		struct dspan *sp = &w.spans[j];
 		size_t lo = 0, hi = w.nres; /* the first resume at or after (task, end) */
