@@ -218,6 +218,14 @@ static inline void tdm_test_wait_count(atomic_size_t *counter, size_t target)
 		tdm_test_sleep_us(200);
 }
 
+/* Waits until `cond` holds, looking again every 100 us; as tdm_test_wait_count, with no deadline:
+ * a condition that never comes is a hang, which the test's .timeout fails. */
+#define TDM_TEST_WAIT_UNTIL(cond)                                                                  \
+	do {                                                                                       \
+		while (!(cond))                                                                    \
+			tdm_test_sleep_us(100);                                                    \
+	} while (0)
+
 /* Small deterministic generator for varied delays and burst sizes (xorshift64). */
 static inline uint64_t tdm_test_rand(uint64_t *state)
 {
