@@ -614,6 +614,14 @@ uint64_t tdm__stamps_lost(struct tdm_gpu *gpu)
 	           : 0;
 }
 
+uint64_t tdm__stamps_untimed(struct tdm_gpu *gpu)
+{
+	/* Relaxed: a count. */
+	return gpu->stamps != NULL
+	           ? atomic_load_explicit(&gpu->stamps->untimed, memory_order_relaxed)
+	           : 0;
+}
+
 /* ---- life ---- */
 
 int tdm__stamps_init(struct tdm_gpu *gpu)

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "stamps.h" /* tdm__stamps_untimed: how far a trace's pace has got */
+
 TDM_TEST_SUITE(trace);
 
 #define MAX_TIDS 64
@@ -303,15 +305,26 @@ void parent_task(void *arg)
 
 struct awaiter {
 	tdm_gpu *gpu;
-	int i;
+	tdm_stream *s;
+	int i, rc;
 };
 
+/* AWAITS awaits of a stream, each of which suspends the task whatever the machine's pace: its
+ * completion is enqueued behind the call (a deadline's await goes on at once when the deadline
+ * has passed, as it may have on a loaded machine). */
 int await_task(tdm_task *t, void *arg)
 {
 	struct awaiter *a = arg;
 	TDM_BEGIN(t);
-	for (a->i = 0; a->i < AWAITS; a->i++)
-		TDM_AWAIT(t, tdm_await_deadline(t, a->gpu, tdm_now_ns() + 20000));
+	a->rc = tdm_stream_lease(a->gpu, 0, 0, &a->s);
+	if (a->rc != 0)
+		return 0;
+	for (a->i = 0; a->i < AWAITS; a->i++) {
+		TDM_AWAIT(t, tdm_await_stream(t, a->s));
+		if (tdm_task_result(t) != 0)
+			a->rc = tdm_task_result(t);
+	}
+	tdm_stream_release(a->s);
 	TDM_END(t);
 }
 
@@ -320,7 +333,7 @@ int await_task(tdm_task *t, void *arg)
 #define AWAITERS 16
 
 /* Runs PLAIN plain tasks, PARENTS parents (each CHILDREN plain children) and AWAITERS tasks of
- * AWAITS deadline awaits each, from this thread, and waits for all. */
+ * AWAITS stream awaits each, from this thread, and waits for all. */
 static void run_work(struct env *e, struct awaiter *aw)
 {
 	tdm_group g;
@@ -330,10 +343,12 @@ static void run_work(struct env *e, struct awaiter *aw)
 	for (int i = 0; i < PARENTS; i++)
 		cr_assert_eq(tdm_group_spawn(&g, parent_task, e->ex), 0);
 	for (int i = 0; i < AWAITERS; i++) {
-		aw[i].gpu = e->gpu;
+		aw[i] = (struct awaiter){.gpu = e->gpu};
 		cr_assert_eq(tdm_spawn(e->ex, await_task, &aw[i], &g), 0);
 	}
 	cr_assert_eq(tdm_group_wait(&g), 0);
+	for (int i = 0; i < AWAITERS; i++)
+		cr_assert_eq(aw[i].rc, 0, "awaiter %d: %s", i, tdm_strerror(aw[i].rc));
 }
 
 static void check_full(const struct trace *r, uint64_t runs)
@@ -363,6 +378,9 @@ Test(trace, records_runs_flows_and_names)
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
+	/* Every await through the poller, which has then run (and named itself) before the first
+	 * await resumes: a worker watching its own awaits would leave it idle. */
+	cr_assert_eq(tdm_gpu_debug(e.gpu, NULL, "0"), 0);
 	char path[64];
 	temp_path(path, sizeof(path));
 	struct awaiter aw[AWAITERS];
@@ -395,22 +413,49 @@ Test(trace, records_runs_flows_and_names)
 	unlink(path2);
 }
 
-/* The parked span: a worker that sleeps while traced. */
+/* Whether one of ex's workers parked twice since `from` (their parks counts then): the first
+ * of those sleeps is then recorded, both ends, whatever the machine's pace (a worker counts a
+ * park before it records the sleep, and its next park after it recorded the wake). */
+static bool parked_twice(tdm_executor *ex, const uint64_t *from)
+{
+	for (int i = 0; i < tdm_executor_workers(ex); i++) {
+		tdm_worker_stats s;
+		cr_assert_eq(tdm_executor_stats(ex, (unsigned)i, &s), 0);
+		if (s.parks >= from[i] + 2)
+			return true;
+	}
+	return false;
+}
+
+/* The parked span: a worker that sleeps while traced. Each task wakes a worker, which sleeps
+ * again once it ran it; tasks are submitted one at a time, each once the last ran and a worker
+ * slept since, until one worker slept twice. */
 Test(trace, parks)
 {
 	tdm_executor *ex = tdm_test_create(2);
 	char path[64];
 	temp_path(path, sizeof(path));
+	atomic_store(&plain_runs, 0);
 	cr_assert_eq(tdm_trace_start(ex, path), 0);
-	for (int round = 0; round < 5; round++) {
+	uint64_t from[2];
+	for (unsigned i = 0; i < 2; i++) {
+		tdm_worker_stats s;
+		cr_assert_eq(tdm_executor_stats(ex, i, &s), 0);
+		from[i] = s.parks;
+	}
+	unsigned rounds = 0;
+	while (!parked_twice(ex, from)) {
+		uint64_t parks = tdm_test_stats_total(ex).parks;
 		cr_assert_eq(tdm_submit(ex, plain_task, NULL), 0);
-		tdm_test_sleep_us(5000);
+		rounds++;
+		while (atomic_load(&plain_runs) < rounds || tdm_test_stats_total(ex).parks == parks)
+			tdm_test_sleep_us(100);
 	}
 	cr_assert_eq(tdm_trace_stop(ex), 0);
 	struct trace r = read_trace(path);
 	cr_assert(r.balanced && r.flows_paired);
-	cr_assert_eq(r.plain, 5);
-	cr_assert_eq(r.spawn_s, 5, "spawns from outside a task: each in a span of its own");
+	cr_assert_eq(r.plain, rounds);
+	cr_assert_eq(r.spawn_s, rounds, "spawns from outside a task: each in a span of its own");
 	cr_assert_gt(r.parked, 0, "idle workers' sleeps are spans");
 	tdm_test_destroy(ex);
 	unlink(path);
@@ -709,25 +754,37 @@ Test(trace, stamps_off_by_environment)
 #define BURSTS 50
 #define BURST 100
 
-/* Launches BURSTS bursts of BURST empty kernels on an exclusive stream, awaiting each burst. */
+struct burster {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	bool until_untimed; /* go on past BURSTS until the trace's pace left a launch untimed */
+	unsigned bursts;
+};
+
+/* Launches bursts of BURST empty kernels on an exclusive stream, awaiting each burst: BURSTS of
+ * them, or, until_untimed, as many more as it takes the trace's pace (its thread, each period)
+ * to see their rate and leave a launch untimed, however slowly the machine runs them. */
 int burst_task(tdm_task *t, void *arg)
 {
-	struct spinner *sp = arg;
+	struct burster *b = arg;
 	TDM_BEGIN(t);
-	cr_assert_eq(tdm_stream_lease(sp->gpu, 0, TDM_STREAM_EXCLUSIVE, &sp->s), 0);
-	for (sp->i = 0; sp->i < BURSTS; sp->i++) {
+	cr_assert_eq(tdm_stream_lease(b->gpu, 0, TDM_STREAM_EXCLUSIVE, &b->s), 0);
+	for (b->bursts = 0;
+	     b->bursts < BURSTS || (b->until_untimed && tdm__stamps_untimed(b->gpu) == 0);
+	     b->bursts++) {
 		for (int k = 0; k < BURST; k++)
-			cr_assert_eq(tdm_launch_spin(sp->s, 0), 0);
-		TDM_AWAIT(t, tdm_await_stream(t, sp->s));
+			cr_assert_eq(tdm_launch_spin(b->s, 0), 0);
+		TDM_AWAIT(t, tdm_await_stream(t, b->s));
 		cr_assert_eq(tdm_task_result(t), 0);
 	}
-	cr_assert_eq(tdm_stream_release(sp->s), 0);
+	cr_assert_eq(tdm_stream_release(b->s), 0);
 	TDM_END(t);
 }
 
 /* A trace of a layer made with TANDEM_STAMPS=mode (NULL: unset) and TANDEM_STAMPS_RATE=1000,
- * metrics on or not, over BURSTS * BURST launches. */
-static struct trace burst_trace(const char *mode, bool metrics)
+ * metrics on or not, over the launches of burst_task (*launches: how many). */
+static struct trace burst_trace(const char *mode, bool metrics, bool until_untimed,
+                                unsigned long *launches)
 {
 	if (mode != NULL)
 		setenv("TANDEM_STAMPS", mode, 1);
@@ -741,14 +798,15 @@ static struct trace burst_trace(const char *mode, bool metrics)
 	if (metrics)
 		cr_assert_eq(tdm_gpu_metrics_start(e.gpu), 0);
 	cr_assert_eq(tdm_trace_start(e.ex, path), 0);
-	struct spinner sp = {.gpu = e.gpu};
-	cr_assert_eq(run_one(&e, burst_task, &sp), 0);
+	struct burster b = {.gpu = e.gpu, .until_untimed = until_untimed};
+	cr_assert_eq(run_one(&e, burst_task, &b), 0);
 	cr_assert_eq(tdm_trace_stop(e.ex), 0);
 	if (metrics)
 		cr_assert_eq(tdm_gpu_metrics_stop(e.gpu), 0);
 	struct trace r = read_trace(path);
 	env_close(&e);
 	unlink(path);
+	*launches = (unsigned long)b.bursts * BURST;
 	return r;
 }
 
@@ -756,23 +814,25 @@ static struct trace burst_trace(const char *mode, bool metrics)
  * others (each launch is a span or counted, none is missing). */
 Test(trace, launches_past_the_rate_go_untimed_and_counted)
 {
-	struct trace r = burst_trace(NULL, false);
+	unsigned long n;
+	struct trace r = burst_trace(NULL, false, true, &n);
 	cr_assert_gt(r.untimed, 0, "the launch rate passed 1000 a second");
 	cr_assert_gt(r.gpu_spans, 0, "some were timed");
-	cr_assert_eq(r.gpu_spans + r.untimed + r.lost, BURSTS * BURST, "%lu + %lu + %lu",
-	             r.gpu_spans, r.untimed, r.lost);
+	cr_assert_eq(r.gpu_spans + r.untimed + r.lost, n, "%lu + %lu + %lu of %lu", r.gpu_spans,
+	             r.untimed, r.lost, n);
 	cr_assert(r.flows_paired, "every flow has both ends, untimed launches none");
 }
 
 /* TANDEM_STAMPS=all, or metrics on: every launch is timed. */
 Test(trace, all_or_metrics_time_every_launch)
 {
-	struct trace r = burst_trace("all", false);
+	unsigned long n;
+	struct trace r = burst_trace("all", false, false, &n);
 	cr_assert_eq(r.untimed, 0);
-	cr_assert_eq(r.gpu_spans + r.lost, BURSTS * BURST, "%lu + %lu", r.gpu_spans, r.lost);
-	r = burst_trace(NULL, true);
+	cr_assert_eq(r.gpu_spans + r.lost, n, "%lu + %lu of %lu", r.gpu_spans, r.lost, n);
+	r = burst_trace(NULL, true, false, &n);
 	cr_assert_eq(r.untimed, 0, "metrics time every launch");
-	cr_assert_eq(r.gpu_spans + r.lost, BURSTS * BURST, "%lu + %lu", r.gpu_spans, r.lost);
+	cr_assert_eq(r.gpu_spans + r.lost, n, "%lu + %lu of %lu", r.gpu_spans, r.lost, n);
 }
 
 /* ---- the ready tasks counter ---- */
