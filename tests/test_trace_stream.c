@@ -188,8 +188,10 @@ Test(trace_stream, drops_are_counted)
 	cr_assert_eq(trace_check(path), 0, "a truncated thread is still well formed");
 	cr_assert_eq(count_lines(path, "\"dropped\":0,", NULL), 0, "drops counted in the file");
 	cr_assert_eq(count_lines(path, "\"otherData\":{", "\"dropped\":"), 1);
-	/* 500 runs of 2 events and 500 spawns, written: at most 9 chunks of 16 a thread. */
-	cr_assert_leq(count_lines(path, "\"name\":\"plain_task\"", NULL), 9 * 16);
+	/* 500 runs of 2 events and 500 spawns: at most 9 chunks of 16 written for each of the two
+	 * threads that record them (the worker's runs, the caller's spawns: how they share the
+	 * lines depends on the schedule), against 1,000 or more lines without drops. */
+	cr_assert_leq(count_lines(path, "\"name\":\"plain_task\"", NULL), 2 * 9 * 16);
 	cr_assert_gt(count_lines(err, "events dropped", NULL), 0, "drops reported on stderr");
 	tdm_test_destroy(ex);
 	unlink(path);
