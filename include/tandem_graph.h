@@ -66,8 +66,9 @@ int tdm_graph_capture_begin(tdm_stream *s);
  * differ) and by a new instantiation behind the same handle when it is not
  * (TDM_GRAPH_INSTANTIATED). The capture's source graph is kept with g for later updates, and
  * freed with it. Either way s is no longer capturing once this returns, whatever it returns.
- * -EINVAL: s or g is NULL, s is released or not capturing, *g is destroyed or of another device
- * or layer, or this thread did not begin the capture (which goes on: end it from its thread).
+ * -EINVAL: s is NULL, released or not capturing; g is NULL (the capture is discarded); *g is
+ * destroyed or of another device or layer; or this thread did not begin the capture (the one
+ * exception to "whatever it returns": the capture goes on, end it from its thread).
  * -ECANCELED: the capture was abandoned (a refused call in it), or the backend invalidated it
  * (a stream forked into it was not joined back); nothing changes in *g.
  * -EIO: the device failed.  -ENOMEM.  -ENOTSUP: a backend without graphs.
