@@ -317,7 +317,8 @@ int tdm_trace_start(tdm_executor *ex, const char *path);
 /*
  * Stops the trace ex started and writes its file (a destroy does both for a trace ex still
  * owns). The trace stops even when the file fails.  -EINVAL: ex is NULL or runs no trace.
- * fopen's errors, negated (-ENOENT: no such folder, -EACCES, ...).  -EIO: a write failed.
+ * fopen's errors, negated: -ENOENT (no such folder), -EACCES (not allowed), -EISDIR (path is a
+ * folder), -ENAMETOOLONG, -ENOSPC, -EROFS, ... (tdm_strerror names each).  -EIO: a write failed.
  * -ENOMEM: no memory to sort the trace's flows.
  */
 int tdm_trace_stop(tdm_executor *ex);

@@ -146,7 +146,8 @@ int tdm_gpu_prepare(const tdm_gpu_config *cfg, unsigned workers);
  * -EINVAL: out or ex is NULL; backend, completion, placement or pageable not one of its values;
  * streams_per_device or launch_limit above 1024; connections below -1 or above 32; sim_devices
  * above 1024 (sim); sim_sm_count above 1024; pinned_chunk_bytes above 64 GiB; pinned_cap_bytes from
- * 1 to 64 KiB - 1; TANDEM_GPU (with TDM_BACKEND_AUTO) other than cuda, sim or none;
+ * 1 to 64 KiB - 1; graph_capture_after below -1 (TDM_GRAPH_CAPTURE_FIRST); graph_cache above
+ * 2^20 (1048576); TANDEM_GPU (with TDM_BACKEND_AUTO) other than cuda, sim or none;
  * TANDEM_COMPLETION (with TDM_COMPLETION_AUTO) other than word, event or adaptive; TANDEM_NVML
  * other than 0, off, 1, on. -ENODEV: the backend asked for (cuda by default) has no device or is
  * not built in. -ENOTSUP: word or adaptive completion asked for (cfg or TANDEM_COMPLETION) on a

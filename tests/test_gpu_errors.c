@@ -139,7 +139,16 @@ Test(gpu_errors, create_refuses_each_bad_config_field, .timeout = TDM_TEST_TIMEO
 	BAD_FIELD(launch_limit, 1025);
 	BAD_FIELD(sim_devices, 1025);
 	BAD_FIELD(sim_sm_count, 1025);
+	BAD_FIELD(graph_capture_after, TDM_GRAPH_CAPTURE_FIRST - 1);
+	BAD_FIELD(graph_cache, (1u << 20) + 1);
 #undef BAD_FIELD
+	/* The bounds themselves are taken. */
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	g.graph_capture_after = TDM_GRAPH_CAPTURE_FIRST;
+	g.graph_cache = 1u << 20;
+	cr_assert_eq(tdm_gpu_create(&gpu, e.ex, &g), 0, "graph_capture_after -1, graph_cache 2^20");
+	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
 	/* TDM_BACKEND_AUTO reads TANDEM_GPU: a value it does not know is refused, not taken for
 	 * cuda (which, without a device, would say -ENODEV). */
 	tdm_gpu_config_init(&g);
