@@ -431,12 +431,66 @@ static int lease(struct tdm_gpu *gpu, int device, unsigned flags, int wi, struct
 	return busy ? -EBUSY : -ENODEV;
 }
 
+/* Whether d died without the layer knowing yet (a trap, with no await or launch since): the
+ * backend's own flag where it has one (sim), read on every lease; else (cuda) a query of s,
+ * the stream just leased (-EIO: a sticky error), at most once per TDM__CHECK_NS per device,
+ * by the lease that moves the check's time on. Found dead, d is failed for the layer. */
+static bool found_dead(struct tdm_gpu *gpu, struct tdm__gdev *d, struct tdm__stream *s)
+{
+	const struct tdm__backend_ops *ops = gpu->ops;
+	bool dead;
+	if (ops->device_dead != NULL) {
+		dead = ops->device_dead(gpu->b, d->index);
+	} else {
+		if (s == NULL)
+			return false;
+		uint64_t now = tdm__now_ns();
+		/* Relaxed, load and CAS: the time only picks which lease queries. */
+		uint64_t next = atomic_load_explicit(&d->check_ns, memory_order_relaxed);
+		if (now < next || !atomic_compare_exchange_strong_explicit(
+		                      &d->check_ns, &next, now + TDM__CHECK_NS,
+		                      memory_order_relaxed, memory_order_relaxed))
+			return false;
+		dead = ops->stream_query(gpu->b, s->bs) == -EIO;
+	}
+	if (dead)
+		tdm__device_fail(d);
+	return dead;
+}
+
+/* A lease lease_on took, given back: d was found dead behind it. */
+static void lease_undo(struct tdm__stream *s, unsigned flags)
+{
+	/* Release: as tdm_stream_release's decrement; nothing was done with it. */
+	atomic_fetch_sub_explicit(&s->leases, (flags & TDM_STREAM_EXCLUSIVE) ? TDM__EXCLUSIVE : 1,
+	                          memory_order_release);
+}
+
+static int lease_take(struct tdm_gpu *gpu, struct tdm__gdev *d, unsigned flags, int wi,
+                      struct tdm__stream **out);
+
 static int lease_on(struct tdm_gpu *gpu, int device, unsigned flags, int wi,
                     struct tdm__stream **out)
 {
 	struct tdm__gdev *d = &gpu->devs[device];
-	if (device_failed(d))
+	if (device_failed(d) || found_dead(gpu, d, NULL))
 		return -ENODEV;
+	int rc = lease_take(gpu, d, flags, wi, out);
+	if (rc == 0 && gpu->ops->device_dead == NULL && found_dead(gpu, d, *out)) {
+		lease_undo(*out, flags);
+		return -ENODEV;
+	}
+	/* A stream the dead device could not make: the device's death, not the stream's. */
+	if (rc == -EIO && found_dead(gpu, d, NULL))
+		return -ENODEV;
+	return rc;
+}
+
+/* A stream of d leased, in *out: 0, -EBUSY (none to give), or an error making one. */
+static int lease_take(struct tdm_gpu *gpu, struct tdm__gdev *d, unsigned flags, int wi,
+                      struct tdm__stream **out)
+{
+	(void)gpu;
 	int c = (flags & TDM_STREAM_HIGH_PRIORITY) ? 1 : 0;
 	unsigned first =
 	    wi >= 0 ? (unsigned)wi : atomic_fetch_add_explicit(&d->rr, 1, memory_order_relaxed);

@@ -222,7 +222,10 @@ enum {
  * placement picks, then of the others that have not failed. A task keeps its device across
  * awaits by keeping its lease (tdm_stream_device says which). Shared leases never wait.
  * -EINVAL: gpu or out is NULL, device out of range (and not TDM_DEVICE_ANY), an unknown flag.
- * -ENODEV: the device failed, or there is none (TDM_DEVICE_ANY: every device failed).
+ * -ENODEV: the device failed, or there is none (TDM_DEVICE_ANY: every device failed). A device
+ * that died with nothing awaited since (a trapping kernel, a handler's trap) is found by the
+ * leases after it: on sim the next one, on cuda within a millisecond (a lease queries the
+ * driver at most once a millisecond per device).
  * -EBUSY: exclusive, and every stream of the set is in use; shared, and every one is held
  * exclusively (tdm_pipeline_run leaves one to shared leases; your own exclusive leases can take
  * them all); TDM_DEVICE_ANY: no device had a stream to give.  -ESHUTDOWN: the GPU layer is being

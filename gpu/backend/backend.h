@@ -220,6 +220,11 @@ struct tdm__backend_ops {
 	/* Waits until the kernel ended (its queue's stop word told it to, or the device died) and
 	 * frees engine. */
 	void (*dsched_join)(struct tdm__backend *b, void *stream, void *engine);
+
+	/* Whether device dev is dead (a sticky error), with no driver call: every lease asks
+	 * (streams.c). NULL where only a stream's query can tell (cuda): the lease then queries
+	 * one at most once per check interval. */
+	bool (*device_dead)(struct tdm__backend *b, int dev);
 };
 
 extern const struct tdm__backend_ops tdm__backend_sim;

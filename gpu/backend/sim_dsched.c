@@ -14,8 +14,10 @@
  * operation outstanding, so that its query says busy (-EAGAIN), as cudaStreamQuery does for a
  * running kernel, and -EIO once the device died. A fault armed on that stream (the testing
  * library's tdm_dsched_sim_inject) is taken by the next item a thread is about to run: the device
- * dies, as a handler that traps kills a CUDA context. A handler running counts as a writer of
- * the device (sim_internal.h), so that a dead device's awaits resume only once it returned.
+ * dies, as a handler that traps kills a CUDA context. A handler running counts on its stream
+ * (sim_stream.handlers), so that the scheduler's own awaits on a dead device resume only once
+ * it returned; the device's other streams fail at once, as a dead context's do, however long a
+ * handler (one that waits for the host, say) goes on.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -140,13 +142,14 @@ static bool run_item(struct sim_dsched *e, uint64_t s, const uint64_t w[TDM__DSC
 	__atomic_store_n(&q->dev[2], tdm__now_ns(), __ATOMIC_RELAXED);
 	if (take_fault(e->s))
 		return false;
-	/* Seq_cst, before the look at the device: pairs with dead_status (dev_dead's note). */
-	atomic_fetch_add_explicit(&d->writers, 1, memory_order_seq_cst);
+	/* Seq_cst, before the look at the device: pairs with the seq_cst load of handlers in
+	 * tdm__sim_stream_query (dev_dead's note). */
+	atomic_fetch_add_explicit(&e->s->handlers, 1, memory_order_seq_cst);
 	bool alive = !dev_dead(d);
 	if (alive && handler < e->r.handlers->count)
 		e->r.handlers->host[handler](args, size);
-	/* Release: pairs with the seq_cst load in dead_status. */
-	atomic_fetch_sub_explicit(&d->writers, 1, memory_order_release);
+	/* Release: pairs with that load; a query that sees none running sees their writes. */
+	atomic_fetch_sub_explicit(&e->s->handlers, 1, memory_order_release);
 	if (!alive)
 		return false;
 	/* Release: pairs with the host's acquire load of the word (dsched.c, done_word): the
