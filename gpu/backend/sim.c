@@ -624,5 +624,6 @@ const struct tdm__backend_ops tdm__backend_sim = {
     .memset_async = sim_memset_async,
     .dsched_start = tdm__sim_dsched_start,
     .dsched_join = tdm__sim_dsched_join,
+    .dsched_kick = tdm__sim_dsched_kick,
     .device_dead = sim_device_dead,
 };

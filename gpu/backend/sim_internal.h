@@ -243,6 +243,7 @@ void tdm__sim_execute(struct sim_stream *s, struct sim_op *o);
 int tdm__sim_dsched_start(struct tdm__backend *b, void *stream, const struct tdm__dsched_run *r,
                           void **engine);
 void tdm__sim_dsched_join(struct tdm__backend *b, void *stream, void *engine);
+void tdm__sim_dsched_kick(struct tdm__backend *b, void *engine);
 
 /* ---- sim_graph.c: the hooks the rest of the backend calls ---- */
 
