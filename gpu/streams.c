@@ -592,32 +592,65 @@ static void gate_leave(struct tdm_stream *s)
 	atomic_fetch_sub_explicit(&s->dev->launching, 1, memory_order_release);
 }
 
-void tdm__launch_begin(struct tdm_stream *s, int kind, uint64_t bytes)
+/*
+ * The calling thread's open launch brackets (tdm_launch_begin/end, and tandem's own enqueues
+ * inside them). The gate bounds threads, not brackets: only the outermost takes a slot of its
+ * device's gate (and stamps), so that a thread never waits for a slot it holds itself, which
+ * hung the 17th nested begin of a device whose launch_limit is 16. Thread-local: begin and end
+ * on one thread, with no await between (tandem_gpu.h).
+ */
+static _Thread_local struct {
+	unsigned depth;
+	struct tdm_stream *outer; /* the outermost bracket's stream: its gate slot, its stamp */
+} nest;
+
+static void bracket_open(struct tdm_stream *s, int kind, uint64_t bytes)
 {
+	if (nest.depth++ > 0)
+		return;
+	nest.outer = s;
 	gate_enter(s);
 	if (tdm__observing())
 		tdm__stamp_begin(s, (enum tdm__span_kind)kind, bytes);
 }
 
-void tdm__launch_end(struct tdm_stream *s)
+static void bracket_close(void)
 {
+	if (--nest.depth > 0)
+		return;
+	struct tdm_stream *s = nest.outer;
 	if (s->stamp != NULL) /* its own: also when observing stopped since the begin */
 		tdm__stamp_end(s);
 	gate_leave(s);
+}
+
+void tdm__launch_begin(struct tdm_stream *s, int kind, uint64_t bytes)
+{
+	bracket_open(s, kind, bytes); /* inside a user's bracket at its deepest too: one more */
+}
+
+void tdm__launch_end(struct tdm_stream *s)
+{
+	(void)s;
+	bracket_close();
 }
 
 /* Bounds the launching threads; while stamps are on, brackets the user's launch with them
  * (a "kernel" span: tandem cannot see what the user enqueues). */
-void tdm_launch_begin(tdm_stream *s)
+int tdm_launch_begin(tdm_stream *s)
 {
-	gate_enter(s);
-	if (tdm__observing())
-		tdm__stamp_begin(s, TDM__SPAN_KERNEL, 0);
+	if (s == NULL || !tdm__lease_held(s))
+		return -EINVAL;
+	if (nest.depth >= TDM_LAUNCH_NEST_MAX)
+		return -EBUSY;
+	bracket_open(s, TDM__SPAN_KERNEL, 0);
+	return 0;
 }
 
-void tdm_launch_end(tdm_stream *s)
+int tdm_launch_end(tdm_stream *s)
 {
-	if (s->stamp != NULL) /* its own: also when observing stopped since the begin */
-		tdm__stamp_end(s);
-	gate_leave(s);
+	if (s == NULL || nest.depth == 0)
+		return -EINVAL;
+	bracket_close();
+	return 0;
 }

@@ -247,11 +247,19 @@ void *tdm_stream_native(const tdm_stream *s);
 /* The device of s. -EINVAL: s is NULL or released. */
 int tdm_stream_device(const tdm_stream *s);
 
-/* Bound the threads launching on s's device at once (tdm_gpu_config.launch_limit): wrap your own
- * launches in these (tandem's own launches and copies are). s must be a leased stream, never
- * NULL: these return nothing, so they cannot refuse one. */
-void tdm_launch_begin(tdm_stream *s);
-void tdm_launch_end(tdm_stream *s);
+/*
+ * Bound the threads launching on s's device at once (tdm_gpu_config.launch_limit): wrap your own
+ * launches in these (tandem's own launches and copies are). Begin and end on one thread, with no
+ * await between. Brackets nest on a thread up to TDM_LAUNCH_NEST_MAX deep: only the outermost
+ * counts against its device's limit (and is the span traces and metrics see), so a thread never
+ * waits for itself. tdm_launch_begin: 0; -EINVAL: s is NULL or released; -EBUSY: this thread has
+ * TDM_LAUNCH_NEST_MAX brackets open already (nothing taken: call no end for it).
+ * tdm_launch_end closes this thread's innermost bracket: 0; -EINVAL: s is NULL, or this thread
+ * has none open. Both returned nothing before 0.6.0.
+ */
+#define TDM_LAUNCH_NEST_MAX 16
+int tdm_launch_begin(tdm_stream *s);
+int tdm_launch_end(tdm_stream *s);
 
 /* ---- work on a stream ---- */
 
