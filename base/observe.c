@@ -390,8 +390,13 @@ uint64_t tdm__observe_run_begin(void (*fn)(void))
 	/* Acquire: pairs with the release store in init_once (NVTX's domain and functions) and
 	 * with the release RMW in tdm_trace_start (the trace's session). */
 	unsigned on = atomic_load_explicit(&tdm__obs, memory_order_acquire);
-	if (on & TDM__OBS_TRACE)
+	if (on & TDM__OBS_TRACE) {
+		/* A traced run names fn now (its symbol; after the first, one hash and two loads),
+		 * not when the file is written: a later tdm_task_name is -EALREADY then, and
+		 * renames no run already in the trace. */
+		(void)lookup((uintptr_t)fn);
 		tdm__trace_record(TDM__TR_RUN_BEGIN, (uint64_t)(uintptr_t)fn);
+	}
 	return (on & TDM__OBS_NVTX) ? nvtx_run_begin(fn) : 0;
 }
 

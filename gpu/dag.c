@@ -50,7 +50,10 @@
  * (a staged copy); either way the run lowers the DAG instead, and when that succeeds the failure
  * was the capture's: the structure is not captured again until it changes.
  *
- * Threads: a DAG is one thread's at a time; `running` turns a second run racing the first away.
+ * Threads: a DAG is one thread's at a time; `running` turns a second run racing the first away,
+ * and every call that would change d (destroy, a node added or changed) while a run enqueues
+ * it: its own callbacks', which would free the DAG under `lower` or grow its arrays past the
+ * plan.
  */
 #include <errno.h>
 #include <limits.h>
@@ -169,6 +172,13 @@ static int event_need(struct tdm__gdev *dv, tdm_event **e)
 
 /* ---- building ---------------------------------------------------------------------------- */
 
+/* Whether a run is enqueueing d: a call from one of its callbacks (its own store, so relaxed
+ * reads it), or a race of another thread's, which the header calls the caller's error. */
+static bool dag_running(const struct tdm_dag *d)
+{
+	return atomic_load_explicit(&d->running, memory_order_relaxed);
+}
+
 int tdm_dag_create(tdm_gpu *gpu, tdm_dag **out)
 {
 	if (gpu == NULL || out == NULL)
@@ -194,6 +204,8 @@ int tdm_dag_destroy(tdm_dag *d)
 {
 	if (d == NULL)
 		return -EINVAL;
+	if (dag_running(d))
+		return -EBUSY;
 	if (d->g != NULL)
 		(void)tdm_graph_destroy(d->g); /* replays in flight run to their end */
 	events_free(d);
@@ -230,6 +242,8 @@ static int add_node(struct tdm_dag *d, struct dnode nd, const int *deps, unsigne
 {
 	if (ndeps > 0 && deps == NULL)
 		return -EINVAL;
+	if (dag_running(d))
+		return -EBUSY;
 	for (unsigned k = 0; k < ndeps; k++)
 		if (deps[k] < 0 || (unsigned)deps[k] >= d->n)
 			return -EINVAL;
@@ -313,6 +327,8 @@ static struct dnode *node_of(struct tdm_dag *d, int node, int kind)
 
 int tdm_dag_set_kernel_arg(tdm_dag *d, int node, void *arg)
 {
+	if (d != NULL && dag_running(d))
+		return -EBUSY;
 	struct dnode *nd = node_of(d, node, NODE_KERNEL);
 	if (nd == NULL)
 		return -EINVAL;
@@ -325,6 +341,8 @@ int tdm_dag_set_kernel_arg(tdm_dag *d, int node, void *arg)
 
 int tdm_dag_set_copy(tdm_dag *d, int node, void *dst, const void *src, size_t bytes)
 {
+	if (d != NULL && dag_running(d))
+		return -EBUSY;
 	struct dnode *nd = node_of(d, node, NODE_COPY);
 	if (nd == NULL || dst == NULL || src == NULL)
 		return -EINVAL;
@@ -339,6 +357,8 @@ int tdm_dag_set_copy(tdm_dag *d, int node, void *dst, const void *src, size_t by
 
 int tdm_dag_set_memset(tdm_dag *d, int node, void *dst, int value, size_t bytes)
 {
+	if (d != NULL && dag_running(d))
+		return -EBUSY;
 	struct dnode *nd = node_of(d, node, NODE_MEMSET);
 	if (nd == NULL || dst == NULL)
 		return -EINVAL;

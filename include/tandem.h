@@ -319,7 +319,8 @@ int tdm_executor_stats(const tdm_executor *ex, unsigned worker, tdm_worker_stats
  * tdm_trace_start opens (creates, truncates) the file: -EINVAL: ex or path is NULL, path is
  * empty, or TANDEM_TRACE_EVENTS is not a number from 1 to 2^26 (named with its value on stderr
  * and in tdm_error_detail).  -EALREADY: a trace runs (this executor's or another's).  open's
- * errors, negated (-ENOENT: no such folder, -EACCES, ...).  -EAGAIN: no thread for the writer.
+ * errors, negated: -ENOENT (no such folder), -EACCES (not allowed), -EISDIR (path is a folder),
+ * -ENAMETOOLONG, -EROFS, ... (tdm_strerror names each).  -EAGAIN: no thread for the writer.
  * -ENOMEM.
  */
 int tdm_trace_start(tdm_executor *ex, const char *path);
@@ -337,7 +338,8 @@ int tdm_trace_flush(tdm_executor *ex);
 /*
  * Stops the trace ex started and ends its file (a destroy does both for a trace ex still
  * owns). The trace stops even when the file fails.  -EINVAL: ex is NULL or runs no trace.
- * write's errors, negated (-ENOSPC, -EIO, ...): the file's first error.
+ * write's errors, negated (-ENOSPC, -EFBIG, -EIO, ...): the file's first error.  -ENOMEM: no
+ * memory to sort the trace's flows.
  */
 int tdm_trace_stop(tdm_executor *ex);
 

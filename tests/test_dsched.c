@@ -12,10 +12,13 @@
  */
 #include "gpu_env.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 
 #include "tandem_dsched.h"
 #include "dsched.h" /* the scheduler's stop words: when its destroy told the kernel to stop */
@@ -889,6 +892,78 @@ Test(dsched_sim, no_device_no_scheduler)
 	c.handlers = &sim_steps;
 	tdm_dsched *ds;
 	cr_assert_eq(tdm_dsched_create(e.gpu, 0, &c, &ds), -ENODEV);
+	env_close(&e);
+}
+
+/* The threads of this process named tdm-dsched*: how many, and how many of them are blocked in
+ * a futex wait (/proc/self/task/N/syscall names the call a blocked thread is in). */
+static void dsched_threads(unsigned *all, unsigned *in_futex)
+{
+	*all = *in_futex = 0;
+	DIR *dir = opendir("/proc/self/task");
+	cr_assert_not_null(dir);
+	struct dirent *de;
+	while ((de = readdir(dir)) != NULL) {
+		if (de->d_name[0] == '.')
+			continue;
+		char path[300], line[256] = {0};
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+		FILE *f = fopen(path, "r");
+		if (f == NULL)
+			continue; /* gone meanwhile */
+		bool ours =
+		    fgets(line, sizeof(line), f) != NULL && strncmp(line, "tdm-dsched", 10) == 0;
+		fclose(f);
+		if (!ours)
+			continue;
+		(*all)++;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/syscall", de->d_name);
+		f = fopen(path, "r");
+		if (f == NULL)
+			continue;
+		long nr = -1;
+		if (fgets(line, sizeof(line), f) != NULL && sscanf(line, "%ld", &nr) == 1 &&
+		    nr == SYS_futex)
+			(*in_futex)++;
+		fclose(f);
+	}
+	closedir(dir);
+}
+
+/* Idle schedulers cost no CPU: 64 of them on one device, with nothing queued, have every thread
+ * asleep on a futex (their event count) rather than napping and looking again; each wakes for
+ * the items published to it, and the destroys end them all. */
+Test(dsched_sim, idle_schedulers_sleep_until_an_item_comes, .timeout = TDM_TEST_TIMEOUT(120))
+{
+	enum { N = 64 };
+	struct env e;
+	cr_assert(open_backend(&e, TDM_BACKEND_SIM, 2));
+	uint32_t *counts = pinned(&e, N * sizeof(uint32_t));
+	tdm_dsched *ds[N];
+	for (unsigned i = 0; i < N; i++)
+		ds[i] = make(&e, &sim_steps, 0, 0, 0);
+	unsigned all, asleep;
+	do {
+		sched_yield();
+		dsched_threads(&all, &asleep);
+	} while (asleep < all);
+	cr_assert_geq(all, N, "a thread per scheduler at least: %u", all);
+	/* Each wakes for an item published to it, runs it, and sleeps again. */
+	for (unsigned i = 0; i < N; i++) {
+		struct record_args a = {counts, i};
+		cr_assert_eq(wait_item(ds[i], submit_one(ds[i], STEP_RECORD, &a, sizeof(a))), 0);
+	}
+	for (unsigned i = 0; i < N; i++)
+		cr_assert_eq(counts[i], 1, "scheduler %u ran its item", i);
+	do {
+		sched_yield();
+		dsched_threads(&all, &asleep);
+	} while (asleep < all);
+	for (unsigned i = 0; i < N; i++)
+		destroy(ds[i], i % 2 ? TDM_DSCHED_DRAIN : TDM_DSCHED_CANCEL, NULL);
+	dsched_threads(&all, &asleep);
+	cr_assert_eq(all, 0, "%u scheduler threads left", all);
+	cr_assert_eq(tdm_host_free(e.gpu, counts), 0);
 	env_close(&e);
 }
 

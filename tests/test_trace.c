@@ -728,6 +728,44 @@ Test(trace, task_names)
 	unlink(path);
 }
 
+void late_named_task(void *arg)
+{
+	(void)arg;
+}
+
+/* A function that already ran while traced has its name (its symbol): a later tdm_task_name is
+ * -EALREADY, and its runs, those before the call and those after, keep the symbol. */
+Test(trace, a_name_after_a_traced_run_is_too_late)
+{
+	tdm_executor *ex = tdm_test_create(1);
+	char path[64];
+	temp_path(path, sizeof(path));
+	cr_assert_eq(tdm_trace_start(ex, path), 0);
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, ex), 0);
+	cr_assert_eq(tdm_group_spawn(&g, late_named_task, NULL), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(tdm_task_name(late_named_task, "late"), -EALREADY);
+	cr_assert_eq(tdm_group_spawn(&g, late_named_task, NULL), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
+	cr_assert_eq(tdm_trace_stop(ex), 0);
+	tdm_test_destroy(ex);
+	FILE *f = fopen(path, "r");
+	cr_assert_not_null(f);
+	char line[1024];
+	unsigned late = 0, by_symbol = 0;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (strncmp(line, "{\"ph\":\"B\"", 9) != 0)
+			continue;
+		late += strstr(line, "\"name\":\"late\"") != NULL;
+		by_symbol += strstr(line, "\"name\":\"late_named_task\"") != NULL;
+	}
+	fclose(f);
+	cr_assert_eq(late, 0, "the earlier runs were not renamed");
+	cr_assert_eq(by_symbol, 2, "both runs under the symbol: %u", by_symbol);
+	unlink(path);
+}
+
 /* TANDEM_STAMPS=0, read when a layer is made: its launches are not stamped, so a trace has
  * its CPU side only (for measuring the stamps' own share of a traced run's cost). */
 Test(trace, stamps_off_by_environment)
