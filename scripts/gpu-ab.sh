@@ -10,7 +10,8 @@
 # then run with carry [".devdeps", ".before"]:
 #   bash scripts/gpu-ab.sh [build|test|bench|all]
 # build: both trees only. test: build, then this tree's tests. bench: build (kept from an
-# earlier call on a warm machine), then the benchmarks. all: everything.
+# earlier call on a warm machine), then the benchmarks (BENCH_SET=handles: the handle checks'
+# hot paths instead of the default set). all: everything.
 set -uo pipefail
 what=${1:-all}
 OUT=${OUT:-/tmp/tandem-out}
@@ -77,7 +78,26 @@ one() {
 	echo "$name $tree: exit $?" >>"$OUT/summary.txt"
 }
 
+# BENCH_SET=handles: the hot paths a handle check sits on (issue 32), before and after in turn:
+# 1 us kernels from 1 and 16 workers, fib(30), a graph cache hit, device-scheduler submits.
+benches_handles() {
+	log "benchmarks (handles), ${PASSES:-3} passes, before and after in turn"
+	for p in $(seq 1 "${PASSES:-3}"); do
+		for t in before after; do
+			one $t throughput gpu-throughput --workers 1,16 --kernel-us 1 --reps 5
+			one $t cpu fib --n 30 --threads 1,16 --impl tandem
+			one $t graph gpu-graph --parts setup,chain
+			one $t dsched gpu-dsched --parts rate,rtt
+		done
+	done
+	wc -l "$OUT"/*.jsonl | tee -a "$OUT/summary.txt"
+}
+
 benches() {
+	if [ "${BENCH_SET:-}" = handles ]; then
+		benches_handles
+		return
+	fi
 	log benchmarks, ${PASSES:-2} passes, before and after in turn
 	for p in $(seq 1 "${PASSES:-2}"); do
 		for t in before after; do
