@@ -255,6 +255,30 @@ int tdm__leases_init(struct tdm__gpu *gpu)
 	return 0;
 }
 
+/*
+ * Chunks of layers destroyed, for later layers: lease handles are never freed, like the objects of
+ * base/handle.h, so that a stale handle kept past its layer's destroy reads `held` false and is
+ * refused (-EINVAL) rather than read after a free. Every handle of a chunk here is released.
+ */
+static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tdm__lease_chunk *spare_chunks; /* spare_lock */
+
+/* A chunk for a layer's handles: a spare one, else a new one zeroed. NULL: no memory. */
+static struct tdm__lease_chunk *chunk_get(void)
+{
+	pthread_mutex_lock(&spare_lock);
+	struct tdm__lease_chunk *ch = spare_chunks;
+	if (ch != NULL)
+		spare_chunks = ch->next;
+	pthread_mutex_unlock(&spare_lock);
+	if (ch != NULL)
+		return ch; /* its handles as their releases left them: not held */
+	ch = aligned_alloc(TDM__CACHELINE, sizeof(*ch));
+	if (ch != NULL)
+		memset(ch, 0, sizeof(*ch));
+	return ch;
+}
+
 void tdm__leases_fini(struct tdm__gpu *gpu)
 {
 	if (gpu->lease_cache == NULL)
@@ -262,7 +286,10 @@ void tdm__leases_fini(struct tdm__gpu *gpu)
 	while (gpu->lease_chunks != NULL) {
 		struct tdm__lease_chunk *ch = gpu->lease_chunks;
 		gpu->lease_chunks = ch->next;
-		free(ch);
+		pthread_mutex_lock(&spare_lock);
+		ch->next = spare_chunks;
+		spare_chunks = ch;
+		pthread_mutex_unlock(&spare_lock);
 	}
 	free(gpu->lease_cache);
 	gpu->lease_cache = NULL;
@@ -322,10 +349,9 @@ static struct tdm_stream *handle_get_slow(struct tdm__gpu *gpu, struct tdm__leas
 	pthread_mutex_lock(&gpu->lease_lock);
 	if (gpu->lease_free.head == NULL) {
 		pthread_mutex_unlock(&gpu->lease_lock);
-		struct tdm__lease_chunk *ch = aligned_alloc(TDM__CACHELINE, sizeof(*ch));
+		struct tdm__lease_chunk *ch = chunk_get();
 		if (ch == NULL)
 			return NULL;
-		memset(ch, 0, sizeof(*ch));
 		pthread_mutex_lock(&gpu->lease_lock);
 		ch->next = gpu->lease_chunks;
 		gpu->lease_chunks = ch;
