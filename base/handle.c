@@ -23,7 +23,7 @@ void *tdm__h_take(struct tdm__htable *t, uint64_t *h)
 		t->head = o->next_free;
 		if (t->head == 0)
 			t->tail = 0;
-	} else if (t->made < ((uint64_t)t->nchunks << t->shift) && t->made < (1u << 24)) {
+	} else if (t->made < ((uint64_t)t->nchunks << t->shift)) {
 		i = t->made;
 		if ((i & ((1u << t->shift) - 1)) == 0) {
 			size_t bytes = t->size << t->shift;
@@ -44,11 +44,10 @@ void *tdm__h_take(struct tdm__htable *t, uint64_t *h)
 	}
 	if (o != NULL) {
 		o->next_free = 0;
-		/* Relaxed: only takes and puts, under this lock, change the generation. */
-		uint64_t gen = (atomic_load_explicit(&o->h, memory_order_relaxed) >> 32) + 1;
-		if ((uint32_t)gen == 0)
-			gen = 1; /* wrapped: 0 is the word of an object never used */
-		*h = (gen & 0xffffffffu) << 32 | (uint64_t)i << 8 | t->tag;
+		/* Relaxed: only takes and puts, under this lock, change the generation (and an
+		 * event's holder, tdm__h_renew). */
+		uint64_t w = atomic_load_explicit(&o->h, memory_order_relaxed);
+		*h = tdm__h_next(t, w != 0 ? w : (uint64_t)i << 8 | t->tag);
 	}
 	pthread_mutex_unlock(&t->lock);
 	return o;
@@ -57,7 +56,8 @@ void *tdm__h_take(struct tdm__htable *t, uint64_t *h)
 void tdm__h_put(struct tdm__htable *t, struct tdm__hobj *o)
 {
 	/* Relaxed: the index is the object's own, fixed since its chunk was made. */
-	uint32_t i = (uint32_t)(atomic_load_explicit(&o->h, memory_order_relaxed) >> 8) & 0xffffffu;
+	uint64_t w = atomic_load_explicit(&o->h, memory_order_relaxed);
+	uint32_t i = (uint32_t)((w >> 8) & ((1ull << (tdm__h_low_bits(t) - 8)) - 1));
 	pthread_mutex_lock(&t->lock);
 	o->next_free = 0;
 	if (t->tail != 0)

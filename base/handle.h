@@ -10,15 +10,17 @@
  * says why (destroyed, being destroyed, never this kind's). Why this design, and the figures
  * that decided it: docs/design/handles.md.
  *
- *   bits 63..32  generation: 1, 2, ... per slot, one more each time the slot is reused
- *   bits 31..8   index into the kind's table
- *   bits  7..0   the kind's tag (odd, so that no aligned address of any object reads as a
- *                handle), bits 7 and 6 clear; in the object's word they carry its state
+ *   bits 63..8+n  generation: 1, 2, ... per slot, one more each time the slot is reused
+ *   bits 8+n-1..8 index into the kind's table, n = shift + log2(nchunks), at most 24 bits
+ *   bits  7..0    the kind's tag (odd, so that no aligned address of any object reads as a
+ *                 handle), bits 7 and 6 clear; in the object's word they carry its state
  *
- * A kind's table grows by chunks of 1 << shift objects, each allocated once and never freed;
- * free objects are reused oldest first, so that a stale handle's slot is taken again as late as
- * possible (and then its generation differs: the check still refuses it, until 2^32 reuses of
- * one slot wrap its generation).
+ * A kind's table grows by chunks of 1 << shift objects, each allocated once and never freed, at
+ * most nchunks (a power of two) of them; an object takes a power of two of bytes, so that the
+ * handle's index is the object's address by masks and shifts, with no bound to compare. Free
+ * objects are reused oldest first, so that a stale handle's slot is taken again as late as
+ * possible (and then its generation differs: the check still refuses it, until 2^32 or more
+ * reuses of one slot wrap its generation).
  */
 #ifndef TDM_BASE_HANDLE_H
 #define TDM_BASE_HANDLE_H
@@ -49,13 +51,21 @@ struct tdm__hobj {
 	uint32_t next_free; /* the next free object's index + 1 (the table's lock) */
 };
 
-/* A kind's table. Objects are `size` bytes (a multiple of TDM__CACHELINE), 1 << shift of them a
- * chunk, nchunks chunks at most. */
+/* The bytes an object of `size` bytes takes in its table: a power of two, a cache line at least.
+ * Folds to a constant for a constant size. */
+static inline size_t tdm__h_stride(size_t size)
+{
+	return size <= TDM__CACHELINE
+	           ? TDM__CACHELINE
+	           : (size_t)1 << (64 - __builtin_clzll((unsigned long long)size - 1));
+}
+
+/* A kind's table: 1 << shift objects a chunk, nchunks chunks at most (a power of two). */
 struct tdm__htable {
 	const char *kind;
 	uint64_t tag;
 	unsigned shift, nchunks;
-	size_t size;
+	size_t size;          /* tdm__h_stride of the object's */
 	char *_Atomic *chunk; /* nchunks entries, NULL until made */
 	pthread_mutex_t lock; /* what follows */
 	uint32_t made;        /* objects made: indices 0..made-1 */
@@ -65,15 +75,18 @@ struct tdm__htable {
 #define TDM__HTABLE_INIT(kind_, tag_, shift_, nchunks_, type_, chunks_)                            \
 	{                                                                                          \
 		.kind = (kind_), .tag = (tag_), .shift = (shift_), .nchunks = (nchunks_),          \
-		.size = (sizeof(type_) + TDM__CACHELINE - 1) / TDM__CACHELINE * TDM__CACHELINE,    \
+		.size = sizeof(type_) <= TDM__CACHELINE                                            \
+		            ? TDM__CACHELINE                                                       \
+		            : (size_t)1 << (64 - __builtin_clzll(sizeof(type_) - 1)),              \
 		.chunk = (chunks_), .lock = PTHREAD_MUTEX_INITIALIZER,                             \
 	}
 
 /*
  * The object handle h names in a table of these constants, or NULL when h cannot be one of its
- * handles (another tag, an index past the table): arithmetic on h and one load of the chunk's
- * address, which is written once. Whether the object is h's is the caller's one load of its word.
- * Inline with constant arguments, so that the compiler folds the table's shape into the caller.
+ * handles (another tag, a chunk never made): masks and shifts of h, and one load of the chunk's
+ * address, which is written once. Whether the object is h's is the caller's one load of its
+ * word. Inline with constant arguments, so that the compiler folds the table's shape into the
+ * caller.
  */
 static inline void *tdm__h_find(char *_Atomic *chunk, uint64_t tag, unsigned shift,
                                 unsigned nchunks, size_t size, const void *handle)
@@ -81,16 +94,13 @@ static inline void *tdm__h_find(char *_Atomic *chunk, uint64_t tag, unsigned shi
 	uint64_t h = (uint64_t)(uintptr_t)handle;
 	if ((h & TDM__H_TAG) != tag)
 		return NULL;
-	uint64_t i = (h >> 8) & 0xffffffu;
-	if ((i >> shift) >= nchunks)
-		return NULL;
 	/* Acquire: pairs with the release store that publishes a chunk (tdm__h_take); the
 	 * objects' words in it read as made. NULL: no object of that index was ever made. */
-	char *c = atomic_load_explicit(&chunk[i >> shift], memory_order_acquire);
+	char *c =
+	    atomic_load_explicit(&chunk[(h >> (8 + shift)) & (nchunks - 1)], memory_order_acquire);
 	if (c == NULL)
 		return NULL;
-	size_t stride = (size + TDM__CACHELINE - 1) / TDM__CACHELINE * TDM__CACHELINE;
-	return c + (i & ((1u << shift) - 1)) * stride;
+	return c + ((h >> 8) & ((1u << shift) - 1)) * tdm__h_stride(size);
 }
 
 /* Why a check of handle h against o's word `now` (loaded by that check) failed. */
@@ -105,10 +115,11 @@ enum tdm__h_why {
 static inline enum tdm__h_why tdm__h_why(const void *o, const void *handle, uint64_t now)
 {
 	uint64_t h = (uint64_t)(uintptr_t)handle;
-	if (o == NULL || (h & TDM__H_STATE) != 0 || (h >> 32) > (now >> 32) ||
-	    ((h ^ now) & 0xffffff00u) != 0 || now == 0)
-		return TDM__H_NOT_HANDLE;
-	if ((h >> 32) < (now >> 32))
+	/* h and now name the same object (tdm__h_find): above the tag, they differ by their
+	 * generations alone. */
+	if (o == NULL || (h & TDM__H_STATE) != 0 || now == 0 || (h >> 8) > (now >> 8))
+		return TDM__H_NOT_HANDLE; /* a generation not handed out yet */
+	if ((h >> 8) < (now >> 8))
 		return TDM__H_IS_DEAD; /* its slot was reused since */
 	switch (now & TDM__H_STATE) {
 	case TDM__H_BUSY:
@@ -134,16 +145,29 @@ static inline void tdm__h_publish(struct tdm__hobj *o, uint64_t h)
 {
 	atomic_store_explicit(&o->h, h, memory_order_release);
 }
-/* The next handle of o, an object its caller holds (one generation past its word's): for kinds
- * whose objects are handed out again without going back to the table (pooled events). */
-static inline uint64_t tdm__h_renew(struct tdm__hobj *o)
+/* The bits below a table's generations: tag and index. */
+static inline unsigned tdm__h_low_bits(const struct tdm__htable *t)
 {
-	/* Relaxed: only the object's holder changes its generation. */
-	uint64_t w = atomic_load_explicit(&o->h, memory_order_relaxed) & ~TDM__H_STATE;
-	uint64_t gen = (w >> 32) + 1;
-	if ((uint32_t)gen == 0)
+	return 8 + t->shift + (unsigned)__builtin_ctz(t->nchunks);
+}
+
+/* The handle after w (a word of t's): the next generation, wrapped past 0 to 1 (0 is the word of
+ * an object never used), with w's index and tag. */
+static inline uint64_t tdm__h_next(const struct tdm__htable *t, uint64_t w)
+{
+	unsigned low = tdm__h_low_bits(t);
+	uint64_t gen = (w >> low) + 1;
+	if ((gen << low) == 0)
 		gen = 1;
-	return (gen & 0xffffffffu) << 32 | (w & 0xffffffffu);
+	return gen << low | (w & ((1ull << low) - 1) & ~TDM__H_STATE);
+}
+
+/* The next handle of o, an object of t its caller holds: for kinds whose objects are handed out
+ * again without going back to the table (pooled events). Relaxed: only the object's holder
+ * changes its generation. */
+static inline uint64_t tdm__h_renew(const struct tdm__htable *t, struct tdm__hobj *o)
+{
+	return tdm__h_next(t, atomic_load_explicit(&o->h, memory_order_relaxed));
 }
 /* o, destroyed (its word says TDM__H_DEAD), back to t's free objects. */
 void tdm__h_put(struct tdm__htable *t, struct tdm__hobj *o);

@@ -134,7 +134,7 @@ static int event_get(struct tdm__gpu *gpu, int device, tdm_event **out)
 	e->cap_root = NULL;
 	/* A handle of its own, one generation past the last: the handles of its earlier owners
 	 * are refused. */
-	uint64_t h = tdm__h_renew(&e->hobj);
+	uint64_t h = tdm__h_renew(&event_handles, &e->hobj);
 	tdm__h_publish(&e->hobj, h);
 	*out = (tdm_event *)(uintptr_t)h;
 	return 0;
