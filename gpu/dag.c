@@ -249,7 +249,7 @@ int tdm_dag_create(tdm_gpu *layer, tdm_dag **out)
 
 /* For a call with a bad argument: -EBUSY or -EINVAL as the handle would say, else -EINVAL (the
  * argument's). A DAG held by another call says -EBUSY whatever the arguments. */
-static int tdm__dag_check(const tdm_dag *h)
+static int dag_check(const tdm_dag *h)
 {
 	int rc;
 	struct tdm__dag *d = dag_hold(h, &rc);
@@ -421,7 +421,7 @@ static int add_node(struct tdm__dag *d, struct dnode nd, const int *deps, unsign
 int tdm_dag_kernel(tdm_dag *h, tdm_dag_fn fn, void *arg, const int *deps, unsigned ndeps)
 {
 	if (fn == NULL)
-		return tdm__dag_check(h);
+		return dag_check(h);
 	DAG_CALL(
 	    h, add_node(d, (struct dnode){.kind = NODE_KERNEL, .fn = fn, .arg = arg}, deps, ndeps));
 }
@@ -430,7 +430,7 @@ int tdm_dag_copy(tdm_dag *h, void *dst, const void *src, size_t bytes, tdm_copy_
                  const int *deps, unsigned ndeps)
 {
 	if (dst == NULL || src == NULL || kind < TDM_COPY_H2D || kind > TDM_COPY_D2D)
-		return tdm__dag_check(h);
+		return dag_check(h);
 	DAG_CALL(
 	    h,
 	    add_node(d,
@@ -442,7 +442,7 @@ int tdm_dag_copy(tdm_dag *h, void *dst, const void *src, size_t bytes, tdm_copy_
 int tdm_dag_memset(tdm_dag *h, void *dst, int value, size_t bytes, const int *deps, unsigned ndeps)
 {
 	if (dst == NULL)
-		return tdm__dag_check(h);
+		return dag_check(h);
 	DAG_CALL(h, add_node(d,
 	                     (struct dnode){
 	                         .kind = NODE_MEMSET, .dst = dst, .value = value, .bytes = bytes},
@@ -894,8 +894,7 @@ int tdm_dag_run(tdm_task *pub, tdm_stream *s, tdm_dag *h)
 {
 	struct tdm__task *t = tdm__task_cast(pub);
 	if (t == NULL || s == NULL || !tdm__lease_held(s) || !s->exclusive)
-		return fail_now(t, t != NULL ? tdm__dag_check(h) == -EBUSY ? -EBUSY : -EINVAL
-		                             : -EINVAL);
+		return fail_now(t, -EINVAL);
 	/* Held for the run: the acquire of dag_hold pairs with the release of the call before
 	 * this one, on whatever thread, so its changes to d happen before this run reads them. */
 	int rc;

@@ -218,10 +218,10 @@ int tdm_dsched_destroy(tdm_dsched *ds, int how, tdm_dsched_stats *out);
  * in about ticket order; with one runner in all (blocks and warps 1) they run one at a time in
  * ticket order, else several run at once and complete in any order. Any thread.
  * -EINVAL: ds is NULL, destroyed or no scheduler's handle, handler not below the table's count,
- * args NULL with size > 0.  -EMSGSIZE: size above TDM_DSCHED_ARGS_MAX.  -EAGAIN: the queue has no room (capacity items
- * submitted and not completed): nothing pushed; await an earlier item, or try again.
- * -EIO: the device failed.  -ESHUTDOWN: tdm_dsched_destroy began (and has not returned: once it
- * has, -EINVAL).
+ * args NULL with size > 0.  -EMSGSIZE: size above TDM_DSCHED_ARGS_MAX.  -EAGAIN: the queue has no
+ * room (capacity items submitted and not completed): nothing pushed; await an earlier item, or try
+ * again. -EIO: the device failed.  -ESHUTDOWN: tdm_dsched_destroy began (and has not returned: once
+ * it has, -EINVAL).
  */
 int tdm_dsched_submit(tdm_dsched *ds, unsigned handler, const void *args, size_t size,
                       uint64_t *ticket);

@@ -292,10 +292,12 @@ Test(handles, graph_destroy_after_the_layers_destroy_is_einval)
 {
 	struct env e;
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 1));
-	void *dev;
+	void *dev, *dev2;
 	tdm_graph *g = graph_open(e.gpu, &dev);
-	tdm_graph *g2 = graph_open(e.gpu, &dev);
+	tdm_graph *g2 = graph_open(e.gpu, &dev2);
 	cr_assert_eq(tdm_graph_destroy(g2), 0);
+	cr_assert_eq(tdm_device_free(e.gpu, 0, dev), 0);
+	cr_assert_eq(tdm_device_free(e.gpu, 0, dev2), 0);
 	env_close(&e); /* g is left: destroyed there */
 	cr_assert_eq(tdm_graph_destroy(g), -EINVAL);
 	cr_assert_eq(tdm_graph_destroy(g2), -EINVAL);
@@ -439,6 +441,7 @@ Test(handles, handles_of_another_kind_and_garbage_are_einval)
 	cr_assert_eq(tdm_dsched_destroy(ds, TDM_DSCHED_DRAIN, NULL), 0);
 	cr_assert_eq(tdm_dag_destroy(d), 0);
 	cr_assert_eq(tdm_graph_destroy(g), 0);
+	cr_assert_eq(tdm_device_free(e.gpu, 0, dev), 0);
 	close_usable(&e);
 }
 
@@ -485,6 +488,7 @@ Test(handles, handles_of_another_layer_are_einval)
 	cr_assert_eq(tdm_dsched_destroy(c.ds, TDM_DSCHED_DRAIN, NULL), 0);
 	cr_assert_eq(tdm_dag_destroy(c.d), 0);
 	cr_assert_eq(tdm_graph_destroy(g), 0);
+	cr_assert_eq(tdm_device_free(other.gpu, 0, dev), 0);
 	close_usable(&other);
 	close_usable(&e);
 }
