@@ -11,8 +11,10 @@
  * before it frees the gate, so that every call that entered is done with it by then; a call
  * reads nothing else of what is gated before it enters. That narrows the window, not closes it:
  * a call that reaches the gate after the second drain has looked at its stripe touches freed
- * memory. So the users' contract (tandem.h, tandem_gpu.h) is that a caller racing a destroy is
- * done with its call before something the destroy waits for is over.
+ * memory. So the users' contract (tandem.h: the executor's) is that a caller racing a destroy is
+ * done with its call before something the destroy waits for is over. A gate kept in a handle's
+ * type-stable object (tdm__gate_enter_h, base/handle.h: the GPU layer's, a device scheduler's) is
+ * never freed, and closes the window: a call may reach it at any time.
  */
 #ifndef TDM_BASE_GATE_H
 #define TDM_BASE_GATE_H

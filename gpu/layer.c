@@ -469,11 +469,12 @@ int tdm_gpu_destroy(tdm_gpu *h)
 			         "(tdm_stream_release) or destroyed (tdm_dsched_destroy)");
 		next_say = now + WAIT_SAY_EVERY_NS;
 	}
-	/* Leases and awaits refused since the drain above still touch the gate, `stopping` and
-	 * `active` (an await counts itself before it sees `stopping`, and the poller may have
-	 * ended before): wait for their leaves and their drops of `active` (releases, paired with
-	 * the drain's loads and the acquire load here), so that their accesses happen before the
-	 * frees below. */
+	/* Awaits refused since the drain above still touch `active` (an await counts itself
+	 * before it sees the handle's word, and the poller may have ended before), and calls
+	 * refused at the gate touch it: both are kept with the object (struct tdm__gpu), but an
+	 * await that got in before the close must be done with the layer. Wait for their leaves
+	 * and their drops of `active` (releases, paired with the drain's loads and the acquire
+	 * load here), so that their accesses happen before the frees below. */
 	tdm__gate_drain(&gpu->leases);
 	while (atomic_load_explicit(&gpu->active, memory_order_acquire) != 0)
 		sched_yield();
