@@ -21,7 +21,7 @@ stage = @printf '\n==== %s ====\n' "$(1)"
 
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps build demo bench test clean format license-check \
+.PHONY: all deps build demo bench test check clean format license-check \
 	format-check cppcheck test-release test-nocuda test-tsan test-asan valgrind
 .NOTPARALLEL:
 
@@ -45,6 +45,10 @@ bench: build
 # Every stage CI runs, in order; the first failure stops the rest.
 test: deps
 	@$(MAKE) license-check format-check cppcheck test-release test-nocuda test-tsan test-asan valgrind
+
+# A quick look: the Release stage alone (build + ctest in BUILD_DIR). `make test` runs it among
+# the rest; scripts/test-under-load.sh runs make test beside a build. docs/guide/testing.md.
+check: test-release
 
 license-check:
 	$(call stage,license lines (SPDX))

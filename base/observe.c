@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "observe.h"
+#include "symtab.h"
 #include "tandem.h"
 
 /* TDM__OBS_NVTX: set once, by a release store in init_once. TDM__OBS_TRACE: set and cleared by
@@ -92,8 +93,9 @@ static uint32_t hash_fn(uintptr_t fn)
 
 /*
  * A function's name: its symbol where dladdr finds one (functions of shared libraries, and of a
- * program linked with -rdynamic), else "module+0xoffset" (addr2line -e module reads it back),
- * else its address.
+ * program linked with -rdynamic), else its symbol in its object's .symtab (static functions,
+ * and a program's own without -rdynamic: base/symtab.c), else "module+0xoffset" (addr2line -e
+ * module reads it back), else its address.
  */
 static void name_of(uintptr_t fn, char *out, size_t len)
 {
@@ -103,6 +105,8 @@ static void name_of(uintptr_t fn, char *out, size_t len)
 			snprintf(out, len, "%s", info.dli_sname);
 			return;
 		}
+		if (tdm__symtab_name(fn, out, len))
+			return;
 		if (info.dli_fname != NULL && info.dli_fname[0] != '\0') {
 			const char *base = strrchr(info.dli_fname, '/');
 			snprintf(out, len, "%s+0x%lx", base != NULL ? base + 1 : info.dli_fname,
@@ -386,8 +390,13 @@ uint64_t tdm__observe_run_begin(void (*fn)(void))
 	/* Acquire: pairs with the release store in init_once (NVTX's domain and functions) and
 	 * with the release RMW in tdm_trace_start (the trace's session). */
 	unsigned on = atomic_load_explicit(&tdm__obs, memory_order_acquire);
-	if (on & TDM__OBS_TRACE)
+	if (on & TDM__OBS_TRACE) {
+		/* A traced run names fn now (its symbol; after the first, one hash and two loads),
+		 * not when the file is written: a later tdm_task_name is -EALREADY then, and
+		 * renames no run already in the trace. */
+		(void)lookup((uintptr_t)fn);
 		tdm__trace_record(TDM__TR_RUN_BEGIN, (uint64_t)(uintptr_t)fn);
+	}
 	return (on & TDM__OBS_NVTX) ? nvtx_run_begin(fn) : 0;
 }
 

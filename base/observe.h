@@ -103,6 +103,10 @@ void tdm__trace_flusher_remove(void (*fn)(void *), void *arg);
  * said yes. A full buffer drops the event and counts it. */
 void tdm__trace_record(enum tdm__trace_kind kind, uint64_t word);
 
+/* For tests: while on, the trace's writer thread makes no pass of its own (tdm_trace_flush
+ * and the stop still do), so that a thread's chunks pile up and it drops what comes after. */
+void tdm__trace_writer_hold(bool on);
+
 /* The calling thread's name in a trace (tdm__observe_thread stores it). */
 void tdm__trace_thread_name(const char *name);
 

@@ -367,10 +367,6 @@ const char *tdm_strerror(int err)
 		return "memory of a kind this call refuses";
 	case -ENOSPC:
 		return "no room left in a fixed table";
-	case -ENOTCONN:
-		return "MPI is not initialised";
-	case -EPROTONOSUPPORT:
-		return "MPI's thread level is too low";
 	default:
 		/* What else a call hands on from the C library (fopen's -ENOENT, -EACCES). */
 		if (err < 0 && err > -4096 && strerrordesc_np(-err) != NULL)

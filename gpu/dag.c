@@ -54,7 +54,9 @@
  * stale handle is refused by its word. Every call holds the DAG while it runs: one CAS of the
  * word from the handle to the handle marked busy, which a call racing it (on another thread, or
  * from a node's callback) finds and says -EBUSY; a destroyed DAG's word says dead (-EINVAL). A
- * DAG is on its layer's list from create to destroy; tdm_gpu_destroy destroys those left.
+ * run holds it while it enqueues, so that its own callbacks can neither free the DAG under
+ * `lower` nor grow its arrays past the plan. A DAG is on its layer's list from create to
+ * destroy; tdm_gpu_destroy destroys those left.
  */
 #include <errno.h>
 #include <limits.h>

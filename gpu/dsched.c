@@ -194,6 +194,8 @@ static int push(struct tdm__dsched *ds, const tdm_dsched_item *items, unsigned n
 	if (rc == 0) {
 		for (unsigned k = 0; k < n; k++)
 			put_item(ds, s + k, items[k].handler, items[k].args, items[k].size);
+		if (ds->gpu->ops->dsched_kick != NULL) /* sim: its threads may sleep */
+			ds->gpu->ops->dsched_kick(ds->gpu->b, ds->engine);
 		if (first != NULL)
 			*first = s + 1;
 	}

@@ -196,6 +196,9 @@ struct tdm__event {
 	tdm_gpu *layer;
 };
 
+/* Status check of a device that made no progress (poller.c), and of a device a lease finds
+ * where the backend cannot say it is dead without a query (streams.c, found_dead). */
+#define TDM__CHECK_NS 1000000ull
 struct tdm__gdev {
 	struct tdm__gpu *gpu;
 	int index;
@@ -205,9 +208,12 @@ struct tdm__gdev {
 	unsigned nstreams; /* per priority class */
 	int prio[TDM__PRIO_CLASSES];
 	_Atomic(struct tdm__stream *) *streams[TDM__PRIO_CLASSES]; /* created lazily */
-	uint64_t *word_block;  /* pinned: one cache line per stream */
-	_Atomic unsigned rr;   /* spreads threads that are not workers */
-	_Atomic int failed;    /* a sticky error was seen */
+	uint64_t *word_block; /* pinned: one cache line per stream */
+	_Atomic unsigned rr;  /* spreads threads that are not workers */
+	_Atomic int failed;   /* a sticky error was seen */
+	/* When a lease next asks the backend whether the device died (streams.c, found_dead;
+	 * written at most once per TDM__CHECK_NS, and only where the backend has no flag). */
+	_Atomic uint64_t check_ns;
 	unsigned launch_limit; /* threads launching here at once (topology's plan) */
 	cpu_set_t cpus;        /* the CPUs nearest the device (topology's plan), if has_cpus */
 	bool has_cpus;

@@ -322,7 +322,7 @@ static int graph_replace(struct tdm__gpu *gpu, struct tdm__gdev *d, const tdm_gr
 
 int tdm_graph_capture_end(tdm_stream *s, tdm_graph **g)
 {
-	if (s == NULL || g == NULL || !tdm__lease_held(s))
+	if (s == NULL || !tdm__lease_held(s))
 		return -EINVAL;
 	struct tdm__capture *c = s->cap; /* once: another thread's misuse may race the end */
 	if (c == NULL || c->root != s || !pthread_equal(c->thread, pthread_self()))
@@ -331,6 +331,8 @@ int tdm_graph_capture_end(tdm_stream *s, tdm_graph **g)
 	bool abandoned = atomic_load_explicit(&c->abandoned, memory_order_relaxed);
 	void *src;
 	int rc = capture_finish(gpu, c, &src);
+	if (g == NULL) /* nowhere to put it: the capture ends all the same, discarded */
+		rc = -EINVAL;
 	if (rc == 0 && abandoned)
 		rc = -ECANCELED;
 	if (rc == 0 && atomic_load_explicit(&s->dev->failed, memory_order_relaxed))

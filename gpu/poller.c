@@ -53,7 +53,6 @@
 #include "gpu_internal.h"
 #include "metrics.h"
 
-#define TDM__CHECK_NS 1000000ull /* status check of a stream that made no progress */
 /*
  * Sleep step while awaits are outstanding, past the spin window: the most a completion of long
  * GPU work waits to be seen. The poller's timer slack is set to a microsecond at start (Linux's

@@ -615,6 +615,14 @@ uint64_t tdm__stamps_lost(struct tdm__gpu *gpu)
 	           : 0;
 }
 
+uint64_t tdm__stamps_untimed(struct tdm__gpu *gpu)
+{
+	/* Relaxed: a count. */
+	return gpu->stamps != NULL
+	           ? atomic_load_explicit(&gpu->stamps->untimed, memory_order_relaxed)
+	           : 0;
+}
+
 /* ---- life ---- */
 
 int tdm__stamps_init(struct tdm__gpu *gpu)

@@ -66,6 +66,8 @@ void tdm__stamp_end(struct tdm_stream *s);
 void tdm__stamps_flush(struct tdm__gpu *gpu, bool wait);
 /* Spans lost since the layer began: a monotonic count (the metrics take their window's). */
 uint64_t tdm__stamps_lost(struct tdm__gpu *gpu);
+/* Launches a trace left untimed (its pace) since the layer began: a monotonic count. */
+uint64_t tdm__stamps_untimed(struct tdm__gpu *gpu);
 int tdm__stamps_init(struct tdm__gpu *gpu);
 void tdm__stamps_fini(struct tdm__gpu *gpu);
 

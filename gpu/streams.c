@@ -461,12 +461,66 @@ static int lease(struct tdm__gpu *gpu, int device, unsigned flags, int wi, struc
 	return busy ? -EBUSY : -ENODEV;
 }
 
+/* Whether d died without the layer knowing yet (a trap, with no await or launch since): the
+ * backend's own flag where it has one (sim), read on every lease; else (cuda) a query of s,
+ * the stream just leased (-EIO: a sticky error), at most once per TDM__CHECK_NS per device,
+ * by the lease that moves the check's time on. Found dead, d is failed for the layer. */
+static bool found_dead(struct tdm__gpu *gpu, struct tdm__gdev *d, struct tdm__stream *s)
+{
+	const struct tdm__backend_ops *ops = gpu->ops;
+	bool dead;
+	if (ops->device_dead != NULL) {
+		dead = ops->device_dead(gpu->b, d->index);
+	} else {
+		if (s == NULL)
+			return false;
+		uint64_t now = tdm__now_ns();
+		/* Relaxed, load and CAS: the time only picks which lease queries. */
+		uint64_t next = atomic_load_explicit(&d->check_ns, memory_order_relaxed);
+		if (now < next || !atomic_compare_exchange_strong_explicit(
+		                      &d->check_ns, &next, now + TDM__CHECK_NS,
+		                      memory_order_relaxed, memory_order_relaxed))
+			return false;
+		dead = ops->stream_query(gpu->b, s->bs) == -EIO;
+	}
+	if (dead)
+		tdm__device_fail(d);
+	return dead;
+}
+
+/* A lease lease_on took, given back: d was found dead behind it. */
+static void lease_undo(struct tdm__stream *s, unsigned flags)
+{
+	/* Release: as tdm_stream_release's decrement; nothing was done with it. */
+	atomic_fetch_sub_explicit(&s->leases, (flags & TDM_STREAM_EXCLUSIVE) ? TDM__EXCLUSIVE : 1,
+	                          memory_order_release);
+}
+
+static int lease_take(struct tdm__gpu *gpu, struct tdm__gdev *d, unsigned flags, int wi,
+                      struct tdm__stream **out);
+
 static int lease_on(struct tdm__gpu *gpu, int device, unsigned flags, int wi,
                     struct tdm__stream **out)
 {
 	struct tdm__gdev *d = &gpu->devs[device];
-	if (device_failed(d))
+	if (device_failed(d) || found_dead(gpu, d, NULL))
 		return -ENODEV;
+	int rc = lease_take(gpu, d, flags, wi, out);
+	if (rc == 0 && gpu->ops->device_dead == NULL && found_dead(gpu, d, *out)) {
+		lease_undo(*out, flags);
+		return -ENODEV;
+	}
+	/* A stream the dead device could not make: the device's death, not the stream's. */
+	if (rc == -EIO && found_dead(gpu, d, NULL))
+		return -ENODEV;
+	return rc;
+}
+
+/* A stream of d leased, in *out: 0, -EBUSY (none to give), or an error making one. */
+static int lease_take(struct tdm__gpu *gpu, struct tdm__gdev *d, unsigned flags, int wi,
+                      struct tdm__stream **out)
+{
+	(void)gpu;
 	int c = (flags & TDM_STREAM_HIGH_PRIORITY) ? 1 : 0;
 	unsigned first =
 	    wi >= 0 ? (unsigned)wi : atomic_fetch_add_explicit(&d->rr, 1, memory_order_relaxed);
@@ -568,32 +622,65 @@ static void gate_leave(struct tdm_stream *s)
 	atomic_fetch_sub_explicit(&s->dev->launching, 1, memory_order_release);
 }
 
-void tdm__launch_begin(struct tdm_stream *s, int kind, uint64_t bytes)
+/*
+ * The calling thread's open launch brackets (tdm_launch_begin/end, and tandem's own enqueues
+ * inside them). The gate bounds threads, not brackets: only the outermost takes a slot of its
+ * device's gate (and stamps), so that a thread never waits for a slot it holds itself, which
+ * hung the 17th nested begin of a device whose launch_limit is 16. Thread-local: begin and end
+ * on one thread, with no await between (tandem_gpu.h).
+ */
+static _Thread_local struct {
+	unsigned depth;
+	struct tdm_stream *outer; /* the outermost bracket's stream: its gate slot, its stamp */
+} nest;
+
+static void bracket_open(struct tdm_stream *s, int kind, uint64_t bytes)
 {
+	if (nest.depth++ > 0)
+		return;
+	nest.outer = s;
 	gate_enter(s);
 	if (tdm__observing())
 		tdm__stamp_begin(s, (enum tdm__span_kind)kind, bytes);
 }
 
-void tdm__launch_end(struct tdm_stream *s)
+static void bracket_close(void)
 {
+	if (--nest.depth > 0)
+		return;
+	struct tdm_stream *s = nest.outer;
 	if (s->stamp != NULL) /* its own: also when observing stopped since the begin */
 		tdm__stamp_end(s);
 	gate_leave(s);
+}
+
+void tdm__launch_begin(struct tdm_stream *s, int kind, uint64_t bytes)
+{
+	bracket_open(s, kind, bytes); /* inside a user's bracket at its deepest too: one more */
+}
+
+void tdm__launch_end(struct tdm_stream *s)
+{
+	(void)s;
+	bracket_close();
 }
 
 /* Bounds the launching threads; while stamps are on, brackets the user's launch with them
  * (a "kernel" span: tandem cannot see what the user enqueues). */
-void tdm_launch_begin(tdm_stream *s)
+int tdm_launch_begin(tdm_stream *s)
 {
-	gate_enter(s);
-	if (tdm__observing())
-		tdm__stamp_begin(s, TDM__SPAN_KERNEL, 0);
+	if (s == NULL || !tdm__lease_held(s))
+		return -EINVAL;
+	if (nest.depth >= TDM_LAUNCH_NEST_MAX)
+		return -EBUSY;
+	bracket_open(s, TDM__SPAN_KERNEL, 0);
+	return 0;
 }
 
-void tdm_launch_end(tdm_stream *s)
+int tdm_launch_end(tdm_stream *s)
 {
-	if (s->stamp != NULL) /* its own: also when observing stopped since the begin */
-		tdm__stamp_end(s);
-	gate_leave(s);
+	if (s == NULL || nest.depth == 0)
+		return -EINVAL;
+	bracket_close();
+	return 0;
 }

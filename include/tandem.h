@@ -297,28 +297,49 @@ int tdm_executor_stats(const tdm_executor *ex, unsigned worker, tdm_worker_stats
 /*
  * A trace of what the process's workers do, written as Chrome trace-event JSON that Perfetto
  * (ui.perfetto.dev) and chrome://tracing open: per thread, each task run as a span named by its
- * function, worker sleeps, and arrows from a task's spawn and from each of its awaits to the run
- * that takes it up (docs/design/observe.md, "Trace"). Each thread records into a buffer of its
- * own, with no lock; one that fills drops what comes later, and the count is written into the
- * file ("otherData":{"dropped":N}) and printed to stderr. TANDEM_TRACE_EVENTS sets the events per
- * thread (65536 by default, 24 bytes each), read at tdm_trace_start. One trace per process at a
- * time, which records every thread of the process.
+ * function (from the program's symbol table, static functions too), worker sleeps, and arrows
+ * from a task's spawn and from each of its awaits to the run that takes it up
+ * (docs/guide/tracing.md; docs/design/observe.md, "Trace").
+ *
+ * The file is written as the run goes: each thread records into chunks of its own, with no
+ * lock, and a writer thread appends them to the file every 100 ms and whenever a chunk fills,
+ * in Chrome's JSON array form ("[" then events, each followed by a comma), which the viewers
+ * read unterminated: a program that hangs, is killed or crashes leaves a trace up to the last
+ * write. The stop ends the file and turns it into the object form {"traceEvents":[...],
+ * "otherData":{...}} with the counts: "dropped" (events lost: a thread got 8 chunks ahead of
+ * the writer, or had no memory; it then records nothing more until the stop, and the count is
+ * printed to stderr), "untimed" (GPU launches the trace did not time, to bound its cost) and
+ * "gpu_spans_lost". TANDEM_TRACE_EVENTS sets the events per chunk (65536 by default, 24 bytes
+ * each), read at tdm_trace_start. One trace per process at a time, which records every thread
+ * of the process.
  *
  * TANDEM_TRACE=path in the environment traces from tdm_executor_create to tdm_executor_destroy
  * (for the first executor created while no trace runs), with no code change.
  *
- * tdm_trace_start: -EINVAL: ex or path is NULL, path is empty, or TANDEM_TRACE_EVENTS is not a
- * number from 1 to 2^26 (named with its value on stderr and in tdm_error_detail).  -EALREADY: a
- * trace runs (this executor's or another's).  -ENOMEM.
- * The file is not opened until the stop.
+ * tdm_trace_start opens (creates, truncates) the file: -EINVAL: ex or path is NULL, path is
+ * empty, or TANDEM_TRACE_EVENTS is not a number from 1 to 2^26 (named with its value on stderr
+ * and in tdm_error_detail).  -EALREADY: a trace runs (this executor's or another's).  open's
+ * errors, negated: -ENOENT (no such folder), -EACCES (not allowed), -EISDIR (path is a folder),
+ * -ENAMETOOLONG, -EROFS, ... (tdm_strerror names each).  -EAGAIN: no thread for the writer.
+ * -ENOMEM.
  */
 int tdm_trace_start(tdm_executor *ex, const char *path);
 
 /*
- * Stops the trace ex started and writes its file (a destroy does both for a trace ex still
+ * Writes to the file, before it returns, every event recorded so far (from any thread), with
+ * the spans of GPU work already launched (waiting for that work, up to 2 s per GPU layer): a
+ * point that a crash or a kill after it cannot take from the trace. A run still open is written
+ * at its end, a flow once both its ends are in. Any thread, a task's too.
+ * -EINVAL: ex is NULL or runs no trace.  write's errors, negated (-ENOSPC, -EIO, ...): the
+ * file's first error, which the stop returns too.  -ENOMEM: some flows were left out.
+ */
+int tdm_trace_flush(tdm_executor *ex);
+
+/*
+ * Stops the trace ex started and ends its file (a destroy does both for a trace ex still
  * owns). The trace stops even when the file fails.  -EINVAL: ex is NULL or runs no trace.
- * fopen's errors, negated (-ENOENT: no such folder, -EACCES, ...).  -EIO: a write failed.
- * -ENOMEM: no memory to sort the trace's flows.
+ * write's errors, negated (-ENOSPC, -EFBIG, -EIO, ...): the file's first error.  -ENOMEM: no
+ * memory to sort the trace's flows.
  */
 int tdm_trace_stop(tdm_executor *ex);
 

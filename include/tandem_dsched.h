@@ -245,8 +245,11 @@ int tdm_dsched_submit_batch(tdm_dsched *ds, const tdm_dsched_item *items, unsign
  * Awaits item `ticket`: TDM_SUSPENDED, the task resumed once the item completed, or at once the
  * item's result when it is over already (also tdm_task_result): 0, -ECANCELED (cancelled by
  * tdm_dsched_destroy), -EIO (the device failed: a handler trapped, say; every await on it
- * resumes with -EIO). Awaiting a batch: await its tickets in turn (those over already return
- * at once). Any number of tasks may await one ticket.
+ * resumes with -EIO). On sim, where a handler is host code that a dead device cannot stop,
+ * the awaits of a scheduler's items wait for its handlers still running to return; the awaits
+ * on the device's streams do not (CUDA ends every kernel of a dead context). Awaiting a batch:
+ * await its tickets in turn (those over already return at once). Any number of tasks may await
+ * one ticket.
  * -EINVAL: t is NULL or not the task running on the calling thread, ds NULL, destroyed, no
  * scheduler's handle or of another executor's GPU layer, ticket 0 or not handed out yet.
  * -ESHUTDOWN: the GPU layer or the scheduler is being destroyed.

@@ -155,7 +155,8 @@ int tdm_gpu_prepare(const tdm_gpu_config *cfg, unsigned workers);
  * -EINVAL: out or ex is NULL; backend, completion, placement or pageable not one of its values;
  * streams_per_device or launch_limit above 1024; connections below -1 or above 32; sim_devices
  * above 1024 (sim); sim_sm_count above 1024; pinned_chunk_bytes above 64 GiB; pinned_cap_bytes from
- * 1 to 64 KiB - 1; TANDEM_GPU (with TDM_BACKEND_AUTO) other than cuda, sim or none;
+ * 1 to 64 KiB - 1; graph_capture_after below -1 (TDM_GRAPH_CAPTURE_FIRST); graph_cache above
+ * 2^20 (1048576); TANDEM_GPU (with TDM_BACKEND_AUTO) other than cuda, sim or none;
  * TANDEM_COMPLETION (with TDM_COMPLETION_AUTO) other than word, event or adaptive; TANDEM_NVML
  * other than 0, off, 1, on. -ENODEV: the backend asked for (cuda by default) has no device or is
  * not built in. -ENOTSUP: word or adaptive completion asked for (cfg or TANDEM_COMPLETION) on a
@@ -232,7 +233,10 @@ enum {
  * awaits by keeping its lease (tdm_stream_device says which). Shared leases never wait.
  * -EINVAL: gpu or out is NULL (or gpu no GPU layer's handle), device out of range (and not
  * TDM_DEVICE_ANY), an unknown flag.
- * -ENODEV: the device failed, or there is none (TDM_DEVICE_ANY: every device failed).
+ * -ENODEV: the device failed, or there is none (TDM_DEVICE_ANY: every device failed). A device
+ * that died with nothing awaited since (a trapping kernel, a handler's trap) is found by the
+ * leases after it: on sim the next one, on cuda within a millisecond (a lease queries the
+ * driver at most once a millisecond per device).
  * -EBUSY: exclusive, and every stream of the set is in use; shared, and every one is held
  * exclusively (tdm_pipeline_run leaves one to shared leases; your own exclusive leases can take
  * them all); TDM_DEVICE_ANY: no device had a stream to give.  -ESHUTDOWN: the GPU layer is being
@@ -255,11 +259,19 @@ void *tdm_stream_native(const tdm_stream *s);
 /* The device of s. -EINVAL: s is NULL or released. */
 int tdm_stream_device(const tdm_stream *s);
 
-/* Bound the threads launching on s's device at once (tdm_gpu_config.launch_limit): wrap your own
- * launches in these (tandem's own launches and copies are). s must be a leased stream, never
- * NULL: these return nothing, so they cannot refuse one. */
-void tdm_launch_begin(tdm_stream *s);
-void tdm_launch_end(tdm_stream *s);
+/*
+ * Bound the threads launching on s's device at once (tdm_gpu_config.launch_limit): wrap your own
+ * launches in these (tandem's own launches and copies are). Begin and end on one thread, with no
+ * await between. Brackets nest on a thread up to TDM_LAUNCH_NEST_MAX deep: only the outermost
+ * counts against its device's limit (and is the span traces and metrics see), so a thread never
+ * waits for itself. tdm_launch_begin: 0; -EINVAL: s is NULL or released; -EBUSY: this thread has
+ * TDM_LAUNCH_NEST_MAX brackets open already (nothing taken: call no end for it).
+ * tdm_launch_end closes this thread's innermost bracket: 0; -EINVAL: s is NULL, or this thread
+ * has none open. Both returned nothing before 0.6.0.
+ */
+#define TDM_LAUNCH_NEST_MAX 16
+int tdm_launch_begin(tdm_stream *s);
+int tdm_launch_end(tdm_stream *s);
 
 /* ---- work on a stream ---- */
 

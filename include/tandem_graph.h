@@ -66,8 +66,9 @@ int tdm_graph_capture_begin(tdm_stream *s);
  * differ) and by a new instantiation behind the same handle when it is not
  * (TDM_GRAPH_INSTANTIATED). The capture's source graph is kept with g for later updates, and
  * freed with it. Either way s is no longer capturing once this returns, whatever it returns.
- * -EINVAL: s or g is NULL, s is released or not capturing, *g is destroyed or of another device
- * or layer, or this thread did not begin the capture (which goes on: end it from its thread).
+ * -EINVAL: s is NULL, released or not capturing; g is NULL (the capture is discarded); *g is
+ * destroyed or of another device or layer; or this thread did not begin the capture (the one
+ * exception to "whatever it returns": the capture goes on, end it from its thread).
  * -ECANCELED: the capture was abandoned (a refused call in it), or the backend invalidated it
  * (a stream forked into it was not joined back); nothing changes in *g.
  * -EIO: the device failed.  -ENOMEM.  -ENOTSUP: a backend without graphs.
@@ -174,7 +175,9 @@ typedef struct tdm_dag tdm_dag;
 
 /* A kernel node: enqueues its work on s (tandem's launches and copies, or your own on
  * tdm_stream_native(s)) and nothing else, since it may run inside a capture; 0 or a negative
- * errno. Called by the runs that lower or capture the DAG, never by a replay. */
+ * errno. Called by the runs that lower or capture the DAG, never by a replay. While it runs, its
+ * run holds the DAG: every call on that DAG (tdm_dag_destroy, tdm_dag_run, adding a node,
+ * tdm_dag_set_*, tdm_dag_stats_get) says -EBUSY and changes nothing. */
 typedef int (*tdm_dag_fn)(tdm_stream *s, void *arg);
 
 /* At most this many streams run one DAG at once, s among them. */
@@ -187,8 +190,8 @@ int tdm_dag_create(tdm_gpu *gpu, tdm_dag **out);
 /*
  * Destroys d and its graph. Never blocks: work of a run still in flight runs to its end, and the
  * DAG's events and graph are freed once it has (as tdm_graph_destroy's replays).
- * -EINVAL: d is NULL, no DAG's handle, or destroyed already.  -EBUSY: another call holds d (a
- * node callback of its run, say); d stays.
+ * -EINVAL: d is NULL, no DAG's handle, or destroyed already.  -EBUSY: another call holds d (its
+ * run, from one of its node callbacks, say); d stays.
  */
 int tdm_dag_destroy(tdm_dag *d);
 
@@ -200,7 +203,7 @@ int tdm_dag_destroy(tdm_dag *d);
  * Adding a node changes the structure: the next runs lower it again, and the capture after them
  * instantiates a new graph. -EINVAL: d is NULL or destroyed, deps is NULL with ndeps > 0, an id
  * is not an earlier node's; fn, dst or src NULL; an unknown copy kind.  -EBUSY: another call holds
- * d.  -ENOMEM.
+ * d (its run, from one of its callbacks, say); nothing added.  -ENOMEM.
  */
 int tdm_dag_kernel(tdm_dag *d, tdm_dag_fn fn, void *arg, const int *deps, unsigned ndeps);
 int tdm_dag_copy(tdm_dag *d, void *dst, const void *src, size_t bytes, tdm_copy_kind kind,
@@ -213,7 +216,7 @@ int tdm_dag_memset(tdm_dag *d, void *dst, int value, size_t bytes, const int *de
  * (TDM_GRAPH_UPDATED), or instantiates it anew where the driver cannot update it. Setting the
  * values a node has already changes nothing. A copy keeps its kind. -EINVAL: d is NULL or
  * destroyed, node is not a node of d of that kind, dst or src is NULL.  -EBUSY: another call
- * holds d.
+ * holds d (its run, from one of its callbacks, say); nothing changes.
  */
 int tdm_dag_set_kernel_arg(tdm_dag *d, int node, void *arg);
 int tdm_dag_set_copy(tdm_dag *d, int node, void *dst, const void *src, size_t bytes);
@@ -237,9 +240,9 @@ int tdm_dag_set_memset(tdm_dag *d, int node, void *dst, int value, size_t bytes)
  * At once, the task's result set to the same errno: -EINVAL: t is not the task running on this
  * thread, s or d is NULL, d destroyed or no DAG's handle, s is released, shared or of another GPU
  * layer.  -EBUSY: s is capturing (its capture is abandoned), or another call holds d (a run on
- * another thread, or this run's own callback).  A callback's negative result, or an
- * enqueue's error (-EIO, -ENOMEM, -EINVAL): the work enqueued before it was joined into s, so an
- * await of s covers it; await it before reusing the nodes' memory.  The errors of
+ * another thread, or a call from one of this run's own callbacks).  A callback's negative
+ * result, or an enqueue's error (-EIO, -ENOMEM, -EINVAL): the work enqueued before it was joined
+ * into s, so an await of s covers it; await it before reusing the nodes' memory.  The errors of
  * tdm_await_stream.
  */
 int tdm_dag_run(tdm_task *t, tdm_stream *s, tdm_dag *d);

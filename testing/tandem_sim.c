@@ -6,6 +6,7 @@
  * into tandem_testing over tandem_static, never into the shared library (docs/design/layout.md).
  */
 #include <errno.h>
+#include <semaphore.h>
 #include <string.h>
 
 #include "gpu/dsched.h"
@@ -35,6 +36,34 @@ int tdm_sim_inject(tdm_stream *s, tdm_sim_fault fault)
 	if (s == NULL || B(s)->ops->sim_inject == NULL)
 		return -EINVAL;
 	return B(s)->ops->sim_inject(B(s)->b, s->bs, fault);
+}
+
+/* On the stream's thread: holds the stream until the gate opens. sem_wait pairs with the
+ * opener's sem_post: what the test did before the open happens before the work behind it. */
+static void gate_pass(void *arg)
+{
+	tdm_sim_gate *g = arg;
+	while (sem_wait(&g->open) != 0 && errno == EINTR) {
+	}
+}
+
+int tdm_sim_gate_close(tdm_stream *s, tdm_sim_gate *g)
+{
+	if (s == NULL || g == NULL || !tdm__lease_held(s) || B(s)->ops->sim_inject == NULL)
+		return -EINVAL;
+	/* Relaxed: the capture is this thread's own (it began it), or none. */
+	if (atomic_load_explicit(&s->cap, memory_order_relaxed) != NULL)
+		return -EBUSY;
+	if (sem_init(&g->open, 0, 0) != 0)
+		return -EINVAL;
+	return tdm__enqueued(s, B(s)->ops->host_fn(B(s)->b, s->bs, gate_pass, g));
+}
+
+int tdm_sim_gate_open(tdm_sim_gate *g)
+{
+	if (g == NULL)
+		return -EINVAL;
+	return sem_post(&g->open) == 0 ? 0 : -errno;
 }
 
 int tdm_dsched_sim_inject(tdm_dsched *h, tdm_sim_fault fault)

@@ -10,6 +10,7 @@
 #ifndef TANDEM_SIM_H
 #define TANDEM_SIM_H
 
+#include <semaphore.h>
 #include <stdint.h>
 
 #include "tandem_dsched.h"
@@ -39,6 +40,25 @@ int tdm_launch_fault(tdm_stream *s);
 
 /* -EINVAL: s is NULL or not a sim stream, or fault is unknown. */
 int tdm_sim_inject(tdm_stream *s, tdm_sim_fault fault);
+
+/*
+ * A gate in a sim stream's order: the work enqueued on s after tdm_sim_gate_close(s, g) waits
+ * until tdm_sim_gate_open(g), as behind a kernel that runs until the host lets it end. For tests
+ * that need work still queued, or a stream still busy, at a point of their own choosing, so that
+ * no clock decides it. The gate is not a launch: no stamp, no span, no count in the metrics.
+ * g is the caller's, set up by the close (nothing to free), and must stay alive until the work
+ * after it has run (an await of that work completed) or s's device failed (a dead device skips
+ * the gate, as it skips every host function). Each closed gate is opened once, before its stream
+ * is needed again: a stream's lease is released, and the layer destroyed, only after that work.
+ * -EINVAL: s or g is NULL, s is released or not a sim stream.  -EBUSY: s is capturing a graph.
+ * -EIO: s's device failed.  -ENOMEM: no memory to queue it.
+ */
+typedef struct tdm_sim_gate {
+	sem_t open;
+} tdm_sim_gate;
+int tdm_sim_gate_close(tdm_stream *s, tdm_sim_gate *g);
+/* Lets the work behind g run (once per close). -EINVAL: g is NULL. */
+int tdm_sim_gate_open(tdm_sim_gate *g);
 
 /* A device scheduler on sim (tandem_dsched.h) takes a fault: the next item one of its threads is
  * about to run kills the device instead (TDM_SIM_FAULT_STICKY), as a handler that traps kills a

@@ -276,6 +276,8 @@ struct adapt_state {
 	tdm_stream *s;
 	uint32_t ns[16]; /* kernel length of each step */
 	int nsteps, step;
+	tdm_sim_gate *gate; /* NULL, or step gate_step closes it instead of its kernel */
+	int gate_step;
 	int rc;
 	tdm_gpu *gpu;
 	tdm_gpu_stats before[16]; /* the counts before each step's await */
@@ -301,7 +303,10 @@ static inline int adapt_task(tdm_task *t, void *arg)
 	struct adapt_state *a = arg;
 	TDM_BEGIN(t);
 	for (a->step = 0; a->step < a->nsteps; a->step++) {
-		SEE(&a->sn, tdm_launch_spin(a->s, a->ns[a->step]));
+		if (a->gate != NULL && a->step == a->gate_step)
+			SEE(&a->sn, tdm_sim_gate_close(a->s, a->gate));
+		else
+			SEE(&a->sn, tdm_launch_spin(a->s, a->ns[a->step]));
 		SEE(&a->sn, tdm_gpu_stats_get(a->gpu, &a->before[a->step]));
 		TDM_AWAIT(t, tdm_await_stream(t, a->s));
 		if (tdm_task_result(t) != 0)

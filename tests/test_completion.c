@@ -18,21 +18,34 @@ TDM_TEST_SUITE(completion_poller);
 
 /*
  * A stream starts on events; awaits that complete soon after reaching the head switch it to
- * words; one that waits past stall_us switches it back to events, until a quick one again.
- * stall_us is 200 ms here so that only the 600 ms kernel counts as long, however slow the
- * build (sanitizers) runs the short ones. The counts are the poller's, taken at intake, so
- * each step's mechanism shows in the counts before the next step.
+ * words; one that waits past stall_us switches it back to events, until a quick one again. The
+ * long step is a gate (tandem_sim.h), opened only once the poller has seen it stall (its switch
+ * back to events counted), so no clock decides whether it counts as long; stall_us is 1 s so
+ * that the short ones count as quick however slowly a loaded, sanitized build runs them. The
+ * counts are the poller's, taken at intake, so each step's mechanism shows in the counts before
+ * the next step.
  */
 Test(completion_sim_adaptive, mechanism_follows_how_long_awaits_wait,
      .timeout = TDM_TEST_TIMEOUT(60))
 {
 	struct env e;
-	env_open_adaptive(&e, 1, 200000);
+	env_open_adaptive(&e, 1, 1000000);
 	cr_assert_eq(tdm_gpu_completion(e.gpu, 0), TDM_COMPLETION_ADAPTIVE);
-	struct adapt_state a = {
-	    .gpu = e.gpu, .nsteps = 6, .ns = {1000, 1000, 1000, 600000000, 1000, 1000}};
+	tdm_sim_gate gate;
+	struct adapt_state a = {.gpu = e.gpu,
+	                        .nsteps = 6,
+	                        .ns = {1000, 1000, 1000, 0, 1000, 1000},
+	                        .gate = &gate,
+	                        .gate_step = 3};
 	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &a.s), 0);
-	cr_assert_eq(run_one(&e, adapt_task, &a), 0);
+	tdm_group g;
+	cr_assert_eq(tdm_group_init(&g, e.ex), 0);
+	cr_assert_eq(tdm_spawn(e.ex, adapt_task, &a, &g), 0);
+	/* To words (step 1), then back to events: the gated step seen stalled. */
+	tdm_gpu_stats st;
+	TDM_TEST_WAIT_UNTIL(tdm_gpu_stats_get(e.gpu, &st) == 0 && st.switches >= 2);
+	cr_assert_eq(tdm_sim_gate_open(&gate), 0);
+	cr_assert_eq(tdm_group_wait(&g), 0);
 	ASSERT_SEEN(&a.sn);
 	cr_assert_eq(a.rc, 0);
 	cr_assert_eq(tdm_gpu_stats_get(e.gpu, &a.last), 0);

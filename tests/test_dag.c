@@ -747,6 +747,113 @@ Test(dag, a_callbacks_error_comes_back_at_once, .timeout = TDM_TEST_TIMEOUT(60))
 	close_usable(&e);
 }
 
+/* A callback that calls its own DAG: each call's result, then its own enqueue. */
+struct meddler {
+	tdm_dag *d;
+	tdm_task *t;
+	void *dev, *from, *to; /* the memsets', the copy's */
+	int destroy, kernel, copy, memset, set_arg, set_copy, set_memset, run, stats;
+	atomic_int calls;
+};
+
+static int nothing_node(tdm_stream *s, void *arg)
+{
+	(void)arg;
+	return tdm_launch_spin(s, 0);
+}
+
+static int meddling_node(tdm_stream *s, void *arg)
+{
+	struct meddler *m = arg;
+	atomic_fetch_add_explicit(&m->calls, 1, memory_order_relaxed);
+	m->destroy = tdm_dag_destroy(m->d);
+	m->kernel = tdm_dag_kernel(m->d, nothing_node, NULL, NULL, 0);
+	m->copy = tdm_dag_copy(m->d, m->to, m->from, 64, TDM_COPY_D2D, NULL, 0);
+	m->memset = tdm_dag_memset(m->d, m->dev, 0, 64, NULL, 0);
+	m->set_arg = tdm_dag_set_kernel_arg(m->d, 0, m);
+	m->set_copy = tdm_dag_set_copy(m->d, 1, m->from, m->to, 64);
+	m->set_memset = tdm_dag_set_memset(m->d, 2, m->dev, 1, 64);
+	m->run = tdm_dag_run(m->t, s, m->d);
+	tdm_dag_stats st;
+	m->stats = tdm_dag_stats_get(m->d, &st);
+	return tdm_memset_async(s, m->dev, 0x5a, 64);
+}
+
+struct meddle_run {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	struct meddler *m;
+	int rc, result;
+	struct seen sn;
+};
+
+static int meddle_task(tdm_task *t, void *arg)
+{
+	struct meddle_run *c = arg;
+	TDM_BEGIN(t);
+	LEASE_OR_END(c, TDM_STREAM_EXCLUSIVE);
+	c->m->t = t;
+	TDM_AWAIT(t, tdm_dag_run(t, c->s, c->m->d));
+	c->result = tdm_task_result(t);
+	SEE(&c->sn, tdm_stream_release(c->s));
+	TDM_END(t);
+}
+
+/* A callback that destroys its DAG, adds or changes a node, runs it or asks its stats gets
+ * -EBUSY (its run holds the DAG) and changes nothing: the run goes on with its callback's own
+ * enqueue, the DAG keeps its four nodes and runs again. Before, a destroy there freed the DAG
+ * under its run and an added node overran the run's plan. */
+Test(dag, a_callback_that_calls_its_dag_gets_ebusy, .timeout = TDM_TEST_TIMEOUT(60))
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
+	struct meddler m = {.destroy = 1};
+	unsigned char *host;
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, 64, &m.dev), 0);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, 64, &m.from), 0);
+	cr_assert_eq(tdm_device_alloc(e.gpu, 0, 64, &m.to), 0);
+	cr_assert_eq(tdm_pinned_alloc(e.gpu, 64, (void **)&host), 0);
+	cr_assert_eq(tdm_dag_create(e.gpu, &m.d), 0);
+	cr_assert_eq(tdm_dag_kernel(m.d, nothing_node, NULL, NULL, 0), 0);
+	cr_assert_eq(tdm_dag_copy(m.d, m.to, m.from, 64, TDM_COPY_D2D, NULL, 0), 1);
+	int two = tdm_dag_memset(m.d, m.dev, 0, 64, NULL, 0);
+	cr_assert_eq(two, 2);
+	cr_assert_eq(tdm_dag_kernel(m.d, meddling_node, &m, &two, 1), 3);
+	for (int run = 0; run < 2; run++) {
+		struct meddle_run c = {.gpu = e.gpu, .m = &m, .rc = 1, .result = 1};
+		cr_assert_eq(run_one(&e, meddle_task, &c), 0);
+		ASSERT_SEEN(&c.sn);
+		cr_assert_eq(c.result, 0, "run %d: %s", run, tdm_strerror(c.result));
+		cr_assert_eq(atomic_load(&m.calls), run + 1, "the callback ran");
+		cr_assert_eq(m.destroy, -EBUSY, "destroy in a callback");
+		cr_assert_eq(m.kernel, -EBUSY, "a kernel node added in a callback");
+		cr_assert_eq(m.copy, -EBUSY);
+		cr_assert_eq(m.memset, -EBUSY);
+		cr_assert_eq(m.set_arg, -EBUSY);
+		cr_assert_eq(m.set_copy, -EBUSY);
+		cr_assert_eq(m.set_memset, -EBUSY);
+		cr_assert_eq(m.run, -EBUSY, "a run of its DAG in a callback");
+		cr_assert_eq(m.stats, -EBUSY, "stats in a callback: the run holds the DAG");
+		tdm_dag_stats st;
+		cr_assert_eq(tdm_dag_stats_get(m.d, &st), 0);
+		cr_assert_eq(st.nodes, 4, "nothing added");
+		cr_assert_eq(st.last, TDM_GRAPH_DIRECT, "run %d lowered: callbacks called", run);
+	}
+	tdm_stream *s;
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &s), 0);
+	cr_assert_eq(tdm_memcpy_async(s, host, m.dev, 64, TDM_COPY_D2H), 0);
+	cr_assert_eq(tdm_test_await_stream(e.ex, s), 0);
+	cr_assert_eq(tdm_stream_release(s), 0);
+	for (int i = 0; i < 64; i++)
+		cr_assert_eq(host[i], 0x5a, "byte %d: the callback's own memset ran last", i);
+	cr_assert_eq(tdm_dag_destroy(m.d), 0, "once not running");
+	cr_assert_eq(tdm_pinned_free(e.gpu, host), 0);
+	cr_assert_eq(tdm_device_free(e.gpu, 0, m.dev), 0);
+	cr_assert_eq(tdm_device_free(e.gpu, 0, m.from), 0);
+	cr_assert_eq(tdm_device_free(e.gpu, 0, m.to), 0);
+	close_usable(&e);
+}
+
 /* The work enqueued on s before the run comes first, for the nodes on other streams too: a
  * branch's copy reads what a slow memset on s wrote. */
 struct after_s {

@@ -380,8 +380,9 @@ static void expect_pinned(const int *cpus, int ncpus, unsigned workers)
 {
 	size_t wrong = 0;
 	int found = 0;
-	/* Workers name themselves as they start: poll until all are there (or give up). */
-	for (int i = 0; i < 1000; i++) {
+	/* Workers name themselves as they start: poll until all are there (no deadline: one that
+	 * never comes is a hang, which the test's timeout fails). */
+	for (;;) {
 		wrong = 0;
 		found = pinned_workers_checked(cpus, ncpus, workers, &wrong);
 		if (found == (int)workers)
@@ -486,13 +487,8 @@ Test(executor, workers_default_to_one_per_cpu_of_the_given_list, .timeout = TDM_
 
 static tdm_worker_stats wait_for_parks(tdm_executor *ex)
 {
-	/* 50 ms without work, then poll: a bound for a clear message, not a timing assertion. */
-	tdm_test_sleep_us(50000);
-	tdm_worker_stats total = tdm_test_stats_total(ex);
-	for (int i = 0; i < 1000 && total.parks == 0; i++) {
-		tdm_test_sleep_us(10000);
-		total = tdm_test_stats_total(ex);
-	}
+	tdm_worker_stats total;
+	TDM_TEST_WAIT_UNTIL((total = tdm_test_stats_total(ex)).parks > 0);
 	return total;
 }
 
@@ -509,10 +505,7 @@ Test(park, the_last_worker_to_sleep_is_counted, .timeout = TDM_TEST_TIMEOUT(30))
 {
 	tdm_executor *ex = tdm_test_create(2);
 	tdm_worker_stats total = wait_for_parks(ex);
-	for (int i = 0; i < 1000 && total.parks_last == 0; i++) {
-		tdm_test_sleep_us(10000);
-		total = tdm_test_stats_total(ex);
-	}
+	TDM_TEST_WAIT_UNTIL((total = tdm_test_stats_total(ex)).parks_last > 0);
 	cr_assert_geq(total.parks_last, 1, "both workers idle, none counted as the last to sleep");
 	cr_assert_lt(total.parks_last, total.parks, "the first worker to park left one awake");
 	tdm_test_destroy(ex);
@@ -523,11 +516,8 @@ Test(park, parked_worker_counts_a_wakeup_when_work_arrives, .timeout = TDM_TEST_
 	tdm_executor *ex = tdm_test_create(2);
 	cr_assert_gt(wait_for_parks(ex).parks, 0);
 	tdm_test_assert_usable(ex);
-	tdm_worker_stats total = tdm_test_stats_total(ex);
-	for (int i = 0; i < 1000 && total.wakeups == 0; i++) {
-		tdm_test_sleep_us(10000);
-		total = tdm_test_stats_total(ex);
-	}
+	tdm_worker_stats total;
+	TDM_TEST_WAIT_UNTIL((total = tdm_test_stats_total(ex)).wakeups > 0);
 	cr_assert_gt(total.wakeups, 0, "a task ran after every worker parked, yet no wake-up");
 	tdm_test_destroy(ex);
 }
@@ -543,17 +533,28 @@ struct keeper_case {
 	tdm_executor *ex;
 	atomic_int k;      /* the worker that ran t */
 	atomic_bool s_ran; /* s ran (on the other worker) */
+	unsigned other;    /* the other worker, and its parks before s */
+	_Atomic uint64_t other_parks;
 };
 
+/* Whether c's other worker has parked again since it was woken for s. */
+static bool other_parked_again(struct keeper_case *c)
+{
+	tdm_worker_stats s;
+	return tdm_executor_stats(c->ex, c->other, &s) == 0 &&
+	       s.parks != atomic_load(&c->other_parks);
+}
+
+/* Runs until s ran and its worker searches; or, should this look miss its search (a moment),
+ * until that worker parked again: the keeper then idles without the bound taken, which the test
+ * checks all the same. No deadline: neither coming is a hang, which the test's timeout fails. */
 static void keeper_t(void *arg)
 {
 	struct keeper_case *c = arg;
 	atomic_store(&c->k, tdm_worker_index(c->ex));
-	/* A bound for a clear failure, not a timing assertion. */
-	uint64_t until = tdm_now_ns() + 10000000000ull;
 	while (
-	    !(atomic_load(&c->s_ran) && tdm__idle_searching(atomic_load(&c->ex->idle_state)) > 0) &&
-	    tdm_now_ns() < until)
+	    !(atomic_load(&c->s_ran) &&
+	      (tdm__idle_searching(atomic_load(&c->ex->idle_state)) > 0 || other_parked_again(c))))
 		sched_yield();
 }
 
@@ -584,28 +585,23 @@ Test(park, the_keeper_of_a_hold_searches_past_the_bound, .timeout = TDM_TEST_TIM
 	cr_assert_eq(tdm__hold(ex, true), 0);
 	/* A keeper, and the other worker asleep after its spin. */
 	unsigned keeper = 0;
-	for (int i = 0; i < 3000; i++) {
-		keeper = atomic_load(&ex->keeper);
-		if (keeper != 0 && worker_parks(ex, 2 - keeper) > 0)
-			break;
-		tdm_test_sleep_us(1000);
-	}
+	TDM_TEST_WAIT_UNTIL((keeper = atomic_load(&ex->keeper)) != 0 &&
+	                    worker_parks(ex, 2 - keeper) > 0);
 	cr_assert_neq(keeper, 0, "a hold taken, no keeper");
 	unsigned k = keeper - 1, other = 1 - k;
 	cr_assert_gt(worker_parks(ex, other), 0, "the other worker never parked");
 
 	uint64_t k_parks = worker_parks(ex, k), other_parks = worker_parks(ex, other);
+	c.other = other;
+	atomic_store(&c.other_parks, other_parks);
 	cr_assert_eq(tdm_submit(ex, keeper_t, &c), 0);
-	for (int i = 0; i < 10000 && atomic_load(&c.k) < 0; i++)
-		tdm_test_sleep_us(100);
+	TDM_TEST_WAIT_UNTIL(atomic_load(&c.k) >= 0);
 	cr_assert_eq(atomic_load(&c.k), (int)k, "t ran on worker %d, not on the keeper %u",
 	             atomic_load(&c.k), k);
 	cr_assert_eq(tdm_submit(ex, keeper_s, &c), 0);
 	/* The other worker parks again after its spin, the keeper being awake. */
-	for (int i = 0;
-	     i < 10000 && worker_parks(ex, other) == other_parks && worker_parks(ex, k) == k_parks;
-	     i++)
-		tdm_test_sleep_us(100);
+	TDM_TEST_WAIT_UNTIL(worker_parks(ex, other) != other_parks ||
+	                    worker_parks(ex, k) != k_parks);
 	cr_assert_eq(worker_parks(ex, k), k_parks, "the keeper parked while the hold was taken");
 	cr_assert_eq(atomic_load(&ex->keeper), keeper, "the keeper lost its role");
 	tdm__release(ex, true);
@@ -655,11 +651,8 @@ static void blocking_rounds(unsigned workers, uint64_t seed)
 		             workers, round);
 	}
 	/* tasks_run is counted after the task's function returns: let the last one land. */
-	tdm_worker_stats total = tdm_test_stats_total(ex);
-	for (int i = 0; i < 1000 && total.tasks_run < PARK_ROUNDS; i++) {
-		tdm_test_sleep_us(1000);
-		total = tdm_test_stats_total(ex);
-	}
+	tdm_worker_stats total;
+	TDM_TEST_WAIT_UNTIL((total = tdm_test_stats_total(ex)).tasks_run >= PARK_ROUNDS);
 	cr_assert_eq(total.tasks_run, PARK_ROUNDS, "%u workers: stats count %llu tasks run, %d ran",
 	             workers, (unsigned long long)total.tasks_run, PARK_ROUNDS);
 	cr_assert_gt(total.parks, 0, "%u workers never parked: the test proved nothing", workers);

@@ -311,3 +311,143 @@ Test(faults_sim_adaptive, an_error_behind_a_later_word_reaches_its_task,
 	tdm_stream_release(mixed_stream);
 	env_close(&e);
 }
+
+/* ---- a device found dead without an await: leases, and a scheduler's handler still running */
+
+/* A trap with nothing awaited after it: the next leases find the device dead (sim: once the
+ * kernel ran; cuda: within the check interval), not only the next launch. */
+static void a_trap_is_found_by_the_next_lease(tdm_completion completion)
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, completion, 2));
+	tdm_stream *s;
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, 0, &s), 0);
+	cr_assert_eq(tdm_launch_fault(s), 0);
+	cr_assert_eq(tdm_stream_release(s), 0);
+	int rc;
+	while ((rc = tdm_stream_lease(e.gpu, 0, 0, &s)) == 0) {
+		cr_assert_eq(tdm_stream_release(s), 0);
+		sched_yield();
+	}
+	cr_assert_eq(rc, -ENODEV, "%s", tdm_strerror(rc));
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &s), -ENODEV);
+	cr_assert_eq(tdm_stream_lease(e.gpu, TDM_DEVICE_ANY, 0, &s), -ENODEV);
+	env_close(&e);
+}
+
+Test(faults_sim_words, a_trap_is_found_by_the_next_lease, .timeout = TDM_TEST_TIMEOUT(60))
+{
+	a_trap_is_found_by_the_next_lease(TDM_COMPLETION_WORD);
+}
+
+Test(faults_sim_events, a_trap_is_found_by_the_next_lease, .timeout = TDM_TEST_TIMEOUT(60))
+{
+	a_trap_is_found_by_the_next_lease(TDM_COMPLETION_EVENT);
+}
+
+/* A handler that waits for the host: it says it entered, and returns once released. */
+struct wait_args {
+	atomic_int *entered, *release;
+};
+
+static void h_wait_for_host(void *args, unsigned size)
+{
+	const struct wait_args *a = args;
+	(void)size;
+	atomic_store_explicit(a->entered, 1, memory_order_release);
+	while (!atomic_load_explicit(a->release, memory_order_acquire))
+		sched_yield();
+}
+
+static void h_none(void *args, unsigned size)
+{
+	(void)args;
+	(void)size;
+}
+
+TDM_DSCHED_HOST_TABLE(fault_steps, h_wait_for_host, h_none);
+
+/* A scheduler of 2 x 2 warps on device 0, running a handler that waits for the host. */
+static tdm_dsched *busy_dsched(struct env *e, atomic_int *entered, atomic_int *release)
+{
+	tdm_dsched_config c;
+	tdm_dsched_config_init(&c);
+	c.handlers = &fault_steps;
+	c.blocks = 2;
+	c.warps = 2;
+	c.capacity = 64;
+	tdm_dsched *ds = NULL;
+	cr_assert_eq(tdm_dsched_create(e->gpu, 0, &c, &ds), 0);
+	struct wait_args a = {entered, release};
+	uint64_t t;
+	cr_assert_eq(tdm_dsched_submit(ds, 0, &a, sizeof(a), &t), 0);
+	while (!atomic_load_explicit(entered, memory_order_acquire))
+		sched_yield();
+	return ds;
+}
+
+/* The device dies (a handler's fault) while another handler still runs: leases say -ENODEV,
+ * never 0 nor -EIO, without waiting for that handler. */
+Test(faults_sim_words, a_lease_beside_a_busy_scheduler_finds_the_device_dead,
+     .timeout = TDM_TEST_TIMEOUT(60))
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 2));
+	atomic_int entered = 0, release = 0;
+	tdm_dsched *ds = busy_dsched(&e, &entered, &release);
+	cr_assert_eq(tdm_dsched_sim_inject(ds, TDM_SIM_FAULT_STICKY), 0);
+	uint64_t t;
+	cr_assert_eq(tdm_dsched_submit(ds, 1, NULL, 0, &t), 0); /* takes the fault */
+	tdm_stream *s;
+	int rc;
+	while ((rc = tdm_stream_lease(e.gpu, 0, 0, &s)) == 0) {
+		cr_assert_eq(tdm_stream_release(s), 0);
+		sched_yield();
+	}
+	cr_assert_eq(rc, -ENODEV, "%s", tdm_strerror(rc));
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &s), -ENODEV);
+	cr_assert_eq(tdm_dsched_query(ds, t), -EAGAIN,
+	             "its items wait for the handler still running");
+	atomic_store_explicit(&release, 1, memory_order_release);
+	tdm_dsched_stats st;
+	cr_assert_eq(tdm_dsched_destroy(ds, TDM_DSCHED_DRAIN, &st), 0);
+	env_close(&e);
+}
+
+struct trap_await {
+	tdm_gpu *gpu;
+	tdm_stream *s;
+	int rc;
+	struct seen sn;
+};
+
+static int trap_await_task(tdm_task *t, void *arg)
+{
+	struct trap_await *c = arg;
+	TDM_BEGIN(t);
+	LEASE_OR_END(c, TDM_STREAM_EXCLUSIVE);
+	SEE(&c->sn, tdm_launch_fault(c->s));
+	TDM_AWAIT(t, tdm_await_stream(t, c->s));
+	c->rc = tdm_task_result(t);
+	tdm_stream_release(c->s);
+	TDM_END(t);
+}
+
+/* A kernel traps while a scheduler's handler on its device waits for the host: the task that
+ * awaits the trapping stream resumes with -EIO at once, as on CUDA, where the dead context
+ * ends the handler too; it does not wait for the handler. */
+Test(faults_sim_words, a_trap_beside_a_waiting_handler_fails_its_await,
+     .timeout = TDM_TEST_TIMEOUT(60))
+{
+	struct env e;
+	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_WORD, 2));
+	atomic_int entered = 0, release = 0;
+	tdm_dsched *ds = busy_dsched(&e, &entered, &release);
+	struct trap_await c = {.gpu = e.gpu, .rc = 1};
+	cr_assert_eq(run_one(&e, trap_await_task, &c), 0);
+	ASSERT_SEEN(&c.sn);
+	cr_assert_eq(c.rc, -EIO, "%s", tdm_strerror(c.rc));
+	atomic_store_explicit(&release, 1, memory_order_release);
+	cr_assert_eq(tdm_dsched_destroy(ds, TDM_DSCHED_DRAIN, NULL), 0);
+	env_close(&e);
+}

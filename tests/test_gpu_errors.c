@@ -139,7 +139,16 @@ Test(gpu_errors, create_refuses_each_bad_config_field, .timeout = TDM_TEST_TIMEO
 	BAD_FIELD(launch_limit, 1025);
 	BAD_FIELD(sim_devices, 1025);
 	BAD_FIELD(sim_sm_count, 1025);
+	BAD_FIELD(graph_capture_after, TDM_GRAPH_CAPTURE_FIRST - 1);
+	BAD_FIELD(graph_cache, (1u << 20) + 1);
 #undef BAD_FIELD
+	/* The bounds themselves are taken. */
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	g.graph_capture_after = TDM_GRAPH_CAPTURE_FIRST;
+	g.graph_cache = 1u << 20;
+	cr_assert_eq(tdm_gpu_create(&gpu, e.ex, &g), 0, "graph_capture_after -1, graph_cache 2^20");
+	cr_assert_eq(tdm_gpu_destroy(gpu), 0);
 	/* TDM_BACKEND_AUTO reads TANDEM_GPU: a value it does not know is refused, not taken for
 	 * cuda (which, without a device, would say -ENODEV). */
 	tdm_gpu_config_init(&g);
@@ -265,6 +274,65 @@ Test(gpu_errors, kernels_events_and_faults_refuse_bad_arguments, .timeout = TDM_
 	cr_assert_eq(tdm_stream_release(s), 0);
 	cr_assert_eq(tdm_device_free(e.gpu, 0, y), 0);
 	cr_assert_eq(tdm_device_free(e.gpu, 0, x), 0);
+	close_usable(&e);
+}
+
+struct other_launch {
+	tdm_gpu *gpu;
+	int rc;
+};
+
+/* Another thread's launch through the gate: it waits only while this one's slot is held. */
+static void *launch_beside(void *arg)
+{
+	struct other_launch *o = arg;
+	tdm_stream *s;
+	o->rc = tdm_stream_lease(o->gpu, 0, TDM_STREAM_EXCLUSIVE, &s);
+	if (o->rc == 0) {
+		o->rc = tdm_launch_begin(s);
+		if (o->rc == 0)
+			o->rc = tdm_launch_spin(s, 0);
+		(void)tdm_launch_end(s);
+		(void)tdm_stream_release(s);
+	}
+	return NULL;
+}
+
+/* Launch brackets nest on a thread, TDM_LAUNCH_NEST_MAX deep, on a device that lets one thread
+ * launch at a time: only the outermost takes the device's slot, so none waits for its own
+ * thread (the second begin hung); past the limit -EBUSY, never a hang; an end with none open
+ * -EINVAL; and the slot is given back once the outermost ends. */
+Test(gpu_errors, launch_brackets_nest_to_a_limit_and_never_hang, .timeout = TDM_TEST_TIMEOUT(30))
+{
+	tdm_gpu_config g;
+	tdm_gpu_config_init(&g);
+	g.backend = TDM_BACKEND_SIM;
+	g.launch_limit = 1;
+	struct env e;
+	cr_assert(env_open_cfg(&e, 1, &g));
+	tdm_stream *s, *s2;
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &s), 0);
+	cr_assert_eq(tdm_stream_lease(e.gpu, 0, TDM_STREAM_EXCLUSIVE, &s2), 0);
+	cr_assert_eq(tdm_launch_begin(NULL), -EINVAL);
+	cr_assert_eq(tdm_launch_end(s), -EINVAL, "no bracket open");
+	for (int i = 0; i < TDM_LAUNCH_NEST_MAX; i++) {
+		cr_assert_eq(tdm_launch_begin(i % 2 ? s2 : s), 0, "begin %d", i + 1);
+		cr_assert_eq(tdm_launch_spin(s, 0), 0, "tandem's own launch at depth %d", i + 1);
+	}
+	cr_assert_eq(tdm_launch_begin(s), -EBUSY, "one past TDM_LAUNCH_NEST_MAX");
+	for (int i = 0; i < TDM_LAUNCH_NEST_MAX; i++)
+		cr_assert_eq(tdm_launch_end(s), 0, "end %d", i + 1);
+	cr_assert_eq(tdm_launch_end(s), -EINVAL, "every bracket closed");
+	cr_assert_eq(tdm_test_await_stream(e.ex, s), 0);
+	cr_assert_eq(tdm_stream_release(s), 0);
+	cr_assert_eq(tdm_launch_begin(s), -EINVAL, "a released lease");
+	cr_assert_eq(tdm_stream_release(s2), 0);
+	/* The device's one slot is free again: another thread launches. */
+	struct other_launch o = {.gpu = e.gpu, .rc = 1};
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, launch_beside, &o), 0);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(o.rc, 0, "%s", tdm_strerror(o.rc));
 	close_usable(&e);
 }
 

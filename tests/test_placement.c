@@ -207,7 +207,7 @@ static void quick_stream_leases(const char *balance, int *on_a, int *on_b)
 	g.backend = TDM_BACKEND_SIM;
 	g.streams_per_device = 2;
 	g.completion = TDM_COMPLETION_ADAPTIVE;
-	g.stall_us = 200000; /* only a stall of 200 ms counts: sanitized builds run slowly */
+	g.stall_us = 10000000; /* no await here stalls: only 10 s would count, however loaded */
 	cr_assert(env_open_cfg(&e, 1, &g));
 	cr_assert_eq(tdm_gpu_debug(e.gpu, balance, NULL), 0); /* NULL: the default */
 	tdm_stream *a, *b;

@@ -91,6 +91,26 @@ class TraceCheck(unittest.TestCase):
         self.assertEqual(rc, 77, out)
         self.assertIn("no tasks_run", out)
 
+    def unterminated(self, events, tail=""):
+        """The array form as a run writes it: "[", then one event a line, each with a comma."""
+        return "[               \n" + "".join(json.dumps(e) + ",\n" for e in events) + tail
+
+    def test_unterminated_array(self):
+        events = good()["traceEvents"]
+        cut = events[:events.index(find(good(), ph="B", tid=W1))]  # W0 parked, still open
+        for raw in (self.unterminated(events), self.unterminated(cut),
+                    self.unterminated(cut, '{"ph":"B","pid":7,"ti'),  # a line cut by a kill
+                    self.unterminated(events)[:-2] + "\n]\n"):  # an array, ended
+            rc, out = self.run_check(None, raw=raw)
+            self.assertEqual(rc, 0, out)
+        rc, out = self.run_check(None, raw=self.unterminated(cut))
+        self.assertIn("unterminated", out)
+        # The flows whose other end is not in yet are allowed; a span still open is too.
+        rc, out = self.run_check(None, "--tasks", "run", raw=self.unterminated(cut))
+        self.assertEqual(rc, 77, out)
+        bad = cut + [ev("E", W1, 30.0)]
+        self.fails(None, "an E without its B", raw=self.unterminated(bad))
+
     def test_not_json(self):
         self.fails(None, "not a JSON file", raw=json.dumps(good())[:-20])
         self.fails(None, "no \"traceEvents\"", raw='{"events": []}')

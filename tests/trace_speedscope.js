@@ -40,16 +40,31 @@ function args() {
   return o;
 }
 
+// The trace's events: the object form a stop leaves, or the array form a run writes as it goes,
+// unterminated where the run was killed (cut at its last whole line and closed, as the viewers
+// read it).
+function readEvents(file) {
+  const text = fs.readFileSync(file, 'utf8');
+  let doc;
+  try {
+    doc = JSON.parse(text);
+  } catch (err) {
+    if (!text.trimStart().startsWith('[')) throw err;
+    doc = JSON.parse(text.slice(0, text.lastIndexOf('\n') + 1).trimEnd().replace(/,$/, '') + ']');
+  }
+  return Array.isArray(doc) ? doc : doc.traceEvents;
+}
+
 // What the page must show: the names of the threads that have spans (speedscope makes a
 // profile of each), and the task names, most frequent first.
-function expected(trace) {
+function expected(events) {
   const names = new Map(), spans = new Map(), tasks = new Map();
-  for (const e of trace.traceEvents) {
+  for (const e of events) {
     const key = `${e.pid}:${e.tid}`;
     if (e.ph === 'M' && e.name === 'thread_name') names.set(key, e.args.name);
     if (e.ph === 'B' || e.ph === 'X') spans.set(key, (spans.get(key) || 0) + 1);
   }
-  for (const e of trace.traceEvents) {
+  for (const e of events) {
     const track = names.get(`${e.pid}:${e.tid}`) || '';
     if (e.ph === 'B' && !RUNTIME_SPANS.has(e.name) && !track.startsWith('GPU '))
       tasks.set(e.name, (tasks.get(e.name) || 0) + 1);
@@ -98,7 +113,7 @@ async function main() {
     }
   const {chromium} = require(pw);
   const speedscope = JSON.parse(fs.readFileSync(path.join(o.modules, 'speedscope', 'package.json')));
-  const want = expected(JSON.parse(fs.readFileSync(o.trace, 'utf8')));
+  const want = expected(readEvents(o.trace));
   if (want.tracks.length === 0 || want.taskNames.length === 0)
     throw new Error(`${o.trace}: no worker track with task spans to look for`);
 

@@ -220,6 +220,14 @@ struct tdm__backend_ops {
 	/* Waits until the kernel ended (its queue's stop word told it to, or the device died) and
 	 * frees engine. */
 	void (*dsched_join)(struct tdm__backend *b, void *stream, void *engine);
+	/* Items were published in engine's queue: wakes its threads where they sleep on an empty
+	 * queue (sim). NULL where the device polls the queue itself (cuda). */
+	void (*dsched_kick)(struct tdm__backend *b, void *engine);
+
+	/* Whether device dev is dead (a sticky error), with no driver call: every lease asks
+	 * (streams.c). NULL where only a stream's query can tell (cuda): the lease then queries
+	 * one at most once per check interval. */
+	bool (*device_dead)(struct tdm__backend *b, int dev);
 };
 
 extern const struct tdm__backend_ops tdm__backend_sim;

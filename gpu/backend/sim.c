@@ -121,6 +121,13 @@ static int sim_device_count(struct tdm__backend *b)
 	return b != NULL ? b->ndev : -EINVAL;
 }
 
+/* Dead from the moment its sticky error happened (a trap, a handler's fault, a bad address),
+ * whether or not the work still writing memory (dead_status) is over. */
+static bool sim_device_dead(struct tdm__backend *b, int dev)
+{
+	return dev_dead(&b->devs[dev]);
+}
+
 static int sim_device_info(struct tdm__backend *b, int dev, struct tdm__device_info *out)
 {
 	if (b == NULL || out == NULL || !dev_ok(b, dev))
@@ -617,4 +624,6 @@ const struct tdm__backend_ops tdm__backend_sim = {
     .memset_async = sim_memset_async,
     .dsched_start = tdm__sim_dsched_start,
     .dsched_join = tdm__sim_dsched_join,
+    .dsched_kick = tdm__sim_dsched_kick,
+    .device_dead = sim_device_dead,
 };

@@ -14,8 +14,14 @@
  * operation outstanding, so that its query says busy (-EAGAIN), as cudaStreamQuery does for a
  * running kernel, and -EIO once the device died. A fault armed on that stream (the testing
  * library's tdm_dsched_sim_inject) is taken by the next item a thread is about to run: the device
- * dies, as a handler that traps kills a CUDA context. A handler running counts as a writer of
- * the device (sim_internal.h), so that a dead device's awaits resume only once it returned.
+ * dies, as a handler that traps kills a CUDA context. A handler running counts on its stream
+ * (sim_stream.handlers), so that the scheduler's own awaits on a dead device resume only once
+ * it returned; the device's other streams fail at once, as a dead context's do, however long a
+ * handler (one that waits for the host, say) goes on.
+ *
+ * Idle, the threads sleep: once no item was seen for SIM_DS_SPIN_NS, a thread whose item has
+ * not come waits on the scheduler's event count, which the host's publish (dsched_kick) and the
+ * destroy's join move, so that an idle scheduler costs no CPU.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -25,18 +31,17 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/ec.h"
 #include "sim_internal.h"
 
 /* For this long after an item was seen, the threads nearest the front look again after a
  * yield, the others after a nap of SIM_DS_NAP_NS per item they are ahead (at most
- * SIM_DS_NAP_MAX_NS); past it, every thread naps SIM_DS_IDLE_NS (near the front) or
- * SIM_DS_IDLE_FAR_NS between looks: an idle scheduler wakes a few ten thousand times a
- * second. */
+ * SIM_DS_NAP_MAX_NS); past it, every thread sleeps on the event count until an item is
+ * published or the scheduler stops. */
 #define SIM_DS_SPIN_NS 100000ull
 #define SIM_DS_NAP_NS 2000ull
 #define SIM_DS_NAP_MAX_NS 20000ull
-#define SIM_DS_IDLE_NS 50000ull
-#define SIM_DS_IDLE_FAR_NS 200000ull
+#define SIM_DS_IDLE UINT64_MAX /* nap_ns: no item for SIM_DS_SPIN_NS, sleep until kicked */
 /* Threads standing in for the kernel's warps, at most. */
 #define SIM_DS_MAX_THREADS 8u
 
@@ -46,6 +51,7 @@ struct sim_dsched {
 	struct tdm__dsched_run r;
 	unsigned nthreads; /* started */
 	pthread_t *threads;
+	struct ck_ec32 ec; /* moved by every publish and by the join: idle threads sleep on it */
 };
 
 /* Takes a fault armed on the scheduler's stream (sim.c's sim_inject arms it): the device dies,
@@ -79,7 +85,7 @@ static uint64_t nap_ns(const struct tdm__dsched_queue *q, uint64_t s)
 	bool recent =
 	    tdm__now_ns() - __atomic_load_n(&q->dev[2], __ATOMIC_RELAXED) < SIM_DS_SPIN_NS;
 	if (!recent)
-		return ahead <= 2 ? SIM_DS_IDLE_NS : SIM_DS_IDLE_FAR_NS;
+		return SIM_DS_IDLE;
 	if (ahead <= 2)
 		return 0;
 	return ahead * SIM_DS_NAP_NS < SIM_DS_NAP_MAX_NS ? ahead * SIM_DS_NAP_NS
@@ -93,6 +99,10 @@ static bool wait_item(struct sim_dsched *e, uint64_t s, uint64_t w[TDM__DSCHED_W
 	const struct tdm__dsched_queue *q = &e->r.queue;
 	const uint64_t *item = q->items + (s & q->mask) * TDM__DSCHED_WORDS;
 	const uint32_t tag = (uint32_t)(s + 1);
+	/* Where the last look found nothing with the scheduler idle: the count it saw before that
+	 * look, to sleep on; looked is false while the look since the count was read is owed. */
+	uint32_t snap = 0;
+	bool looked = false;
 	for (;;) {
 		if (dev_dead(e->s->dev))
 			return false; /* a dead context runs nothing */
@@ -116,10 +126,25 @@ static bool wait_item(struct sim_dsched *e, uint64_t s, uint64_t w[TDM__DSCHED_W
 			continue; /* part of the item is still on its way */
 		}
 		uint64_t nap = nap_ns(q, s);
-		if (nap == 0)
+		if (nap == SIM_DS_IDLE) {
+			/* Read the count, then look once more (the loop's top), then sleep unless
+			 * the count moved: a publish after that look moves it after its words
+			 * (kick). ck_ec32_value's read barrier pairs with ck_ec32_inc's write
+			 * barrier in tdm__sim_dsched_kick and stop_threads. */
+			if (looked) {
+				ck_ec32_wait(&e->ec, &tdm__ec_mode, snap, NULL);
+				looked = false;
+			} else {
+				snap = ck_ec32_value(&e->ec);
+				looked = true;
+			}
+		} else if (nap == 0) {
+			looked = false;
 			sched_yield();
-		else
+		} else {
+			looked = false;
 			tdm__sleep_ns(nap);
+		}
 	}
 }
 
@@ -140,13 +165,14 @@ static bool run_item(struct sim_dsched *e, uint64_t s, const uint64_t w[TDM__DSC
 	__atomic_store_n(&q->dev[2], tdm__now_ns(), __ATOMIC_RELAXED);
 	if (take_fault(e->s))
 		return false;
-	/* Seq_cst, before the look at the device: pairs with dead_status (dev_dead's note). */
-	atomic_fetch_add_explicit(&d->writers, 1, memory_order_seq_cst);
+	/* Seq_cst, before the look at the device: pairs with the seq_cst load of handlers in
+	 * tdm__sim_stream_query (dev_dead's note). */
+	atomic_fetch_add_explicit(&e->s->handlers, 1, memory_order_seq_cst);
 	bool alive = !dev_dead(d);
 	if (alive && handler < e->r.handlers->count)
 		e->r.handlers->host[handler](args, size);
-	/* Release: pairs with the seq_cst load in dead_status. */
-	atomic_fetch_sub_explicit(&d->writers, 1, memory_order_release);
+	/* Release: pairs with that load; a query that sees none running sees their writes. */
+	atomic_fetch_sub_explicit(&e->s->handlers, 1, memory_order_release);
 	if (!alive)
 		return false;
 	/* Release: pairs with the host's acquire load of the word (dsched.c, done_word): the
@@ -170,6 +196,9 @@ static void *warp_main(void *arg)
 
 static void stop_threads(struct sim_dsched *e)
 {
+	/* The stop word is written (the destroy's release store): wake the sleepers to read it.
+	 * ck_ec32_inc's write barrier pairs with ck_ec32_value's read barrier in wait_item. */
+	ck_ec32_inc(&e->ec, &tdm__ec_mode);
 	for (unsigned i = 0; i < e->nthreads; i++)
 		pthread_join(e->threads[i], NULL);
 	/* Release: pairs with the acquire load in tdm__sim_stream_query; the kernel's effects are
@@ -208,6 +237,7 @@ int tdm__sim_dsched_start(struct tdm__backend *b, void *stream, const struct tdm
 	e->b = b;
 	e->s = s;
 	e->r = *r;
+	ck_ec32_init(&e->ec, 0);
 	/* Relaxed: the enqueuing thread's own later queries see it (as tdm__sim_submit's). */
 	atomic_fetch_add_explicit(&s->outstanding, 1, memory_order_relaxed);
 	static atomic_uint next_id;
@@ -227,6 +257,16 @@ int tdm__sim_dsched_start(struct tdm__backend *b, void *stream, const struct tdm
 	}
 	*engine = e;
 	return 0;
+}
+
+void tdm__sim_dsched_kick(struct tdm__backend *b, void *engine)
+{
+	(void)b;
+	struct sim_dsched *e = engine;
+	/* A plain atomic add unless a thread sleeps. Its write barrier orders the item's words,
+	 * stored before it (dsched.c, put_item), before the count moves: pairs with the read
+	 * barrier of ck_ec32_value in wait_item. */
+	ck_ec32_inc(&e->ec, &tdm__ec_mode);
 }
 
 void tdm__sim_dsched_join(struct tdm__backend *b, void *stream, void *engine)

@@ -127,6 +127,10 @@ struct sim_stream {
 	bool stop;                    /* lock */
 	int armed;                    /* lock: fault for the next work operation */
 	_Atomic uint64_t outstanding; /* operations enqueued and not finished */
+	/* Device-scheduler handlers running on it (sim_dsched.c). A dead device's other streams
+	 * do not wait for them, as a dead context's kernels do not run on: only this stream's
+	 * query says busy (-EAGAIN) until they returned. Seq_cst, as the device's `writers`. */
+	atomic_uint handlers;
 	bool pending_err; /* stream thread only: a failed op awaits its completion point */
 	uint64_t free_ns; /* stream thread only: when its last operation finished */
 
@@ -239,6 +243,7 @@ void tdm__sim_execute(struct sim_stream *s, struct sim_op *o);
 int tdm__sim_dsched_start(struct tdm__backend *b, void *stream, const struct tdm__dsched_run *r,
                           void **engine);
 void tdm__sim_dsched_join(struct tdm__backend *b, void *stream, void *engine);
+void tdm__sim_dsched_kick(struct tdm__backend *b, void *engine);
 
 /* ---- sim_graph.c: the hooks the rest of the backend calls ---- */
 

@@ -382,8 +382,13 @@ int tdm__sim_stream_query(struct tdm__backend *b, void *stream)
 	struct sim_stream *s = stream;
 	if (b == NULL || s == NULL)
 		return -EINVAL;
-	if (dev_dead(s->dev))
+	if (dev_dead(s->dev)) {
+		/* Seq_cst: with run_item's increment in sim_dsched.c, as dead_status's load with
+		 * execute's: a handler that saw the device alive is seen running here. */
+		if (atomic_load_explicit(&s->handlers, memory_order_seq_cst) != 0)
+			return -EAGAIN;
 		return dead_status(s->dev);
+	}
 	/* A query on a capturing stream is illegal (cudaErrorStreamCaptureUnsupported): it
 	 * invalidates the capture. */
 	if (tdm__sim_capturing(s)) {
