@@ -11,14 +11,17 @@
  * before it frees the gate, so that every call that entered is done with it by then; a call
  * reads nothing else of what is gated before it enters. That narrows the window, not closes it:
  * a call that reaches the gate after the second drain has looked at its stripe touches freed
- * memory. So the users' contract (tandem.h, tandem_gpu.h) is that a caller racing a destroy is
- * done with its call before something the destroy waits for is over.
+ * memory. So the users' contract (tandem.h: the executor's) is that a caller racing a destroy is
+ * done with its call before something the destroy waits for is over. A gate kept in a handle's
+ * type-stable object (tdm__gate_enter_h, base/handle.h: the GPU layer's, a device scheduler's) is
+ * never freed, and closes the window: a call may reach it at any time.
  */
 #ifndef TDM_BASE_GATE_H
 #define TDM_BASE_GATE_H
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cpu.h"
 
@@ -42,6 +45,29 @@ static inline _Atomic unsigned *tdm__gate_enter(struct tdm__gate *g, _Atomic int
 	/* Seq_cst, both: the Dekker pair with tdm__gate_drain's caller (above). */
 	atomic_fetch_add_explicit(n, 1, memory_order_seq_cst);
 	if (!atomic_load_explicit(closed, memory_order_seq_cst))
+		return n;
+	/* Release: pairs with the drain's loads. */
+	atomic_fetch_sub_explicit(n, 1, memory_order_release);
+	return NULL;
+}
+
+/*
+ * The same for a gate kept in a handle's object (base/handle.h): the call is let in while the
+ * object's word `h` is `want` (the caller's handle, live), as the destroyer stores another value
+ * (seq_cst) before its drain. The word's load is the gate's one load of `closed`: the handle's
+ * check costs the gate nothing more. The object stays (type-stable), so that a call refused
+ * here, even long after the destroy, touched memory that is.
+ */
+static inline _Atomic unsigned *tdm__gate_enter_h(struct tdm__gate *g, _Atomic uint64_t *h,
+                                                  uint64_t want, uint64_t *now)
+{
+	unsigned k = tdm__gate_mine != 0 ? tdm__gate_mine - 1 : tdm__gate_stripe_new();
+	_Atomic unsigned *n = &g->stripe[k].n;
+	/* Seq_cst, both: the Dekker pair with tdm__gate_drain's caller, as in tdm__gate_enter; the
+	 * load also acquires what the object's create published with its word. */
+	atomic_fetch_add_explicit(n, 1, memory_order_seq_cst);
+	*now = atomic_load_explicit(h, memory_order_seq_cst);
+	if (*now == want)
 		return n;
 	/* Release: pairs with the drain's loads. */
 	atomic_fetch_sub_explicit(n, 1, memory_order_release);

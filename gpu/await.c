@@ -10,15 +10,19 @@
 #include "metrics.h"
 
 /*
- * Counts an await as active unless the layer is stopping. Seq_cst on both sides: pairs with
- * the store of stopping in tdm_gpu_destroy and the poller's load of active (Dekker).
+ * Counts an await as active while the layer's word is `want`. Seq_cst on both sides: pairs with
+ * the destroy's store of the word (tdm_gpu_destroy, before it sets stopping) and the poller's
+ * load of active after it saw stopping (Dekker): either this call sees the word changed, or the
+ * poller sees its count. `active` is kept across the object's reuse (struct tdm__gpu), so that a
+ * stale handle's add and take-away, on whatever layer holds the slot now, balance.
  */
-int tdm__await_register(struct tdm_gpu *gpu)
+int tdm__await_register(struct tdm__gpu *gpu, const tdm_gpu *want)
 {
 	atomic_fetch_add_explicit(&gpu->active, 1, memory_order_seq_cst);
-	if (atomic_load_explicit(&gpu->stopping, memory_order_seq_cst)) {
+	uint64_t now = atomic_load_explicit(&gpu->hobj.h, memory_order_seq_cst);
+	if (now != (uint64_t)(uintptr_t)want) {
 		atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_seq_cst);
-		return -ESHUTDOWN;
+		return tdm__gpu_refusal(gpu, want, now);
 	}
 	return 0;
 }
@@ -37,7 +41,7 @@ static int fail_now(struct tdm__task *t, int rc)
 static int held_poll(struct tdm__task *t, int *rc)
 {
 	struct tdm__stream *s = TDM__AW_PTR(t);
-	struct tdm_gpu *gpu = s->dev->gpu;
+	struct tdm__gpu *gpu = s->dev->gpu;
 	/* Acquire: pairs with the device's write (the backend's store in sim); the work before
 	 * the write is complete. */
 	if (__atomic_load_n(s->word, __ATOMIC_ACQUIRE) < TDM__AW(t)->seq)
@@ -63,7 +67,7 @@ static int held_poll(struct tdm__task *t, int *rc)
  * before it ends. A stream await submitted by its own task needs none of this: the task's lease
  * holds tdm_gpu_destroy back (it waits for every lease), and the task is still running here.
  */
-void tdm__await_submit(struct tdm_gpu *gpu, struct tdm__task *t)
+void tdm__await_submit(struct tdm__gpu *gpu, struct tdm__task *t)
 {
 	atomic_fetch_add_explicit(&gpu->active, 1, memory_order_relaxed);
 	tdm__poller_submit(gpu, t);
@@ -85,20 +89,20 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *lease)
 		return fail_now(t, tdm__capture_refuse(lease)); /* recorded work never completes */
 	struct tdm__stream *s = lease->st;
 	struct tdm__gdev *d = s->dev;
-	struct tdm_gpu *gpu = d->gpu;
+	struct tdm__gpu *gpu = d->gpu;
 	if (tdm__task_executor(t) != gpu->ex)
 		return fail_now(t, -EINVAL);
 	uint64_t t0 = tdm__metrics_await_t0(gpu); /* 0: not timed (metrics off) */
 	/* Acquire: pairs with the release in tdm__device_fail. */
 	if (atomic_load_explicit(&d->failed, memory_order_acquire))
 		return fail_now(t, -EIO);
-	int rc = tdm__await_register(gpu);
+	int rc = tdm__await_register(gpu, gpu->self); /* the lease holds the layer: its own */
 	if (rc != 0)
 		return fail_now(t, rc);
 	/* Relaxed: a hint the poller keeps; either mechanism is correct. */
 	bool word =
 	    d->words && (!d->adaptive || atomic_load_explicit(&s->quick, memory_order_relaxed));
-	struct tdm_event *e = NULL;
+	struct tdm__event *e = NULL;
 	if (!word) {
 		rc = tdm__event_take(d, &e);
 		/* Adaptive: no event to be had (-ENOMEM, say) is no reason to fail; a word works.
@@ -148,20 +152,34 @@ int tdm_await_stream(tdm_task *pub, tdm_stream *lease)
 	return TDM_SUSPENDED;
 }
 
-int tdm_await_event(tdm_task *pub, tdm_event *e)
+int tdm_await_event(tdm_task *pub, tdm_event *h)
+{
+	struct tdm__event *e = tdm__event_of(h); /* its word: held by a user now */
+	if (e == NULL) {
+		struct tdm__task *t = tdm__task_cast(pub);
+		return fail_now(t, -EINVAL);
+	}
+	return tdm__await_event(pub, e);
+}
+
+int tdm__await_event(tdm_task *pub, struct tdm__event *e)
 {
 	struct tdm__task *t = tdm__task_cast(pub);
-	if (t == NULL || e == NULL || tdm__event_put_back(e))
+	if (t == NULL)
 		return fail_now(t, -EINVAL);
-	struct tdm_gpu *gpu = e->dev->gpu;
-	if (tdm__task_executor(t) != gpu->ex)
-		return fail_now(t, -EINVAL);
-	uint64_t t0 = tdm__metrics_await_t0(gpu); /* 0: not timed (metrics off) */
+	struct tdm__gpu *gpu = e->gpu; /* type-stable: read before the layer is known alive */
 	/* Counted first: the count keeps the poller, and so the backend, alive for the query
-	 * even when tdm_gpu_destroy runs meanwhile. */
-	int rc = tdm__await_register(gpu);
+	 * even when tdm_gpu_destroy runs meanwhile; against the layer's handle, so that a destroy
+	 * begun already refuses it. */
+	int rc = tdm__await_register(gpu, e->layer);
 	if (rc != 0)
-		return fail_now(t, rc);
+		return fail_now(t, rc == -ESHUTDOWN ? rc : -EINVAL);
+	if (tdm__task_executor(t) != gpu->ex) {
+		/* Release: as below, pairs with the poller's seq_cst load of active. */
+		atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_release);
+		return fail_now(t, -EINVAL);
+	}
+	uint64_t t0 = tdm__metrics_await_t0(gpu); /* 0: not timed (metrics off) */
 	/* Counted first, like the query below: the lease handles it reads live until destroy. */
 	struct tdm__capture *c = tdm__capture_of_event(e);
 	if (c != NULL) { /* a record in a capture never completes; its query would invalidate it */
@@ -184,18 +202,25 @@ int tdm_await_event(tdm_task *pub, tdm_event *e)
 	return TDM_SUSPENDED;
 }
 
-int tdm_await_deadline(tdm_task *pub, tdm_gpu *gpu, uint64_t deadline_ns)
+int tdm_await_deadline(tdm_task *pub, tdm_gpu *h, uint64_t deadline_ns)
 {
 	struct tdm__task *t = tdm__task_cast(pub);
-	if (t == NULL || gpu == NULL)
+	if (t == NULL)
 		return fail_now(t, -EINVAL);
-	if (tdm__task_executor(t) != gpu->ex)
+	struct tdm__gpu *gpu = tdm__gpu_find(h);
+	if (gpu == NULL)
 		return fail_now(t, -EINVAL);
-	if (deadline_ns <= tdm_now_ns())
-		return fail_now(t, 0);
-	int rc = tdm__await_register(gpu);
+	/* Counted first, against the handle's word: from here the layer stays (its destroy waits
+	 * for active), and its fields are this handle's. */
+	int rc = tdm__await_register(gpu, h);
 	if (rc != 0)
 		return fail_now(t, rc);
+	if (tdm__task_executor(t) != gpu->ex || deadline_ns <= tdm_now_ns()) {
+		rc = tdm__task_executor(t) != gpu->ex ? -EINVAL : 0;
+		/* Release: pairs with the poller's seq_cst load of active before it ends. */
+		atomic_fetch_sub_explicit(&gpu->active, 1, memory_order_release);
+		return fail_now(t, rc);
+	}
 	TDM__AW(t)->obj = (void *)((uintptr_t)gpu | TDM__AW_DEADLINE);
 	TDM__AW(t)->seq = deadline_ns;
 	tdm__task_suspend(t);

@@ -50,13 +50,17 @@
  * (a staged copy); either way the run lowers the DAG instead, and when that succeeds the failure
  * was the capture's: the structure is not captured again until it changes.
  *
- * Threads: a DAG is one thread's at a time; `running` turns a second run racing the first away,
- * and every call that would change d (destroy, a node added or changed) while a run enqueues
- * it: its own callbacks', which would free the DAG under `lower` or grow its arrays past the
- * plan.
+ * Handles: a DAG is an object of the DAGs' handle table (base/handle.h), never freed, so that a
+ * stale handle is refused by its word. Every call holds the DAG while it runs: one CAS of the
+ * word from the handle to the handle marked busy, which a call racing it (on another thread, or
+ * from a node's callback) finds and says -EBUSY; a destroyed DAG's word says dead (-EINVAL). A
+ * run holds it while it enqueues, so that its own callbacks can neither free the DAG under
+ * `lower` nor grow its arrays past the plan. A DAG is on its layer's list from create to
+ * destroy; tdm_gpu_destroy destroys those left.
  */
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,9 +84,11 @@ struct dnode {
 	int value;
 };
 
-struct tdm_dag {
-	tdm_gpu *gpu;
-	_Atomic bool running; /* a run is enqueueing (one thread's at a time) */
+struct tdm__dag {
+	struct tdm__hobj hobj; /* its word: the handle, busy while a call holds it */
+	struct tdm__gpu *gpu;
+	struct tdm__dag *next, *prev; /* on gpu->dags (gpu->lease_lock) while linked */
+	bool linked;
 
 	struct dnode *node;
 	unsigned n, cap;
@@ -102,9 +108,9 @@ struct tdm_dag {
 
 	/* Events, the DAG's own, of device ev_dev (-1: none made yet). */
 	int ev_dev;
-	tdm_event **ev; /* per node, NULL until an edge needs it; cap entries */
-	tdm_event *fork;
-	tdm_event *jev[TDM_DAG_MAX_STREAMS]; /* the error path's joins */
+	struct tdm__event **ev; /* per node, NULL until an edge needs it; cap entries */
+	struct tdm__event *fork;
+	struct tdm__event *jev[TDM_DAG_MAX_STREAMS]; /* the error path's joins */
 
 	/* The graph and how runs go. */
 	tdm_graph *g;
@@ -121,16 +127,17 @@ struct tdm_dag {
 
 /* An event of device dv, the DAG's own (the top of this file): made with the backend, never in
  * the device's pool; only the fields tdm_event_record and tdm_stream_wait_event read are set. */
-static int event_new(struct tdm__gdev *dv, tdm_event **out)
+static int event_new(struct tdm__gdev *dv, struct tdm__event **out)
 {
-	struct tdm_gpu *gpu = dv->gpu;
+	struct tdm__gpu *gpu = dv->gpu;
 	size_t sz =
-	    (sizeof(struct tdm_event) + TDM__CACHELINE - 1) / TDM__CACHELINE * TDM__CACHELINE;
-	struct tdm_event *e = aligned_alloc(TDM__CACHELINE, sz);
+	    (sizeof(struct tdm__event) + TDM__CACHELINE - 1) / TDM__CACHELINE * TDM__CACHELINE;
+	struct tdm__event *e = aligned_alloc(TDM__CACHELINE, sz);
 	if (e == NULL)
 		return -ENOMEM;
-	memset(e, 0, sz);
+	memset(e, 0, sz); /* its word 0: never a user's */
 	e->dev = dv;
+	e->gpu = gpu;
 	int rc = gpu->ops->event_create(gpu->b, dv->index, &e->be);
 	if (rc != 0) {
 		free(e);
@@ -142,7 +149,7 @@ static int event_new(struct tdm__gdev *dv, tdm_event **out)
 
 /* Records and waits still queued on it keep the backend's event until they ran (sim: their
  * references; CUDA: cudaEventDestroy of a pending event frees it once complete). */
-static void event_free(struct tdm_gpu *gpu, tdm_event *e)
+static void event_free(struct tdm__gpu *gpu, struct tdm__event *e)
 {
 	if (e == NULL)
 		return;
@@ -150,7 +157,7 @@ static void event_free(struct tdm_gpu *gpu, tdm_event *e)
 	free(e);
 }
 
-static void events_free(struct tdm_dag *d)
+static void events_free(struct tdm__dag *d)
 {
 	for (unsigned i = 0; i < d->n; i++) {
 		event_free(d->gpu, d->ev[i]);
@@ -165,47 +172,98 @@ static void events_free(struct tdm_dag *d)
 	d->ev_dev = -1;
 }
 
-static int event_need(struct tdm__gdev *dv, tdm_event **e)
+static int event_need(struct tdm__gdev *dv, struct tdm__event **e)
 {
 	return *e != NULL ? 0 : event_new(dv, e);
 }
 
 /* ---- building ---------------------------------------------------------------------------- */
 
-/* Whether a run is enqueueing d: a call from one of its callbacks (its own store, so relaxed
- * reads it), or a race of another thread's, which the header calls the caller's error. */
-static bool dag_running(const struct tdm_dag *d)
+/* 64 DAGs a chunk, a million at once. */
+#define DAG_TAG 0x15u
+#define DAG_SHIFT 6
+#define DAG_CHUNKS 16384
+static char *_Atomic dag_chunks[DAG_CHUNKS];
+static struct tdm__htable dag_handles =
+    TDM__HTABLE_INIT("DAG", DAG_TAG, DAG_SHIFT, DAG_CHUNKS, struct tdm__dag, dag_chunks);
+
+/*
+ * Holds the DAG handle h names for a call: its word from h to h busy. NULL and *rc: -EBUSY when
+ * another call holds it (a run, on this thread from a callback or on another), -EINVAL when h
+ * names no live DAG (NULL, destroyed, not a DAG's). One CAS, where a run took one before
+ * handles too (its flag against a racing run).
+ */
+static struct tdm__dag *dag_hold(const tdm_dag *h, int *rc)
 {
-	return atomic_load_explicit(&d->running, memory_order_relaxed);
+	struct tdm__dag *d =
+	    tdm__h_find(dag_chunks, DAG_TAG, DAG_SHIFT, DAG_CHUNKS, sizeof(struct tdm__dag), h);
+	uint64_t w = (uint64_t)(uintptr_t)h;
+	/* Acquire: pairs with the release store of the word by the call that held d before
+	 * (dag_leave) or by its create: what they did to d happens before this call reads it. */
+	if (d != NULL &&
+	    atomic_compare_exchange_strong_explicit(&d->hobj.h, &w, w | TDM__H_BUSY,
+	                                            memory_order_acquire, memory_order_relaxed))
+		return d;
+	*rc = d != NULL && tdm__h_why(d, h, w) == TDM__H_IS_BUSY ? -EBUSY : -EINVAL;
+	return NULL;
 }
 
-int tdm_dag_create(tdm_gpu *gpu, tdm_dag **out)
+/* The call is done with d. Release: pairs with the next call's acquire CAS (dag_hold). */
+static void dag_leave(struct tdm__dag *d, const tdm_dag *h)
 {
-	if (gpu == NULL || out == NULL)
+	atomic_store_explicit(&d->hobj.h, (uint64_t)(uintptr_t)h, memory_order_release);
+}
+
+int tdm_dag_create(tdm_gpu *layer, tdm_dag **out)
+{
+	if (out == NULL)
 		return -EINVAL;
-	/* Through the leases' gate, as a lease: a DAG made while the layer is going is refused. */
-	_Atomic unsigned *gate = tdm__gate_enter(&gpu->leases, &gpu->stopping);
-	if (gate == NULL)
-		return -ESHUTDOWN;
-	tdm__gate_leave(gate);
-	struct tdm_dag *d = calloc(1, sizeof(*d));
-	if (d == NULL)
+	/* Inside the layer's gate, as a lease: a DAG made while the layer is going is refused,
+	 * and one made before is on the list the destroy, past its drain, destroys. */
+	_Atomic unsigned *gate;
+	int rc;
+	struct tdm__gpu *gpu = tdm__gpu_enter(layer, &gate, &rc);
+	if (gpu == NULL)
+		return rc;
+	uint64_t h;
+	struct tdm__dag *d = tdm__h_take(&dag_handles, &h);
+	if (d == NULL) {
+		tdm__gate_leave(gate);
 		return -ENOMEM;
+	}
+	memset((char *)d + sizeof(d->hobj), 0, sizeof(*d) - sizeof(d->hobj));
 	d->gpu = gpu;
 	d->ev_dev = -1;
 	int after = gpu->cfg.graph_capture_after;
 	d->capture_after = after == TDM_GRAPH_CAPTURE_FIRST ? 0 : after != 0 ? after : 2;
-	atomic_init(&d->running, false);
-	*out = d;
+	pthread_mutex_lock(&gpu->lease_lock);
+	d->next = gpu->dags;
+	if (d->next != NULL)
+		d->next->prev = d;
+	gpu->dags = d;
+	d->linked = true;
+	pthread_mutex_unlock(&gpu->lease_lock);
+	tdm__h_publish(&d->hobj, h);
+	tdm__gate_leave(gate);
+	*out = (tdm_dag *)(uintptr_t)h;
 	return 0;
 }
 
-int tdm_dag_destroy(tdm_dag *d)
+/* For a call with a bad argument: -EBUSY or -EINVAL as the handle would say, else -EINVAL (the
+ * argument's). A DAG held by another call says -EBUSY whatever the arguments. */
+static int dag_check(const tdm_dag *h)
 {
+	int rc;
+	struct tdm__dag *d = dag_hold(h, &rc);
 	if (d == NULL)
-		return -EINVAL;
-	if (dag_running(d))
-		return -EBUSY;
+		return rc;
+	dag_leave(d, h);
+	return -EINVAL;
+}
+
+/* Frees d's parts and gives it back to the table, its word dead; d is held (dag_hold). */
+static void dag_free(struct tdm__dag *d)
+{
 	if (d->g != NULL)
 		(void)tdm_graph_destroy(d->g); /* replays in flight run to their end */
 	events_free(d);
@@ -216,12 +274,73 @@ int tdm_dag_destroy(tdm_dag *d)
 	free(d->waits);
 	free(d->joins);
 	free(d->rec);
-	free(d);
+	/* Release: the frees happen before a check that reads the word dead, and the reuse. */
+	uint64_t w = atomic_load_explicit(&d->hobj.h, memory_order_relaxed) & ~TDM__H_STATE;
+	atomic_store_explicit(&d->hobj.h, w | TDM__H_DEAD, memory_order_release);
+	tdm__h_put(&dag_handles, &d->hobj);
+}
+
+/* Off its layer's list, unless the layer's destroy took it off first (and waits for it). */
+static void dag_unlink(struct tdm__dag *d)
+{
+	struct tdm__gpu *gpu = d->gpu;
+	pthread_mutex_lock(&gpu->lease_lock);
+	if (d->linked) {
+		if (d->prev != NULL)
+			d->prev->next = d->next;
+		else
+			gpu->dags = d->next;
+		if (d->next != NULL)
+			d->next->prev = d->prev;
+		d->linked = false;
+	}
+	pthread_mutex_unlock(&gpu->lease_lock);
+}
+
+int tdm_dag_destroy(tdm_dag *h)
+{
+	int rc;
+	struct tdm__dag *d = dag_hold(h, &rc);
+	if (d == NULL)
+		return rc;
+	dag_unlink(d);
+	dag_free(d);
 	return 0;
 }
 
+void tdm__dags_fini(struct tdm__gpu *gpu)
+{
+	for (;;) {
+		pthread_mutex_lock(&gpu->lease_lock);
+		struct tdm__dag *d = gpu->dags;
+		if (d != NULL) {
+			gpu->dags = d->next;
+			if (d->next != NULL)
+				d->next->prev = NULL;
+			d->linked = false;
+		}
+		pthread_mutex_unlock(&gpu->lease_lock);
+		if (d == NULL)
+			return;
+		/* Relaxed: the word's handle, read to hold it as a call would. A call holding it
+		 * now (a DAG call on another thread, racing this destroy) is waited for; one that
+		 * destroys it is too, and then the word is no longer this handle's. */
+		uint64_t w = atomic_load_explicit(&d->hobj.h, memory_order_relaxed) & ~TDM__H_STATE;
+		for (;;) {
+			int rc;
+			if (dag_hold((const tdm_dag *)(uintptr_t)w, &rc) != NULL) {
+				dag_free(d);
+				break;
+			}
+			if (rc != -EBUSY)
+				break; /* destroyed by its own call meanwhile */
+			sched_yield();
+		}
+	}
+}
+
 /* The structure changed: plans go; the graph stays, for the next capture to replace. */
-static void restructure(struct tdm_dag *d)
+static void restructure(struct tdm__dag *d)
 {
 	d->planned = false;
 	d->plan_k = 0;
@@ -238,12 +357,10 @@ static int cmp_desc(const void *a, const void *b)
 }
 
 /* Appends node nd with its deps: its id, or a negative errno (nothing added). */
-static int add_node(struct tdm_dag *d, struct dnode nd, const int *deps, unsigned ndeps)
+static int add_node(struct tdm__dag *d, struct dnode nd, const int *deps, unsigned ndeps)
 {
 	if (ndeps > 0 && deps == NULL)
 		return -EINVAL;
-	if (dag_running(d))
-		return -EBUSY;
 	for (unsigned k = 0; k < ndeps; k++)
 		if (deps[k] < 0 || (unsigned)deps[k] >= d->n)
 			return -EINVAL;
@@ -255,7 +372,7 @@ static int add_node(struct tdm_dag *d, struct dnode nd, const int *deps, unsigne
 		if (p == NULL)
 			return -ENOMEM;
 		d->node = p;
-		tdm_event **e = realloc(d->ev, (size_t)cap * sizeof(*e));
+		struct tdm__event **e = realloc(d->ev, (size_t)cap * sizeof(*e));
 		if (e == NULL)
 			return -ENOMEM;
 		memset(e + d->cap, 0, (size_t)(cap - d->cap) * sizeof(*e));
@@ -290,45 +407,59 @@ static int add_node(struct tdm_dag *d, struct dnode nd, const int *deps, unsigne
 	return (int)d->n++;
 }
 
-int tdm_dag_kernel(tdm_dag *d, tdm_dag_fn fn, void *arg, const int *deps, unsigned ndeps)
+/* The body of a public call on DAG handle h: holds it (dag_hold), returns `call`'s result with
+ * `d` the DAG, and leaves it. */
+#define DAG_CALL(h, call)                                                                          \
+	do {                                                                                       \
+		int rc_;                                                                           \
+		struct tdm__dag *d = dag_hold((h), &rc_);                                          \
+		if (d == NULL)                                                                     \
+			return rc_;                                                                \
+		rc_ = (call);                                                                      \
+		dag_leave(d, (h));                                                                 \
+		return rc_;                                                                        \
+	} while (0)
+
+int tdm_dag_kernel(tdm_dag *h, tdm_dag_fn fn, void *arg, const int *deps, unsigned ndeps)
 {
-	if (d == NULL || fn == NULL)
-		return -EINVAL;
-	return add_node(d, (struct dnode){.kind = NODE_KERNEL, .fn = fn, .arg = arg}, deps, ndeps);
+	if (fn == NULL)
+		return dag_check(h);
+	DAG_CALL(
+	    h, add_node(d, (struct dnode){.kind = NODE_KERNEL, .fn = fn, .arg = arg}, deps, ndeps));
 }
 
-int tdm_dag_copy(tdm_dag *d, void *dst, const void *src, size_t bytes, tdm_copy_kind kind,
+int tdm_dag_copy(tdm_dag *h, void *dst, const void *src, size_t bytes, tdm_copy_kind kind,
                  const int *deps, unsigned ndeps)
 {
-	if (d == NULL || dst == NULL || src == NULL || kind < TDM_COPY_H2D || kind > TDM_COPY_D2D)
-		return -EINVAL;
-	return add_node(
-	    d,
-	    (struct dnode){
-	        .kind = NODE_COPY, .dst = dst, .src = src, .bytes = bytes, .ckind = kind},
-	    deps, ndeps);
+	if (dst == NULL || src == NULL || kind < TDM_COPY_H2D || kind > TDM_COPY_D2D)
+		return dag_check(h);
+	DAG_CALL(
+	    h,
+	    add_node(d,
+	             (struct dnode){
+	                 .kind = NODE_COPY, .dst = dst, .src = src, .bytes = bytes, .ckind = kind},
+	             deps, ndeps));
 }
 
-int tdm_dag_memset(tdm_dag *d, void *dst, int value, size_t bytes, const int *deps, unsigned ndeps)
+int tdm_dag_memset(tdm_dag *h, void *dst, int value, size_t bytes, const int *deps, unsigned ndeps)
 {
-	if (d == NULL || dst == NULL)
-		return -EINVAL;
-	return add_node(
-	    d, (struct dnode){.kind = NODE_MEMSET, .dst = dst, .value = value, .bytes = bytes},
-	    deps, ndeps);
+	if (dst == NULL)
+		return dag_check(h);
+	DAG_CALL(h, add_node(d,
+	                     (struct dnode){
+	                         .kind = NODE_MEMSET, .dst = dst, .value = value, .bytes = bytes},
+	                     deps, ndeps));
 }
 
-static struct dnode *node_of(struct tdm_dag *d, int node, int kind)
+static struct dnode *node_of(struct tdm__dag *d, int node, int kind)
 {
-	if (d == NULL || node < 0 || (unsigned)node >= d->n || d->node[node].kind != kind)
+	if (node < 0 || (unsigned)node >= d->n || d->node[node].kind != kind)
 		return NULL;
 	return &d->node[node];
 }
 
-int tdm_dag_set_kernel_arg(tdm_dag *d, int node, void *arg)
+static int set_kernel_arg(struct tdm__dag *d, int node, void *arg)
 {
-	if (d != NULL && dag_running(d))
-		return -EBUSY;
 	struct dnode *nd = node_of(d, node, NODE_KERNEL);
 	if (nd == NULL)
 		return -EINVAL;
@@ -339,10 +470,8 @@ int tdm_dag_set_kernel_arg(tdm_dag *d, int node, void *arg)
 	return 0;
 }
 
-int tdm_dag_set_copy(tdm_dag *d, int node, void *dst, const void *src, size_t bytes)
+static int set_copy(struct tdm__dag *d, int node, void *dst, const void *src, size_t bytes)
 {
-	if (d != NULL && dag_running(d))
-		return -EBUSY;
 	struct dnode *nd = node_of(d, node, NODE_COPY);
 	if (nd == NULL || dst == NULL || src == NULL)
 		return -EINVAL;
@@ -355,10 +484,8 @@ int tdm_dag_set_copy(tdm_dag *d, int node, void *dst, const void *src, size_t by
 	return 0;
 }
 
-int tdm_dag_set_memset(tdm_dag *d, int node, void *dst, int value, size_t bytes)
+static int set_memset(struct tdm__dag *d, int node, void *dst, int value, size_t bytes)
 {
-	if (d != NULL && dag_running(d))
-		return -EBUSY;
 	struct dnode *nd = node_of(d, node, NODE_MEMSET);
 	if (nd == NULL || dst == NULL)
 		return -EINVAL;
@@ -371,9 +498,9 @@ int tdm_dag_set_memset(tdm_dag *d, int node, void *dst, int value, size_t bytes)
 	return 0;
 }
 
-int tdm_dag_stats_get(const tdm_dag *d, tdm_dag_stats *out)
+static int stats_get(const struct tdm__dag *d, tdm_dag_stats *out)
 {
-	if (d == NULL || out == NULL)
+	if (out == NULL)
 		return -EINVAL;
 	*out = d->st;
 	out->nodes = d->n;
@@ -381,11 +508,31 @@ int tdm_dag_stats_get(const tdm_dag *d, tdm_dag_stats *out)
 	return 0;
 }
 
+int tdm_dag_set_kernel_arg(tdm_dag *h, int node, void *arg)
+{
+	DAG_CALL(h, set_kernel_arg(d, node, arg));
+}
+
+int tdm_dag_set_copy(tdm_dag *h, int node, void *dst, const void *src, size_t bytes)
+{
+	DAG_CALL(h, set_copy(d, node, dst, src, bytes));
+}
+
+int tdm_dag_set_memset(tdm_dag *h, int node, void *dst, int value, size_t bytes)
+{
+	DAG_CALL(h, set_memset(d, node, dst, value, bytes));
+}
+
+int tdm_dag_stats_get(const tdm_dag *h, tdm_dag_stats *out)
+{
+	DAG_CALL(h, stats_get(d, out));
+}
+
 /* ---- plans ------------------------------------------------------------------------------- */
 
 /* Whether node a is an ancestor of node i (a < i): a search up i's dependencies that never goes
  * below a (ids only fall along them). mark/stack: scratch of n entries; mark holds stamps. */
-static bool ancestor(const struct tdm_dag *d, unsigned a, unsigned i, unsigned *mark,
+static bool ancestor(const struct tdm__dag *d, unsigned a, unsigned i, unsigned *mark,
                      unsigned stamp, unsigned *stack)
 {
 	unsigned top = 0;
@@ -408,7 +555,7 @@ static bool ancestor(const struct tdm_dag *d, unsigned a, unsigned i, unsigned *
 }
 
 /* The structure plan: every node's lane (the top of this file). -ENOMEM. */
-static int plan_lanes(struct tdm_dag *d)
+static int plan_lanes(struct tdm__dag *d)
 {
 	unsigned n = d->n;
 	unsigned *last = malloc((size_t)n * sizeof(*last));
@@ -447,7 +594,7 @@ static int plan_lanes(struct tdm_dag *d)
 }
 
 /* The run plan for k streams (the top of this file). -ENOMEM. */
-static int plan_run(struct tdm_dag *d, unsigned k)
+static int plan_run(struct tdm__dag *d, unsigned k)
 {
 	unsigned n = d->n;
 	/* clock[j * k + q]: the latest node of stream q that stream j is ordered after (NONE:
@@ -523,7 +670,7 @@ static int plan_run(struct tdm_dag *d, unsigned k)
 }
 
 /* The events the plan for k streams records, made on dv where missing. */
-static int plan_events(struct tdm_dag *d, struct tdm__gdev *dv, unsigned k)
+static int plan_events(struct tdm__dag *d, struct tdm__gdev *dv, unsigned k)
 {
 	int rc = 0;
 	for (unsigned i = 0; i < d->n && rc == 0; i++)
@@ -552,14 +699,14 @@ static unsigned prio_class(const tdm_stream *s)
 
 /* Up to `want` more exclusive leases of s's device into x, while the device keeps a stream
  * of s's class open to shared leases: how many were had. */
-static unsigned lease_more(struct tdm_dag *d, tdm_stream *s, unsigned want, tdm_stream **x)
+static unsigned lease_more(struct tdm__dag *d, tdm_stream *s, unsigned want, tdm_stream **x)
 {
 	struct tdm__gdev *dv = s->dev;
 	unsigned c = prio_class(s);
 	unsigned flags = TDM_STREAM_EXCLUSIVE | (c != 0 ? TDM_STREAM_HIGH_PRIORITY : 0);
 	unsigned n = 0;
 	while (n < want && tdm__streams_open(dv, (int)c) > 1) {
-		if (tdm_stream_lease(d->gpu, dv->index, flags, &x[n]) != 0)
+		if (tdm_stream_lease(d->gpu->self, dv->index, flags, &x[n]) != 0)
 			break;
 		/* A snapshot before: another holder may have taken the last open one since. */
 		if (tdm__streams_open(dv, (int)c) == 0) {
@@ -593,41 +740,41 @@ static int enqueue_node(const struct dnode *nd, tdm_stream *s)
 
 /* Enqueues the DAG on st[0..k) by the plan for k: 0, or the first error (the rest not
  * enqueued). */
-static int lower(struct tdm_dag *d, tdm_stream **st, unsigned k)
+static int lower(struct tdm__dag *d, tdm_stream **st, unsigned k)
 {
 	int rc = 0;
 	if (k > 1) {
-		rc = tdm_event_record(d->fork, st[0]);
+		rc = tdm__event_record(d->fork, st[0]);
 		for (unsigned j = 1; j < k && rc == 0; j++)
-			rc = tdm_stream_wait_event(st[j], d->fork);
+			rc = tdm__stream_wait_event(st[j], d->fork);
 	}
 	for (unsigned i = 0; i < d->n && rc == 0; i++) {
 		const struct dnode *nd = &d->node[i];
 		tdm_stream *x = st[nd->lane % k];
 		for (unsigned w = d->wstart[i]; w < d->wstart[i + 1] && rc == 0; w++)
-			rc = tdm_stream_wait_event(x, d->ev[d->waits[w]]);
+			rc = tdm__stream_wait_event(x, d->ev[d->waits[w]]);
 		if (rc == 0)
 			rc = enqueue_node(nd, x);
 		if (rc == 0 && d->rec[i])
-			rc = tdm_event_record(d->ev[i], x);
+			rc = tdm__event_record(d->ev[i], x);
 	}
 	for (unsigned m = 0; m < d->njoins && rc == 0; m++)
-		rc = tdm_stream_wait_event(st[0], d->ev[d->joins[m]]);
+		rc = tdm__stream_wait_event(st[0], d->ev[d->joins[m]]);
 	return rc;
 }
 
 /* After a failed lowering: the other streams' work joined into s, as far as that goes, so that
  * an await of s covers what was enqueued. */
-static void join_back(struct tdm_dag *d, tdm_stream **st, unsigned k)
+static void join_back(struct tdm__dag *d, tdm_stream **st, unsigned k)
 {
 	for (unsigned j = 1; j < k; j++)
-		if (tdm_event_record(d->jev[j], st[j]) == 0)
-			(void)tdm_stream_wait_event(st[0], d->jev[j]);
+		if (tdm__event_record(d->jev[j], st[j]) == 0)
+			(void)tdm__stream_wait_event(st[0], d->jev[j]);
 }
 
 /* Streams for a run into st (st[0] = s), plans and events for them: k, the stream count. A
  * shortage of anything falls back to fewer streams; only -ENOMEM with s alone fails. */
-static int prepare(struct tdm_dag *d, tdm_stream *s, tdm_stream **st, unsigned *k)
+static int prepare(struct tdm__dag *d, tdm_stream *s, tdm_stream **st, unsigned *k)
 {
 	unsigned want = d->lanes < TDM_DAG_MAX_STREAMS ? d->lanes : TDM_DAG_MAX_STREAMS;
 	st[0] = s;
@@ -650,7 +797,7 @@ static int prepare(struct tdm_dag *d, tdm_stream *s, tdm_stream **st, unsigned *
 }
 
 /* A lowered run: TDM_GRAPH_DIRECT, or a negative errno (what was enqueued joined into s). */
-static int run_lowered(struct tdm_dag *d, tdm_stream *s)
+static int run_lowered(struct tdm__dag *d, tdm_stream *s)
 {
 	tdm_stream *st[TDM_DAG_MAX_STREAMS];
 	unsigned k;
@@ -667,7 +814,7 @@ static int run_lowered(struct tdm_dag *d, tdm_stream *s)
 
 /* A captured run: what capture_end said (TDM_GRAPH_INSTANTIATED or _UPDATED) once g is launched;
  * 0: the capture failed, nothing ran, lower instead; or a negative errno. */
-static int run_captured(struct tdm_dag *d, tdm_stream *s)
+static int run_captured(struct tdm__dag *d, tdm_stream *s)
 {
 	tdm_stream *st[TDM_DAG_MAX_STREAMS];
 	unsigned k;
@@ -701,7 +848,7 @@ static int run_captured(struct tdm_dag *d, tdm_stream *s)
 }
 
 /* Enqueues a run of d on s: how it ran (TDM_GRAPH_*), or a negative errno. */
-static int enqueue_run(struct tdm_dag *d, tdm_stream *s)
+static int enqueue_run(struct tdm__dag *d, tdm_stream *s)
 {
 	if (d->ev_dev >= 0 && d->ev_dev != s->dev->index) {
 		/* Another device: its events and graph are of no use there. */
@@ -745,20 +892,29 @@ static int fail_now(struct tdm__task *t, int rc)
 	return t != NULL ? tdm__task_fail(t, rc) : rc;
 }
 
-int tdm_dag_run(tdm_task *pub, tdm_stream *s, tdm_dag *d)
+int tdm_dag_run(tdm_task *pub, tdm_stream *s, tdm_dag *h)
 {
 	struct tdm__task *t = tdm__task_cast(pub);
-	if (t == NULL || s == NULL || d == NULL || !tdm__lease_held(s) || !s->exclusive ||
-	    s->dev->gpu != d->gpu || tdm__task_executor(t) != d->gpu->ex)
+	if (t == NULL || s == NULL || !tdm__lease_held(s) || !s->exclusive)
 		return fail_now(t, -EINVAL);
-	if (s->cap != NULL)
+	/* Held for the run: the acquire of dag_hold pairs with the release of the call before
+	 * this one, on whatever thread, so its changes to d happen before this run reads them. */
+	int rc;
+	struct tdm__dag *d = dag_hold(h, &rc);
+	if (d == NULL)
+		return fail_now(t, rc);
+	if (s->dev->gpu != d->gpu || tdm__task_executor(t) != d->gpu->ex) {
+		dag_leave(d, h);
+		return fail_now(t, -EINVAL);
+	}
+	if (s->cap != NULL) {
+		dag_leave(d, h);
 		return fail_now(t, tdm__capture_refuse(s));
-	if (d->n == 0)
+	}
+	if (d->n == 0) {
+		dag_leave(d, h);
 		return tdm_await_stream(pub, s);
-	/* Acquire: pairs with the release store below, by the run before this one on another
-	 * thread: its changes to d happen before this run reads them. */
-	if (atomic_exchange_explicit(&d->running, true, memory_order_acquire))
-		return fail_now(t, -EBUSY);
+	}
 	int how = enqueue_run(d, s);
 	d->st.last = how > 0 ? how : 0;
 	if (how > 0) {
@@ -768,8 +924,7 @@ int tdm_dag_run(tdm_task *pub, tdm_stream *s, tdm_dag *d)
 		d->st.updated += how == TDM_GRAPH_UPDATED;
 		d->st.replayed += how == TDM_GRAPH_REPLAYED;
 	}
-	/* Release: pairs with the acquire exchange above, by the next run. */
-	atomic_store_explicit(&d->running, false, memory_order_release);
+	dag_leave(d, h);
 	if (how < 0)
 		return fail_now(t, how);
 	return tdm_await_stream(pub, s);

@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,7 @@ static inline unsigned my_stripe(void)
 
 /* ---- the completion words ---- */
 
-static inline uint64_t slot_of(const struct tdm_dsched *ds, uint64_t s)
+static inline uint64_t slot_of(const struct tdm__dsched *ds, uint64_t s)
 {
 	return s & ds->q.mask;
 }
@@ -59,14 +60,14 @@ static inline uint64_t slot_of(const struct tdm_dsched *ds, uint64_t s)
 /* The last ticket completed in slot. Acquire: pairs with the kernel's release of the word (its
  * fence before the store; sim: the release store) and with the destroy's release store for a
  * cancelled item; what the handler wrote (or the destroy's cancelled mark) is seen after it. */
-static inline uint64_t done_word(const struct tdm_dsched *ds, uint64_t slot)
+static inline uint64_t done_word(const struct tdm__dsched *ds, uint64_t slot)
 {
 	return __atomic_load_n(&ds->q.done[slot], __ATOMIC_ACQUIRE);
 }
 
 /* Whether item s may be written: its slot's previous item (s - capacity) completed, so no warp
  * reads the slot any more (the kernel writes the word after it copied the item out). */
-static inline bool slot_free(const struct tdm_dsched *ds, uint64_t s)
+static inline bool slot_free(const struct tdm__dsched *ds, uint64_t s)
 {
 	return s < ds->capacity || done_word(ds, slot_of(ds, s)) >= s + 1 - ds->capacity;
 }
@@ -74,7 +75,7 @@ static inline bool slot_free(const struct tdm_dsched *ds, uint64_t s)
 /* 1 when item `ticket` is over, with its result in *rc; 0 not yet. A failed device fails every
  * item (whatever its word says: a dead context's memory is not to be trusted), once the backend
  * says nothing runs on the scheduler's stream any more (sim: a handler still writing). */
-static int item_state(struct tdm_dsched *ds, uint64_t ticket, int *rc)
+static int item_state(struct tdm__dsched *ds, uint64_t ticket, int *rc)
 {
 	/* Acquire: pairs with the release in tdm__device_fail. */
 	if (atomic_load_explicit(&ds->dev->failed, memory_order_acquire)) {
@@ -87,7 +88,7 @@ static int item_state(struct tdm_dsched *ds, uint64_t ticket, int *rc)
 	if (done_word(ds, slot) < ticket)
 		return 0;
 	/* Relaxed: after the acquire above, which a cancelling destroy's release store of the
-	 * word pairs with (struct tdm_dsched's note). */
+	 * word pairs with (struct tdm__dsched's note). */
 	*rc = __atomic_load_n(&ds->cancelled[slot], __ATOMIC_RELAXED) == ticket ? -ECANCELED : 0;
 	return 1;
 }
@@ -95,7 +96,7 @@ static int item_state(struct tdm_dsched *ds, uint64_t ticket, int *rc)
 /* ---- publishing ---- */
 
 /* Claims n consecutive sequence numbers whose slots are free: 0 and *first, or -EAGAIN. */
-static int claim(struct tdm_dsched *ds, unsigned n, uint64_t *first)
+static int claim(struct tdm__dsched *ds, unsigned n, uint64_t *first)
 {
 	/* Relaxed, the load and the CAS: the tail only numbers the items among submitters; the
 	 * slots' reuse is ordered by the acquire loads of their completion words (slot_free). */
@@ -117,7 +118,7 @@ static int claim(struct tdm_dsched *ds, unsigned n, uint64_t *first)
 
 /* Writes item s: every word, each tagged with the ticket's low 32 bits, word 0 (handler and
  * size) last. */
-static void put_item(struct tdm_dsched *ds, uint64_t s, unsigned handler, const void *args,
+static void put_item(struct tdm__dsched *ds, uint64_t s, unsigned handler, const void *args,
                      unsigned size)
 {
 	uint64_t *item = ds->q.items + slot_of(ds, s) * TDM__DSCHED_WORDS;
@@ -140,18 +141,50 @@ static void put_item(struct tdm_dsched *ds, uint64_t s, unsigned handler, const 
 	                 __ATOMIC_RELEASE);
 }
 
-/* The gate of submits, awaits and queries: NULL once the destroy began. */
-static inline _Atomic unsigned *ds_enter(struct tdm_dsched *ds)
+/* 16 schedulers a chunk (each some 4 KiB, most of it its stripes), 65536 at once. */
+#define DS_TAG 0x13u
+#define DS_SHIFT 4
+#define DS_CHUNKS 4096
+static char *_Atomic ds_chunks[DS_CHUNKS];
+static struct tdm__htable ds_handles = TDM__HTABLE_INIT("device scheduler", DS_TAG, DS_SHIFT,
+                                                        DS_CHUNKS, struct tdm__dsched, ds_chunks);
+
+static struct tdm__dsched *ds_find(const tdm_dsched *h)
 {
-	return tdm__gate_enter(&ds->gate, &ds->closing);
+	return tdm__h_find(ds_chunks, DS_TAG, DS_SHIFT, DS_CHUNKS, sizeof(struct tdm__dsched), h);
 }
 
-/* Pushes n checked items under consecutive tickets: 0 and *first (may be NULL), or an error. */
-static int push(struct tdm_dsched *ds, const tdm_dsched_item *items, unsigned n, uint64_t *first)
+struct tdm__dsched *tdm__dsched_of(const tdm_dsched *h)
 {
-	_Atomic unsigned *in = ds_enter(ds);
-	if (in == NULL)
-		return -ESHUTDOWN;
+	struct tdm__dsched *ds = ds_find(h);
+	/* Acquire: pairs with create's publication of the word. */
+	if (ds == NULL ||
+	    atomic_load_explicit(&ds->hobj.h, memory_order_acquire) != (uint64_t)(uintptr_t)h)
+		return NULL;
+	return ds;
+}
+
+/*
+ * The gate of submits, awaits and queries (base/gate.h, tdm__gate_enter_h): the scheduler h
+ * names, live until tdm__gate_leave(*in), or NULL and *rc: -ESHUTDOWN once its destroy began,
+ * -EINVAL once it ended, or for what is no scheduler's handle. The handle's check is the gate's
+ * own load of the word: a submit pays what it paid before handles.
+ */
+static inline struct tdm__dsched *ds_enter(const tdm_dsched *h, _Atomic unsigned **in, int *rc)
+{
+	struct tdm__dsched *ds = ds_find(h);
+	uint64_t now;
+	if (ds != NULL &&
+	    (*in = tdm__gate_enter_h(&ds->gate, &ds->hobj.h, (uint64_t)(uintptr_t)h, &now)) != NULL)
+		return ds;
+	*rc = ds != NULL && tdm__h_why(ds, h, now) == TDM__H_IS_CLOSING ? -ESHUTDOWN : -EINVAL;
+	return NULL;
+}
+
+/* Pushes n checked items under consecutive tickets: 0 and *first (may be NULL), or an error.
+ * Inside the gate. */
+static int push(struct tdm__dsched *ds, const tdm_dsched_item *items, unsigned n, uint64_t *first)
+{
 	uint64_t s;
 	int rc = -EIO;
 	/* Relaxed: a check that spares the queue work no device will run; an item pushed as the
@@ -166,25 +199,33 @@ static int push(struct tdm_dsched *ds, const tdm_dsched_item *items, unsigned n,
 		if (first != NULL)
 			*first = s + 1;
 	}
+	return rc;
+}
+
+int tdm_dsched_submit(tdm_dsched *h, unsigned handler, const void *args, size_t size,
+                      uint64_t *ticket)
+{
+	_Atomic unsigned *in;
+	int rc;
+	struct tdm__dsched *ds = ds_enter(h, &in, &rc);
+	if (ds == NULL)
+		return rc;
+	if (handler >= ds->nhandlers || (size > 0 && args == NULL)) {
+		rc = -EINVAL;
+	} else if (size > TDM_DSCHED_ARGS_MAX) {
+		rc = -EMSGSIZE;
+	} else {
+		tdm_dsched_item one = {handler, (unsigned)size, args};
+		rc = push(ds, &one, 1, ticket);
+	}
 	tdm__gate_leave(in);
 	return rc;
 }
 
-int tdm_dsched_submit(tdm_dsched *ds, unsigned handler, const void *args, size_t size,
-                      uint64_t *ticket)
+/* The items' own errors, 0 when they may be pushed. */
+static int items_check(const struct tdm__dsched *ds, const tdm_dsched_item *items, unsigned n)
 {
-	if (ds == NULL || handler >= ds->nhandlers || (size > 0 && args == NULL))
-		return -EINVAL;
-	if (size > TDM_DSCHED_ARGS_MAX)
-		return -EMSGSIZE;
-	tdm_dsched_item one = {handler, (unsigned)size, args};
-	return push(ds, &one, 1, ticket);
-}
-
-int tdm_dsched_submit_batch(tdm_dsched *ds, const tdm_dsched_item *items, unsigned n,
-                            uint64_t *first)
-{
-	if (ds == NULL || items == NULL || n == 0 || n > ds->capacity)
+	if (items == NULL || n == 0 || n > ds->capacity)
 		return -EINVAL;
 	for (unsigned k = 0; k < n; k++) {
 		if (items[k].handler >= ds->nhandlers ||
@@ -193,25 +234,40 @@ int tdm_dsched_submit_batch(tdm_dsched *ds, const tdm_dsched_item *items, unsign
 		if (items[k].size > TDM_DSCHED_ARGS_MAX)
 			return -EMSGSIZE;
 	}
-	return push(ds, items, n, first);
+	return 0;
+}
+
+int tdm_dsched_submit_batch(tdm_dsched *h, const tdm_dsched_item *items, unsigned n,
+                            uint64_t *first)
+{
+	_Atomic unsigned *in;
+	int rc;
+	struct tdm__dsched *ds = ds_enter(h, &in, &rc);
+	if (ds == NULL)
+		return rc;
+	rc = items_check(ds, items, n);
+	if (rc == 0)
+		rc = push(ds, items, n, first);
+	tdm__gate_leave(in);
+	return rc;
 }
 
 /* ---- awaits and queries ---- */
 
 /* A ticket handed out already. Relaxed: the caller got it from a submit that happens before. */
-static bool ticket_valid(struct tdm_dsched *ds, uint64_t ticket)
+static bool ticket_valid(struct tdm__dsched *ds, uint64_t ticket)
 {
 	return ticket != 0 && ticket <= atomic_load_explicit(&ds->tail, memory_order_relaxed);
 }
 
-int tdm_dsched_query(tdm_dsched *ds, uint64_t ticket)
+int tdm_dsched_query(tdm_dsched *h, uint64_t ticket)
 {
+	_Atomic unsigned *in;
+	int rc;
+	struct tdm__dsched *ds = ds_enter(h, &in, &rc);
 	if (ds == NULL)
-		return -EINVAL;
-	_Atomic unsigned *in = ds_enter(ds);
-	if (in == NULL)
-		return -ESHUTDOWN;
-	int rc = -EINVAL;
+		return rc;
+	rc = -EINVAL;
 	if (ticket_valid(ds, ticket) && item_state(ds, ticket, &rc) == 0)
 		rc = -EAGAIN;
 	tdm__gate_leave(in);
@@ -223,19 +279,19 @@ int tdm__dsched_poll(struct tdm__task *t, int *rc)
 	return item_state(TDM__AW_PTR(t), TDM__AW(t)->seq, rc);
 }
 
-void tdm__dsched_await_end(struct tdm_dsched *ds)
+void tdm__dsched_await_end(struct tdm__dsched *ds)
 {
 	/* Release: pairs with the destroy's acquire loads (awaits_out); this holder's reads of ds
 	 * happen before the destroy frees it. */
 	atomic_fetch_sub_explicit(&ds->stripe[my_stripe()].awaiting, 1, memory_order_release);
 }
 
-void tdm__dsched_health(struct tdm_dsched *ds, uint64_t now)
+void tdm__dsched_health(struct tdm__dsched *ds, uint64_t now)
 {
 	if (ds->checked_ns == now)
 		return;
 	ds->checked_ns = now;
-	struct tdm_gpu *gpu = ds->gpu;
+	struct tdm__gpu *gpu = ds->gpu;
 	/* A running kernel's stream is busy (-EAGAIN); -EIO: a sticky error killed the context. */
 	if (gpu->ops->stream_query(gpu->b, ds->bs) == -EIO)
 		tdm__device_fail(ds->dev);
@@ -244,10 +300,10 @@ void tdm__dsched_health(struct tdm_dsched *ds, uint64_t now)
 /* A held await (tdm__task_hold): the poller's test, then the poller's bookkeeping. */
 static int held_poll(struct tdm__task *t, int *rc)
 {
-	struct tdm_dsched *ds = TDM__AW_PTR(t);
+	struct tdm__dsched *ds = TDM__AW_PTR(t);
 	if (item_state(ds, TDM__AW(t)->seq, rc) == 0)
 		return 0;
-	struct tdm_gpu *gpu = ds->gpu;
+	struct tdm__gpu *gpu = ds->gpu;
 	atomic_fetch_add_explicit(&ds->stripe[my_stripe()].direct, 1, memory_order_relaxed);
 	tdm__dsched_await_end(ds); /* the last access to ds */
 	tdm__metrics_await_done(gpu, t);
@@ -260,7 +316,7 @@ static int held_poll(struct tdm__task *t, int *rc)
 static void held_handoff(struct tdm__task *t)
 {
 	/* The await still counts in ds->stripe: ds, and so its layer, live until it is over. */
-	tdm__await_submit(((struct tdm_dsched *)TDM__AW_PTR(t))->gpu, t);
+	tdm__await_submit(((struct tdm__dsched *)TDM__AW_PTR(t))->gpu, t);
 }
 
 static int fail_now(struct tdm__task *t, int rc)
@@ -268,22 +324,24 @@ static int fail_now(struct tdm__task *t, int rc)
 	return t != NULL ? tdm__task_fail(t, rc) : rc;
 }
 
-int tdm_await_dsched(tdm_task *pub, tdm_dsched *ds, uint64_t ticket)
+int tdm_await_dsched(tdm_task *pub, tdm_dsched *h, uint64_t ticket)
 {
 	struct tdm__task *t = tdm__task_cast(pub);
-	if (t == NULL || ds == NULL)
+	if (t == NULL)
 		return fail_now(t, -EINVAL);
-	_Atomic unsigned *in = ds_enter(ds);
-	if (in == NULL)
-		return fail_now(t, -ESHUTDOWN);
-	struct tdm_gpu *gpu = ds->gpu;
-	int rc = 0;
+	_Atomic unsigned *in;
+	int rc;
+	struct tdm__dsched *ds = ds_enter(h, &in, &rc);
+	if (ds == NULL)
+		return fail_now(t, rc);
+	struct tdm__gpu *gpu = ds->gpu;
+	rc = 0;
 	if (tdm__task_executor(t) != gpu->ex || !ticket_valid(ds, ticket))
 		rc = -EINVAL;
 	else if (item_state(ds, ticket, &rc) == 0)
 		rc = 1; /* not over yet: suspend */
 	if (rc == 1) {
-		rc = tdm__await_register(gpu);
+		rc = tdm__await_register(gpu, gpu->self); /* ds holds its layer */
 		if (rc == 0) {
 			/* Counted while inside the gate: the destroy, past its drain, waits for it
 			 * (the gate's leave, a release, orders the count before the drain's end).
@@ -313,7 +371,7 @@ int tdm_await_dsched(tdm_task *pub, tdm_dsched *ds, uint64_t ticket)
 /* Every block's stop word (each on a line of its own: docs/design/dsched.md). Release: pairs
  * with the fetchers' loads of their block's word (sim: acquire loads of block 0's); the kernel
  * is not started yet when dsched_open sets it. */
-static void set_stop(struct tdm_dsched *ds, uint64_t stop)
+static void set_stop(struct tdm__dsched *ds, uint64_t stop)
 {
 	for (unsigned k = 0; k < ds->blocks; k++)
 		__atomic_store_n(&ds->q.stop[(size_t)k * TDM__DSCHED_STOP_STRIDE], stop,
@@ -326,10 +384,11 @@ static bool pow2(unsigned v)
 }
 
 /* What create holds, freed in reverse: the stream (after the device memory's stream-ordered
- * free), the pinned block, the cancel marks, the scheduler. */
-static void release_parts(struct tdm_dsched *ds)
+ * free), the pinned block, the cancel marks; then the scheduler goes back to the table, its word
+ * dead. */
+static void release_parts(struct tdm__dsched *ds)
 {
-	struct tdm_gpu *gpu = ds->gpu;
+	struct tdm__gpu *gpu = ds->gpu;
 	const struct tdm__backend_ops *ops = gpu->ops;
 	/* A dead device refuses the stream-ordered free (it enqueues nothing): freed at once then,
 	 * as a dead context's memory is (and with no kernel left to wait for). */
@@ -338,17 +397,20 @@ static void release_parts(struct tdm_dsched *ds)
 	if (ds->bs != NULL)
 		ops->stream_destroy(gpu->b, ds->bs);
 	if (ds->mem != NULL)
-		(void)tdm_pinned_free(gpu, ds->mem);
+		(void)tdm__pinned_free(gpu, ds->mem);
 	free(ds->cancelled);
-	free(ds);
+	/* Release: the frees happen before a check that reads the word dead, and the reuse. */
+	uint64_t w = atomic_load_explicit(&ds->hobj.h, memory_order_relaxed);
+	atomic_store_explicit(&ds->hobj.h, (w & ~TDM__H_STATE) | TDM__H_DEAD, memory_order_release);
+	tdm__h_put(&ds_handles, &ds->hobj);
 }
 
 /* Device memory for q.dev, zeroed in the stream's order before the kernel starts. Stream-ordered
  * where the backend has it: cudaFree would wait for every kernel of the device, another
  * scheduler's among them. */
-static int take_dev_memory(struct tdm_dsched *ds)
+static int take_dev_memory(struct tdm__dsched *ds)
 {
-	struct tdm_gpu *gpu = ds->gpu;
+	struct tdm__gpu *gpu = ds->gpu;
 	const struct tdm__backend_ops *ops = gpu->ops;
 	int rc = ops->malloc_async(gpu->b, ds->bs, DS_DEV_BYTES, &ds->dmem);
 	if (rc == -ENOTSUP) {
@@ -364,9 +426,9 @@ static int take_dev_memory(struct tdm_dsched *ds)
 	           : -ENOTSUP;
 }
 
-static int dsched_open(struct tdm_dsched *ds, const tdm_dsched_config *cfg)
+static int dsched_open(struct tdm__dsched *ds, const tdm_dsched_config *cfg)
 {
-	struct tdm_gpu *gpu = ds->gpu;
+	struct tdm__gpu *gpu = ds->gpu;
 	const struct tdm__backend_ops *ops = gpu->ops;
 	size_t done_bytes = ((size_t)ds->capacity * sizeof(uint64_t) + 255u) & ~(size_t)255u;
 	size_t stop_bytes = ((size_t)ds->blocks * DS_STOP_LINE + 255u) & ~(size_t)255u;
@@ -375,7 +437,7 @@ static int dsched_open(struct tdm_dsched *ds, const tdm_dsched_config *cfg)
 	ds->cancelled = calloc(ds->capacity, sizeof(*ds->cancelled));
 	if (ds->cancelled == NULL)
 		return -ENOMEM;
-	int rc = tdm_pinned_alloc(gpu, bytes, &ds->mem);
+	int rc = tdm__pinned_alloc(gpu, bytes, &ds->mem);
 	if (rc != 0) {
 		ds->mem = NULL;
 		return rc;
@@ -409,10 +471,74 @@ static int dsched_open(struct tdm_dsched *ds, const tdm_dsched_config *cfg)
 	return rc;
 }
 
-int tdm_dsched_create(tdm_gpu *gpu, int device, const tdm_dsched_config *cfg, tdm_dsched **out)
+/* tdm_dsched_create inside the layer's gate: the checks that need the layer, the scheduler. */
+static int dsched_create(struct tdm__gpu *gpu, int device, const tdm_dsched_config *cfg,
+                         tdm_dsched **out)
+{
+	const tdm_dsched_handlers *h = cfg->handlers;
+	const char *table = h->name != NULL ? h->name : "(unnamed)";
+	if (gpu->ops == NULL || gpu->ndev == 0)
+		return device < 0 ? -EINVAL : -ENODEV;
+	if (device < 0 || device >= gpu->ndev)
+		return -EINVAL;
+	struct tdm__gdev *d = &gpu->devs[device];
+	unsigned sms = (unsigned)(d->info.sm_count > 0 ? d->info.sm_count : 1);
+	if (cfg->blocks > sms)
+		return tdm__refuse(-EINVAL, "tdm_dsched_config.blocks=%u: above device %d's %u SMs",
+		                   cfg->blocks, device, sms);
+	if (gpu->ops->dsched_start == NULL || !d->info.maps_host)
+		return tdm__refuse(
+		    -ENOTSUP,
+		    "device %d (%s): cannot reach pinned host memory, where a device "
+		    "scheduler's queue lives",
+		    device, d->info.name);
+	if (gpu->ops == &tdm__backend_sim ? h->host == NULL : h->launch == NULL)
+		return tdm__refuse(-ENOTSUP, "table %.64s: no %s for the %s backend", table,
+		                   gpu->ops == &tdm__backend_sim ? "host functions" : "launch",
+		                   gpu->ops->name);
+	/* Acquire: pairs with the release in tdm__device_fail. */
+	if (atomic_load_explicit(&d->failed, memory_order_acquire))
+		return -ENODEV;
+	uint64_t handle;
+	struct tdm__dsched *ds = tdm__h_take(&ds_handles, &handle);
+	if (ds == NULL)
+		return -ENOMEM;
+	/* The word and the gate stay as they are (struct tdm__dsched). */
+	memset(&ds->gpu, 0, sizeof(*ds) - offsetof(struct tdm__dsched, gpu));
+	/* Relaxed: the word keeps saying dead (or 0) until the publication below; only its
+	 * generation moves here, so that release_parts marks this one dead if it fails. */
+	atomic_store_explicit(&ds->hobj.h, handle | TDM__H_DEAD, memory_order_relaxed);
+	ds->gpu = gpu;
+	ds->dev = d;
+	ds->nhandlers = h->count;
+	ds->blocks = cfg->blocks != 0 ? cfg->blocks : gpu->topo->plans[device].dsched_blocks;
+	if (ds->blocks == 0)
+		ds->blocks = 1;
+	ds->warps = cfg->warps != 0 ? cfg->warps : DS_DEFAULT_WARPS;
+	ds->capacity = cfg->capacity != 0 ? cfg->capacity : DS_DEFAULT_CAPACITY;
+	int rc = dsched_open(ds, cfg);
+	if (rc != 0) {
+		release_parts(ds);
+		return rc;
+	}
+	ds->task = tdm__task_fn_now();
+	pthread_mutex_lock(&gpu->lease_lock);
+	ds->next = gpu->dsched_list;
+	if (ds->next != NULL)
+		ds->next->prev = ds;
+	gpu->dsched_list = ds;
+	pthread_mutex_unlock(&gpu->lease_lock);
+	/* Counted inside the layer's gate: tdm_gpu_destroy, past its drain, sees it. */
+	atomic_fetch_add_explicit(&gpu->dscheds, 1, memory_order_relaxed);
+	tdm__h_publish(&ds->hobj, handle);
+	*out = (tdm_dsched *)(uintptr_t)handle;
+	return 0;
+}
+
+int tdm_dsched_create(tdm_gpu *layer, int device, const tdm_dsched_config *cfg, tdm_dsched **out)
 {
 	tdm__detail_begin("tdm_dsched_create");
-	if (gpu == NULL || cfg == NULL || cfg->handlers == NULL || out == NULL)
+	if (cfg == NULL || cfg->handlers == NULL || out == NULL)
 		return -EINVAL;
 	const tdm_dsched_handlers *h = cfg->handlers;
 	const char *table = h->name != NULL ? h->name : "(unnamed)";
@@ -439,65 +565,25 @@ int tdm_dsched_create(tdm_gpu *gpu, int device, const tdm_dsched_config *cfg, td
 		return tdm__refuse(
 		    -EINVAL, "tdm_dsched_config.capacity=%u: not a power of two from %u to %u",
 		    cfg->capacity, DS_MIN_CAPACITY, DS_MAX_CAPACITY);
-	if (gpu->ops == NULL || gpu->ndev == 0)
-		return device < 0 ? -EINVAL : -ENODEV;
-	if (device < 0 || device >= gpu->ndev)
-		return -EINVAL;
-	struct tdm__gdev *d = &gpu->devs[device];
-	unsigned sms = (unsigned)(d->info.sm_count > 0 ? d->info.sm_count : 1);
-	if (cfg->blocks > sms)
-		return tdm__refuse(-EINVAL, "tdm_dsched_config.blocks=%u: above device %d's %u SMs",
-		                   cfg->blocks, device, sms);
-	if (gpu->ops->dsched_start == NULL || !d->info.maps_host)
-		return tdm__refuse(
-		    -ENOTSUP,
-		    "device %d (%s): cannot reach pinned host memory, where a device "
-		    "scheduler's queue lives",
-		    device, d->info.name);
-	if (gpu->ops == &tdm__backend_sim ? h->host == NULL : h->launch == NULL)
-		return tdm__refuse(-ENOTSUP, "table %.64s: no %s for the %s backend", table,
-		                   gpu->ops == &tdm__backend_sim ? "host functions" : "launch",
-		                   gpu->ops->name);
-	/* Inside the gate of leases: tdm_gpu_destroy, past its drain, sees the count below. */
-	_Atomic unsigned *in = tdm__gate_enter(&gpu->leases, &gpu->stopping);
-	if (in == NULL)
-		return -ESHUTDOWN;
-	int rc = -ENOMEM;
-	struct tdm_dsched *ds = NULL;
-	/* Acquire: pairs with the release in tdm__device_fail. */
-	if (atomic_load_explicit(&d->failed, memory_order_acquire))
-		rc = -ENODEV;
-	else if ((ds = aligned_alloc(TDM__CACHELINE, sizeof(*ds))) != NULL) {
-		memset(ds, 0, sizeof(*ds));
-		ds->gpu = gpu;
-		ds->dev = d;
-		ds->nhandlers = h->count;
-		ds->blocks =
-		    cfg->blocks != 0 ? cfg->blocks : gpu->topo->plans[device].dsched_blocks;
-		if (ds->blocks == 0)
-			ds->blocks = 1;
-		ds->warps = cfg->warps != 0 ? cfg->warps : DS_DEFAULT_WARPS;
-		ds->capacity = cfg->capacity != 0 ? cfg->capacity : DS_DEFAULT_CAPACITY;
-		rc = dsched_open(ds, cfg);
-		if (rc != 0) {
-			release_parts(ds);
-			ds = NULL;
-		}
+	TDM__GPU_CALL(layer, dsched_create(gpu, device, cfg, out));
+}
+
+/* The counts of tdm_dsched_stats into *out. */
+static void stats_of(const struct tdm__dsched *ds, tdm_dsched_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	/* Relaxed: counters; a snapshot is all that is promised. */
+	out->submitted = atomic_load_explicit(&ds->tail, memory_order_relaxed);
+	for (unsigned k = 0; k < TDM__GATE_STRIPES; k++) {
+		out->full += atomic_load_explicit(&ds->stripe[k].full, memory_order_relaxed);
+		out->awaits += atomic_load_explicit(&ds->stripe[k].awaits, memory_order_relaxed);
+		out->direct += atomic_load_explicit(&ds->stripe[k].direct, memory_order_relaxed);
 	}
-	if (rc == 0) {
-		ds->task = tdm__task_fn_now();
-		pthread_mutex_lock(&gpu->lease_lock);
-		ds->next = gpu->dsched_list;
-		if (ds->next != NULL)
-			ds->next->prev = ds;
-		gpu->dsched_list = ds;
-		pthread_mutex_unlock(&gpu->lease_lock);
-		atomic_fetch_add_explicit(&gpu->dscheds, 1, memory_order_relaxed);
-	}
-	tdm__gate_leave(in);
-	if (rc == 0)
-		*out = ds;
-	return rc;
+	out->blocks = ds->blocks;
+	out->warps = ds->warps;
+	out->capacity = ds->capacity;
+	out->scope = (ds->q.flags & TDM__DSCHED_DEVICE_SCOPE) != 0 ? TDM_DSCHED_SCOPE_DEVICE
+	                                                           : TDM_DSCHED_SCOPE_SYSTEM;
 }
 
 /*
@@ -506,7 +592,7 @@ int tdm_dsched_create(tdm_gpu *gpu, int device, const tdm_dsched_config *cfg, td
  * by stripe means 0 at the end of the reading (each stripe read at or above its final value).
  * Acquire: pairs with tdm__dsched_await_end; those awaits' reads of ds come before the frees.
  */
-static bool awaits_out(struct tdm_dsched *ds)
+static bool awaits_out(struct tdm__dsched *ds)
 {
 	int64_t sum = 0;
 	for (unsigned k = 0; k < TDM__GATE_STRIPES; k++)
@@ -515,22 +601,29 @@ static bool awaits_out(struct tdm_dsched *ds)
 }
 
 /* The last ticket of `slot` among tickets 1..tail, or 0 when none went there. */
-static uint64_t last_ticket(const struct tdm_dsched *ds, uint64_t slot, uint64_t tail)
+static uint64_t last_ticket(const struct tdm__dsched *ds, uint64_t slot, uint64_t tail)
 {
 	if (tail <= slot)
 		return 0;
 	return slot + 1 + (tail - 1 - slot) / ds->capacity * ds->capacity;
 }
 
-int tdm_dsched_destroy(tdm_dsched *ds, int how, tdm_dsched_stats *out)
+int tdm_dsched_destroy(tdm_dsched *h, int how, tdm_dsched_stats *out)
 {
+	struct tdm__dsched *ds = ds_find(h);
 	if (ds == NULL || (how != TDM_DSCHED_DRAIN && how != TDM_DSCHED_CANCEL))
 		return -EINVAL;
-	struct tdm_gpu *gpu = ds->gpu;
+	/* Closes the handle: of two destroys one changes the word, the other says -EINVAL, as
+	 * does one after the destroy. Seq_cst: the gate's Dekker pair (tdm__gate_enter_h); every
+	 * submit is out after the drain, so every sequence number below the tail is published.
+	 * Its acquire side pairs with create's publication of the word: the fields are this
+	 * scheduler's. */
+	uint64_t live = (uint64_t)(uintptr_t)h;
+	if (!atomic_compare_exchange_strong_explicit(&ds->hobj.h, &live, live | TDM__H_CLOSING,
+	                                             memory_order_seq_cst, memory_order_relaxed))
+		return -EINVAL;
+	struct tdm__gpu *gpu = ds->gpu;
 	const struct tdm__backend_ops *ops = gpu->ops;
-	/* Seq_cst: the gate's Dekker pair (base/gate.h); every submit is out after the drain, so
-	 * every sequence number below the tail is published. */
-	atomic_store_explicit(&ds->closing, 1, memory_order_seq_cst);
 	tdm__gate_drain(&ds->gate);
 	uint64_t tail = atomic_load_explicit(&ds->tail, memory_order_relaxed);
 	/* No item at or past the tail runs, and with CANCEL none a runner has not started. */
@@ -568,7 +661,7 @@ int tdm_dsched_destroy(tdm_dsched *ds, int how, tdm_dsched_stats *out)
 	/* Calls refused since the first drain touched the gate: let them leave it. */
 	tdm__gate_drain(&ds->gate);
 	if (out != NULL) {
-		(void)tdm_dsched_stats_get(ds, out);
+		stats_of(ds, out);
 		out->cancelled = cancelled;
 		out->failed = failed;
 		out->completed = tail - cancelled - failed;
@@ -587,11 +680,11 @@ int tdm_dsched_destroy(tdm_dsched *ds, int how, tdm_dsched_stats *out)
 	return 0;
 }
 
-unsigned tdm__dscheds_say(struct tdm_gpu *gpu, unsigned waited_s)
+unsigned tdm__dscheds_say(struct tdm__gpu *gpu, unsigned waited_s)
 {
 	unsigned n = 0;
 	pthread_mutex_lock(&gpu->lease_lock);
-	for (const struct tdm_dsched *ds = gpu->dsched_list; ds != NULL; ds = ds->next) {
+	for (const struct tdm__dsched *ds = gpu->dsched_list; ds != NULL; ds = ds->next) {
 		char who[80];
 		tdm__task_who(ds->task, who, sizeof(who));
 		tdm__say(
@@ -604,22 +697,15 @@ unsigned tdm__dscheds_say(struct tdm_gpu *gpu, unsigned waited_s)
 	return n;
 }
 
-int tdm_dsched_stats_get(const tdm_dsched *ds, tdm_dsched_stats *out)
+int tdm_dsched_stats_get(const tdm_dsched *h, tdm_dsched_stats *out)
 {
-	if (ds == NULL || out == NULL)
-		return -EINVAL;
-	memset(out, 0, sizeof(*out));
-	/* Relaxed: counters; a snapshot is all that is promised. */
-	out->submitted = atomic_load_explicit(&ds->tail, memory_order_relaxed);
-	for (unsigned k = 0; k < TDM__GATE_STRIPES; k++) {
-		out->full += atomic_load_explicit(&ds->stripe[k].full, memory_order_relaxed);
-		out->awaits += atomic_load_explicit(&ds->stripe[k].awaits, memory_order_relaxed);
-		out->direct += atomic_load_explicit(&ds->stripe[k].direct, memory_order_relaxed);
-	}
-	out->blocks = ds->blocks;
-	out->warps = ds->warps;
-	out->capacity = ds->capacity;
-	out->scope = (ds->q.flags & TDM__DSCHED_DEVICE_SCOPE) != 0 ? TDM_DSCHED_SCOPE_DEVICE
-	                                                           : TDM_DSCHED_SCOPE_SYSTEM;
-	return 0;
+	_Atomic unsigned *in;
+	int rc;
+	struct tdm__dsched *ds = ds_enter(h, &in, &rc);
+	if (ds == NULL)
+		return rc;
+	if (out != NULL)
+		stats_of(ds, out);
+	tdm__gate_leave(in);
+	return out != NULL ? 0 : -EINVAL;
 }

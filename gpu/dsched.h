@@ -12,6 +12,7 @@
 
 #include "base/cpu.h"
 #include "base/gate.h"
+#include "base/handle.h"
 #include "gpu_internal.h"
 #include "tandem_dsched.h"
 
@@ -21,8 +22,15 @@
  * the last ticket completed there: tickets of one slot complete in order (a slot is written
  * again only once its item completed), so ticket t is over exactly when done[(t - 1) & mask] >= t.
  */
-struct tdm_dsched {
-	struct tdm_gpu *gpu;
+struct tdm__dsched {
+	/* Its word (base/handle.h): the handle while live, closing once its destroy began, dead
+	 * after. Kept across the object's reuse with the gate, which calls with a stale handle may
+	 * still touch (they add and take away); create zeroes the rest, from gpu. */
+	struct tdm__hobj hobj;
+	/* Submits, awaits and queries in flight; closed by the destroy's store of the word. */
+	struct tdm__gate gate;
+
+	_Alignas(TDM__CACHELINE) struct tdm__gpu *gpu;
 	struct tdm__gdev *dev;
 	struct tdm__dsched_queue q; /* what the kernel runs on */
 	void *mem;      /* the pinned block of q.stop, q.done and q.items (the pool's) */
@@ -38,7 +46,7 @@ struct tdm_dsched {
 	unsigned nhandlers, blocks, warps, capacity;
 	/* On gpu->dsched_list (under gpu->lease_lock) while alive, with the task that made it
 	 * (tdm__task_fn_now; 0: none), for tdm_gpu_destroy's message. */
-	struct tdm_dsched *next, *prev;
+	struct tdm__dsched *next, *prev;
 	uintptr_t task;
 
 	/* The next sequence number to hand out (tickets 1..tail are out): a CAS among submitters.
@@ -55,21 +63,22 @@ struct tdm_dsched {
 		_Alignas(TDM__CACHELINE) _Atomic int64_t awaiting;
 		_Atomic uint64_t full, awaits, direct;
 	} stripe[TDM__GATE_STRIPES];
-	/* Set once tdm_dsched_destroy begins; closes the gate of submits, awaits and queries. */
-	_Alignas(TDM__CACHELINE) _Atomic int closing;
-	struct tdm__gate gate;
 	/* The poller's, alone: when it last asked the backend about the scheduler's stream. */
 	_Alignas(TDM__CACHELINE) uint64_t checked_ns;
 };
+
+/* The scheduler handle h names while it is live (its word), else NULL: for the testing library,
+ * whose calls must not race the destroy. */
+struct tdm__dsched *tdm__dsched_of(const tdm_dsched *h);
 
 /* The await of task t (its slot names a scheduler, TDM__AW_DSCHED): 1 when it is over, with its
  * result in *rc; 0 not yet. Reads only; any thread that holds the await (the poller, or the
  * worker watching it). */
 int tdm__dsched_poll(struct tdm__task *t, int *rc);
 /* Done with an await of ds (its task is being woken): the caller's last access to ds. */
-void tdm__dsched_await_end(struct tdm_dsched *ds);
+void tdm__dsched_await_end(struct tdm__dsched *ds);
 /* The poller, every TDM__CHECK_NS without progress: asks the backend about ds's stream (once
  * per `now`) and marks the device failed if it died (a trapping handler). */
-void tdm__dsched_health(struct tdm_dsched *ds, uint64_t now);
+void tdm__dsched_health(struct tdm__dsched *ds, uint64_t now);
 
 #endif /* TDM_GPU_DSCHED_H */

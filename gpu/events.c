@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * Pooled events: each device keeps the events it made, for stream awaits (event completion)
- * and for users (tdm_event_get, _put, _record).
+ * and for users (tdm_event_get, _put, _record). Every event is an object of the events' handle
+ * table (base/handle.h), never freed: a user's handle is checked by the event's word, which a put
+ * and the layer's destroy change, so that a stale handle is refused rather than read freed.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -9,14 +11,42 @@
 
 #include "gpu_internal.h"
 
-int tdm__event_take(struct tdm__gdev *d, struct tdm_event **out)
+/* 256 events a chunk, a million at once. */
+#define EVENT_TAG 0x19u
+#define EVENT_SHIFT 8
+#define EVENT_CHUNKS 4096
+static char *_Atomic event_chunks[EVENT_CHUNKS];
+static struct tdm__htable event_handles = TDM__HTABLE_INIT(
+    "event", EVENT_TAG, EVENT_SHIFT, EVENT_CHUNKS, struct tdm__event, event_chunks);
+
+struct tdm__event *tdm__event_of(const tdm_event *h)
 {
-	struct tdm_gpu *gpu = d->gpu;
+	struct tdm__event *e = tdm__h_find(event_chunks, EVENT_TAG, EVENT_SHIFT, EVENT_CHUNKS,
+	                                   sizeof(struct tdm__event), h);
+	/* Acquire: pairs with the release store of the word in tdm_event_get; the fields it set
+	 * are seen. */
+	if (e == NULL ||
+	    atomic_load_explicit(&e->hobj.h, memory_order_acquire) != (uint64_t)(uintptr_t)h)
+		return NULL;
+	return e;
+}
+
+/* e back to the table, its word dead (a handle it had is refused from here). Release: what was
+ * done with e happens before a check that reads the word so, and before its reuse. */
+static void event_drop(struct tdm__event *e)
+{
+	uint64_t w = atomic_load_explicit(&e->hobj.h, memory_order_relaxed);
+	atomic_store_explicit(&e->hobj.h, w | TDM__H_DEAD, memory_order_release);
+	tdm__h_put(&event_handles, &e->hobj);
+}
+
+int tdm__event_take(struct tdm__gdev *d, struct tdm__event **out)
+{
+	struct tdm__gpu *gpu = d->gpu;
 	pthread_mutex_lock(&d->ev_lock);
-	struct tdm_event *e = d->free_events;
+	struct tdm__event *e = d->free_events;
 	if (e != NULL) {
 		d->free_events = e->next_free;
-		atomic_store_explicit(&e->pooled, false, memory_order_relaxed);
 		pthread_mutex_unlock(&d->ev_lock);
 		*out = e;
 		return 0;
@@ -27,24 +57,30 @@ int tdm__event_take(struct tdm__gdev *d, struct tdm_event **out)
 	 * driver call can wait a long time (for a context lock that a thread blocked on a full
 	 * stream holds, say); the poller must never wait behind one.
 	 */
-	e = aligned_alloc(TDM__CACHELINE, TDM__CACHELINE);
+	uint64_t h;
+	e = tdm__h_take(&event_handles, &h);
 	if (e == NULL)
 		return -ENOMEM;
-	memset(e, 0, sizeof(*e));
+	/* Not a user's: its word says the handle it was given is dead; tdm_event_get issues the
+	 * next. Relaxed: nothing of it is published to a checker that could find it equal. */
+	atomic_store_explicit(&e->hobj.h, h | TDM__H_DEAD, memory_order_relaxed);
+	memset((char *)e + sizeof(e->hobj), 0, sizeof(*e) - sizeof(e->hobj));
 	e->dev = d;
+	e->gpu = gpu;
+	e->layer = gpu->self;
 	int rc = gpu->ops->event_create(gpu->b, d->index, &e->be);
 	if (rc != 0) {
-		free(e);
+		event_drop(e);
 		return rc;
 	}
 	pthread_mutex_lock(&d->ev_lock);
 	if (d->nall_events == d->cap_events) {
 		unsigned cap = d->cap_events != 0 ? 2 * d->cap_events : 64;
-		struct tdm_event **all = realloc(d->all_events, cap * sizeof(*all));
+		struct tdm__event **all = realloc(d->all_events, cap * sizeof(*all));
 		if (all == NULL) {
 			pthread_mutex_unlock(&d->ev_lock);
 			gpu->ops->event_destroy(gpu->b, e->be);
-			free(e);
+			event_drop(e);
 			return -ENOMEM;
 		}
 		d->all_events = all;
@@ -56,62 +92,90 @@ int tdm__event_take(struct tdm__gdev *d, struct tdm_event **out)
 	return 0;
 }
 
-/* Back to the free list; false (and nothing done) when it is there already. */
-static bool event_push(struct tdm_event *e)
+void tdm__event_give(struct tdm__event *e)
 {
 	struct tdm__gdev *d = e->dev;
 	pthread_mutex_lock(&d->ev_lock);
-	bool was = atomic_load_explicit(&e->pooled, memory_order_relaxed);
-	if (!was) {
-		e->next_free = d->free_events;
-		d->free_events = e;
-		atomic_store_explicit(&e->pooled, true, memory_order_relaxed);
-	}
+	e->next_free = d->free_events;
+	d->free_events = e;
 	pthread_mutex_unlock(&d->ev_lock);
-	return !was;
 }
 
-void tdm__event_give(struct tdm_event *e)
+void tdm__events_fini(struct tdm__gdev *d)
 {
-	(void)event_push(e);
+	struct tdm__gpu *gpu = d->gpu;
+	for (unsigned k = 0; k < d->nall_events; k++) {
+		struct tdm__event *e = d->all_events[k];
+		gpu->ops->event_destroy(gpu->b, e->be);
+		event_drop(e); /* a user's handle not put back says destroyed from here */
+	}
+	free(d->all_events);
+	d->all_events = NULL;
+	d->nall_events = d->cap_events = 0;
 }
 
-int tdm_event_get(tdm_gpu *gpu, int device, tdm_event **out)
+static int event_get(struct tdm__gpu *gpu, int device, tdm_event **out)
 {
-	if (gpu == NULL || out == NULL)
+	if (out == NULL)
 		return -EINVAL;
 	if (gpu->ndev == 0)
 		return -ENODEV;
 	if (device < 0 || device >= gpu->ndev)
 		return -EINVAL;
-	int rc = tdm__event_take(&gpu->devs[device], out);
+	struct tdm__event *e;
+	int rc = tdm__event_take(&gpu->devs[device], &e);
+	if (rc != 0)
+		return rc;
 	/* A new owner's event is complete until it records it (tdm_await_event says so), even
 	 * when its last record, for a stream await, captured a failed operation. */
-	if (rc == 0 && gpu->ops->event_reset != NULL)
-		gpu->ops->event_reset(gpu->b, (*out)->be);
-	if (rc == 0) {
-		(*out)->last = NULL;
-		(*out)->cap_root = NULL;
-	}
-	return rc;
+	if (gpu->ops->event_reset != NULL)
+		gpu->ops->event_reset(gpu->b, e->be);
+	e->last = NULL;
+	e->cap_root = NULL;
+	/* A handle of its own, one generation past the last: the handles of its earlier owners
+	 * are refused. */
+	uint64_t h = tdm__h_renew(&event_handles, &e->hobj);
+	tdm__h_publish(&e->hobj, h);
+	*out = (tdm_event *)(uintptr_t)h;
+	return 0;
 }
 
-int tdm_event_put(tdm_event *e)
+int tdm_event_get(tdm_gpu *h, int device, tdm_event **out)
 {
+	TDM__GPU_CALL(h, event_get(gpu, device, out));
+}
+
+int tdm_event_put(tdm_event *h)
+{
+	struct tdm__event *e = tdm__event_of(h);
 	if (e == NULL)
+		return -EINVAL; /* NULL, put back already, of a destroyed layer, or not an event */
+	/* Acq_rel: of two puts of one handle, racing or not, one changes the word; its release
+	 * orders the owner's use before the event's next owner, its acquire reads e->layer as
+	 * the get published it. */
+	uint64_t want = (uint64_t)(uintptr_t)h;
+	if (!atomic_compare_exchange_strong_explicit(&e->hobj.h, &want, want | TDM__H_DEAD,
+	                                             memory_order_acq_rel, memory_order_relaxed))
 		return -EINVAL;
-	/* A second put would put it on the free list twice, for two owners to take. */
-	return event_push(e) ? 0 : -EINVAL;
+	/* Into its pool inside the layer's gate, which keeps the pool alive. A layer being
+	 * destroyed refuses: the event stays out of the pool, and the destroy, which takes back
+	 * every event its layer made, destroys it with the others. */
+	_Atomic unsigned *in;
+	int rc;
+	if (tdm__gpu_enter(e->layer, &in, &rc) != NULL) {
+		tdm__event_give(e);
+		tdm__gate_leave(in);
+	}
+	return 0;
 }
 
-int tdm_event_record(tdm_event *e, tdm_stream *s)
+int tdm__event_record(struct tdm__event *e, tdm_stream *s)
 {
-	if (e == NULL || s == NULL || !tdm__lease_held(s) || e->dev != s->dev ||
-	    tdm__event_put_back(e))
+	if (s == NULL || !tdm__lease_held(s) || e->dev != s->dev)
 		return -EINVAL;
 	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
 		return -EIO;
-	struct tdm_gpu *gpu = s->dev->gpu;
+	struct tdm__gpu *gpu = s->dev->gpu;
 	int rc = tdm__enqueued(s, gpu->ops->event_record(gpu->b, e->be, s->bs));
 	if (rc == 0) {
 		e->last = s->st;
@@ -120,16 +184,15 @@ int tdm_event_record(tdm_event *e, tdm_stream *s)
 	return rc;
 }
 
-int tdm_stream_wait_event(tdm_stream *s, tdm_event *e)
+int tdm__stream_wait_event(tdm_stream *s, struct tdm__event *e)
 {
-	if (e == NULL || s == NULL || !tdm__lease_held(s) || e->dev->gpu != s->dev->gpu ||
-	    tdm__event_put_back(e))
+	if (s == NULL || !tdm__lease_held(s) || e->gpu != s->dev->gpu)
 		return -EINVAL;
 	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
 		return -EIO;
 	if (e->last == s->st)
 		return 0; /* recorded on this stream: what follows runs after it anyway */
-	struct tdm_gpu *gpu = s->dev->gpu;
+	struct tdm__gpu *gpu = s->dev->gpu;
 	if (gpu->ops->stream_wait_event == NULL)
 		return -ENOTSUP;
 	/* Graph captures (graph.c): an edge from a record in a capture forks s into it; an edge
@@ -147,4 +210,18 @@ int tdm_stream_wait_event(tdm_stream *s, tdm_event *e)
 	if (rc == 0 && c != NULL && (rc = tdm__capture_join(s, c)) != 0)
 		(void)tdm__capture_refuse(c->root); /* joined on the device, not here: discard it */
 	return rc;
+}
+
+/* A user's event: its word checked first (one load), then s's lease, which keeps the layer,
+ * and so the event's device, alive while the call runs. */
+int tdm_event_record(tdm_event *h, tdm_stream *s)
+{
+	struct tdm__event *e = tdm__event_of(h);
+	return e != NULL ? tdm__event_record(e, s) : -EINVAL;
+}
+
+int tdm_stream_wait_event(tdm_stream *s, tdm_event *h)
+{
+	struct tdm__event *e = tdm__event_of(h);
+	return e != NULL ? tdm__stream_wait_event(s, e) : -EINVAL;
 }

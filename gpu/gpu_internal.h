@@ -24,6 +24,7 @@
 #include "base/cpu.h"
 #include "base/ec.h"
 #include "base/gate.h"
+#include "base/handle.h"
 #include "base/stack.h"
 #include "executor/await.h"
 #include "tandem_gpu.h"
@@ -31,6 +32,8 @@
 #define TDM__PRIO_CLASSES 2 /* normal, high */
 
 struct tdm__gdev;
+struct tdm__gpu;
+struct tdm__event;
 
 /* A stream of a device's set, shared by the leases that hold it. */
 struct tdm__stream {
@@ -127,17 +130,20 @@ struct tdm_stream {
 int tdm__capture_refuse(struct tdm_stream *s);
 /* graph.c: the capture an event recorded on s belongs to (tdm_event_record), and whether e's
  * record is part of a capture still open (tdm_stream_wait_event, tdm_await_event). */
-void tdm__capture_note_record(struct tdm_event *e, struct tdm_stream *s);
-struct tdm__capture *tdm__capture_of_event(const struct tdm_event *e);
+void tdm__capture_note_record(struct tdm__event *e, struct tdm_stream *s);
+struct tdm__capture *tdm__capture_of_event(const struct tdm__event *e);
 /* graph.c: s waits on e, recorded in capture c: s joins c. -EINVAL (s shared, or in another
  * capture), -ENOMEM. */
 int tdm__capture_join(struct tdm_stream *s, struct tdm__capture *c);
 /* graph.c: at tdm_stream_release of a capturing root: ends and discards its capture. -EBUSY:
  * s only joined a capture, or this thread cannot end it. */
 int tdm__capture_release(struct tdm_stream *s);
+/* dag.c: the DAGs left at tdm_gpu_destroy, destroyed (their handles refused from then). */
+struct tdm__dag;
+void tdm__dags_fini(struct tdm__gpu *gpu);
 /* graph.c: the graphs, their cache and the captures left open, with the layer's life. */
-int tdm__graphs_init(struct tdm_gpu *gpu);
-void tdm__graphs_fini(struct tdm_gpu *gpu);
+int tdm__graphs_init(struct tdm__gpu *gpu);
+void tdm__graphs_fini(struct tdm__gpu *gpu);
 
 /* Whether s is a lease still held (tdm_stream's note). */
 static inline bool tdm__lease_held(const struct tdm_stream *s)
@@ -164,10 +170,19 @@ enum {
 	TDM__BALANCE_SLOW,   /* default: unless the own stream is quick (adaptive completion) */
 };
 
-struct tdm_event {
+/*
+ * An event: a device's pooled one (stream awaits take them, and users through tdm_event_get), in
+ * the events' handle table (events.c, base/handle.h): type-stable, so that a stale handle, put
+ * back or of a destroyed layer, is refused by its word and never reads freed memory. Its word
+ * holds a handle while a user holds the event (tdm_event_get to tdm_event_put), and says dead
+ * while it is in its pool or lent to a stream await. A DAG's own events (dag.c) are allocated
+ * apart, never handed out, their word 0.
+ */
+struct tdm__event {
+	struct tdm__hobj hobj;
 	struct tdm__gdev *dev;
 	void *be; /* the backend's event */
-	struct tdm_event *next_free;
+	struct tdm__event *next_free;
 	uint64_t seq; /* while a stream await holds it: the await's place on the stream */
 	/* The stream of its latest tdm_event_record, by its owner: an edge from it to the same
 	 * stream is in stream order already (tdm_stream_wait_event). NULL: none since taken. */
@@ -175,20 +190,17 @@ struct tdm_event {
 	/* Recorded in a capture (graph.c): its root and that root's cap_gen then; NULL: not. */
 	struct tdm_stream *cap_root;
 	uint64_t cap_gen;
-	/* In the device's free list: a second tdm_event_put, and a record or await after a put,
-	 * are refused. Written under ev_lock; read relaxed outside it, as a check of misuse. */
-	_Atomic bool pooled;
+	/* Its layer and that layer's handle, for the calls that must enter the layer's gate
+	 * before they touch the pool (tdm_event_put, tdm_await_event). */
+	struct tdm__gpu *gpu;
+	tdm_gpu *layer;
 };
-
-/* events.c allocates each event as one cache line. */
-_Static_assert(sizeof(struct tdm_event) <= TDM__CACHELINE, "a tdm_event fits its cache line");
 
 /* Status check of a device that made no progress (poller.c), and of a device a lease finds
  * where the backend cannot say it is dead without a query (streams.c, found_dead). */
 #define TDM__CHECK_NS 1000000ull
-
 struct tdm__gdev {
-	struct tdm_gpu *gpu;
+	struct tdm__gpu *gpu;
 	int index;
 	struct tdm__device_info info;
 	bool words;        /* completion words possible and allowed */
@@ -210,8 +222,8 @@ struct tdm__gdev {
 	/* Pooled events, under ev_lock, which is held only for list work, never across a driver
 	 * call (the poller takes it to give events back). */
 	pthread_mutex_t ev_lock;
-	struct tdm_event *free_events;
-	struct tdm_event **all_events; /* every event ever made, for destroy */
+	struct tdm__event *free_events;
+	struct tdm__event **all_events; /* every event ever made, for destroy */
 	unsigned nall_events, cap_events;
 	/* Staged copies whose host function has not run yet (memory.c), under stage_lock, held
 	 * only for list work: a dead context skips host functions, so the device's failure gives
@@ -226,8 +238,24 @@ struct tdm__gdev {
 
 struct tdm__pinned; /* pinned.c */
 
-struct tdm_gpu {
-	tdm_executor *ex;
+/*
+ * A GPU layer, in its handle table (base/handle.h, layer.c): type-stable, so that a call with a
+ * stale handle, or one racing the destroy, touches memory that stays. The first part is kept
+ * across the object's reuse, because such calls may still touch it (balanced: each adds and
+ * takes away); create zeroes the rest, from `ex`.
+ */
+struct tdm__gpu {
+	struct tdm__hobj hobj; /* its word: the handle it answers to (tdm__gpu_enter) */
+	/* Registered awaits not yet completed; with `stopping` decides when the poller exits.
+	 * tdm__await_register's Dekker pair is with the handle's word. */
+	_Alignas(TDM__CACHELINE) _Atomic int64_t active;
+	/* tdm_stream_lease and the other calls on the layer in flight, closed by the destroy's
+	 * store of the handle's word (base/gate.h, tdm__gate_enter_h). */
+	struct tdm__gate leases;
+
+	/* Zeroed by create from here. */
+	_Alignas(TDM__CACHELINE) tdm_executor *ex;
+	tdm_gpu *self; /* its handle, for the calls it makes on itself through the API */
 	/* Diagnostic switches (tdm_gpu_debug, testing/tandem_sim.h), set before the layer is used:
 	 * workers may watch their own word awaits; shared leases' two choices, TDM__BALANCE_SLOW by
 	 * default. */
@@ -252,11 +280,8 @@ struct tdm_gpu {
 	/* Awaits handed to the poller, newest first. */
 	_Alignas(TDM__CACHELINE) struct tdm__stack submit;
 	struct ck_ec32 ec; /* bumped after a submit; the idle poller sleeps on it */
-	/* Registered awaits not yet completed; with `stopping` decides when the poller exits. */
-	_Alignas(TDM__CACHELINE) _Atomic int64_t active;
-	_Atomic int stopping;
-	/* tdm_stream_lease calls in flight, closed by stopping (base/gate.h). */
-	struct tdm__gate leases;
+	/* Set by the destroy once it closed the handle: the poller ends when no await is left. */
+	_Alignas(TDM__CACHELINE) _Atomic int stopping;
 	/* Placement's rotation: written on every TDM_DEVICE_ANY lease, so kept off the line of
 	 * ops, b and devs at the top, which every launch reads. */
 	_Atomic unsigned place_rr;
@@ -269,7 +294,9 @@ struct tdm_gpu {
 	struct tdm__lease_list lease_free;     /* lease_lock */
 	struct tdm__lease_chunk *lease_chunks; /* lease_lock */
 	/* The device schedulers alive, for tdm_gpu_destroy's message (dsched.c). */
-	struct tdm_dsched *dsched_list; /* lease_lock */
+	struct tdm__dsched *dsched_list; /* lease_lock */
+	/* The DAGs alive (dag.c), destroyed by tdm_gpu_destroy where left. */
+	struct tdm__dag *dags; /* lease_lock */
 
 	/* Graphs (graph.c): every handle, those free (oldest first), the open captures, and
 	 * tdm_graph_run's cache. */
@@ -306,6 +333,61 @@ struct tdm_gpu {
 	struct tdm__metrics *metrics; /* metrics.c: made by create, freed by destroy; read-only */
 };
 
+/* The GPU layers' handle table (layer.c, base/handle.h): 16 layers a chunk, 65536 at once. */
+#define TDM__GPU_TAG 0x11u
+#define TDM__GPU_SHIFT 4
+#define TDM__GPU_CHUNKS 4096
+extern char *_Atomic tdm__gpu_chunks[TDM__GPU_CHUNKS];
+
+/* The object handle h may name (its word not checked yet), or NULL: not a layer's handle. */
+static inline struct tdm__gpu *tdm__gpu_find(const tdm_gpu *h)
+{
+	return (struct tdm__gpu *)tdm__h_find(tdm__gpu_chunks, TDM__GPU_TAG, TDM__GPU_SHIFT,
+	                                      TDM__GPU_CHUNKS, sizeof(struct tdm__gpu), h);
+}
+
+/* -EINVAL where h is no layer's handle, -ESHUTDOWN where its layer's destroy began (or ended):
+ * the refusal of a check that read `now` in the layer's word. */
+static inline int tdm__gpu_refusal(const struct tdm__gpu *gpu, const tdm_gpu *h, uint64_t now)
+{
+	return tdm__h_why(gpu, h, now) == TDM__H_NOT_HANDLE ? -EINVAL : -ESHUTDOWN;
+}
+
+/*
+ * Enters the layer handle h names, through its gate: the layer, live until tdm__gate_leave(*in)
+ * (its destroy drains the gate before it frees anything), or NULL with *rc the refusal. The
+ * check is the gate's own load (base/gate.h): a lease pays nothing more than before handles.
+ */
+static inline struct tdm__gpu *tdm__gpu_enter(const tdm_gpu *h, _Atomic unsigned **in, int *rc)
+{
+	struct tdm__gpu *gpu = tdm__gpu_find(h);
+	if (gpu == NULL) {
+		*rc = -EINVAL;
+		return NULL;
+	}
+	uint64_t now;
+	*in = tdm__gate_enter_h(&gpu->leases, &gpu->hobj.h, (uint64_t)(uintptr_t)h, &now);
+	if (*in == NULL) {
+		*rc = tdm__gpu_refusal(gpu, h, now);
+		return NULL;
+	}
+	return gpu;
+}
+
+/* The body of a public call on a layer: enters the gate of handle h (tdm__gpu_enter), returns
+ * `call`'s result with `gpu` the layer, and leaves; the refusal when h is not let in. */
+#define TDM__GPU_CALL(h, call)                                                                     \
+	do {                                                                                       \
+		_Atomic unsigned *in_;                                                             \
+		int rc_;                                                                           \
+		struct tdm__gpu *gpu = tdm__gpu_enter((h), &in_, &rc_);                            \
+		if (gpu == NULL)                                                                   \
+			return rc_;                                                                \
+		rc_ = (call);                                                                      \
+		tdm__gate_leave(in_);                                                              \
+		return rc_;                                                                        \
+	} while (0)
+
 /* A suspended task's await slot (executor/await.h): obj says what it awaits here, seq a number. */
 #define TDM__AW(t) tdm__await_of(t)
 
@@ -324,12 +406,13 @@ enum {
 /* poller.c */
 void *tdm__poller_main(void *arg);
 /* Hands a suspended task's await to the poller. */
-void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t);
-/* await.c: counts an await in gpu->active unless the layer is stopping (-ESHUTDOWN). */
-int tdm__await_register(struct tdm_gpu *gpu);
+void tdm__poller_submit(struct tdm__gpu *gpu, struct tdm__task *t);
+/* await.c: counts an await in gpu->active while the layer's word is `want` (the layer's handle:
+ * its destroy has not begun); else -ESHUTDOWN, or -EINVAL where want is no handle of gpu's. */
+int tdm__await_register(struct tdm__gpu *gpu, const tdm_gpu *want);
 /* await.c: tdm__poller_submit for an await whose task may be resumed, and the layer freed,
  * before the call returns (one held by nothing tdm_gpu_destroy waits for but `active`). */
-void tdm__await_submit(struct tdm_gpu *gpu, struct tdm__task *t);
+void tdm__await_submit(struct tdm__gpu *gpu, struct tdm__task *t);
 /* work.c: an operation's -EIO (rc) may come from a dead device; if the stream says -EIO too, the
  * device is marked failed (leases and awaits on it fail at once from here on). True then. */
 bool tdm__fail_if_dead(struct tdm__stream *s, int rc);
@@ -377,14 +460,22 @@ void tdm__launch_end(struct tdm_stream *s);
 uint64_t tdm__look_step(uint64_t now, uint64_t moved_ns, uint64_t typical_ns, uint64_t lead,
                         uint64_t late, unsigned stalled);
 
+/* pinned.c: tdm_pinned_alloc and _free for the layer's own use (staging, schedulers, pipelines),
+ * on a layer its caller knows alive. */
+int tdm__pinned_alloc(struct tdm__gpu *gpu, size_t bytes, void **out);
+int tdm__pinned_free(struct tdm__gpu *gpu, void *p);
+int tdm__pinned_stats_get(struct tdm__gpu *gpu, tdm_pinned_stats *out);
+/* memory.c: tdm_device_alloc and _free likewise. */
+int tdm__device_alloc(struct tdm__gpu *gpu, int device, size_t bytes, void **out);
+int tdm__device_free(struct tdm__gpu *gpu, int device, void *p);
 /* pinned.c: the pool's life, with the tdm_gpu's */
-int tdm__pinned_init(struct tdm_gpu *gpu);
-void tdm__pinned_fini(struct tdm_gpu *gpu);
+int tdm__pinned_init(struct tdm__gpu *gpu);
+void tdm__pinned_fini(struct tdm__gpu *gpu);
 /* 1 if p lies in one of the pool's chunks. */
-int tdm__pinned_owns(struct tdm_gpu *gpu, const void *p);
+int tdm__pinned_owns(struct tdm__gpu *gpu, const void *p);
 
 /* memory.c */
-int tdm__is_pinned(struct tdm_gpu *gpu, const void *p);
+int tdm__is_pinned(struct tdm__gpu *gpu, const void *p);
 int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind);
 
 /* topology/layer.c: the devices' facts and decisions, from the backend (cuda: live discovery; sim:
@@ -393,34 +484,39 @@ int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, 
  * open and gpu->ndev set, before the config's defaults are filled in (a nonzero launch_limit or
  * streams_per_device counts as the user's choice). -ENOMEM. */
 struct tdm__topology;
-int tdm__topology_for_backend(struct tdm_gpu *gpu);
+int tdm__topology_for_backend(struct tdm__gpu *gpu);
 void tdm__topology_free(struct tdm__topology *t);
 
 /* events.c */
-int tdm__event_take(struct tdm__gdev *d, struct tdm_event **out);
-void tdm__event_give(struct tdm_event *e);
+int tdm__event_take(struct tdm__gdev *d, struct tdm__event **out);
+void tdm__event_give(struct tdm__event *e);
 
-/* Whether e is back in its pool: its owner put it. Relaxed: a check of misuse (a record or an
- * await racing the owner's own put is not caught). */
-static inline bool tdm__event_put_back(const struct tdm_event *e)
-{
-	return atomic_load_explicit(&e->pooled, memory_order_relaxed);
-}
+/* events.c: the event handle h names, held by a user now (its word is h), or NULL. One load of
+ * the word, after the arithmetic of the find. */
+struct tdm__event *tdm__event_of(const tdm_event *h);
+/* events.c: tdm_event_record and tdm_stream_wait_event on an event the caller holds (a DAG's,
+ * a pipeline's, or a checked handle's). */
+int tdm__event_record(struct tdm__event *e, struct tdm_stream *s);
+int tdm__stream_wait_event(struct tdm_stream *s, struct tdm__event *e);
+/* await.c: tdm_await_event on an event the caller holds (a pipeline's pooled one). */
+int tdm__await_event(tdm_task *t, struct tdm__event *e);
+/* events.c: a layer's events back to the table, their backend events destroyed (destroy). */
+void tdm__events_fini(struct tdm__gdev *d);
 
 /* streams.c: the streams of priority class c on d that nobody holds exclusively (those not made
  * yet among them): a snapshot, for a holder that must leave one to shared leases. */
 unsigned tdm__streams_open(const struct tdm__gdev *d, int c);
 /* The lease handles' lists, with the layer's life: -ENOMEM; fini is safe on a zeroed gpu. */
-int tdm__leases_init(struct tdm_gpu *gpu);
-void tdm__leases_fini(struct tdm_gpu *gpu);
+int tdm__leases_init(struct tdm__gpu *gpu);
+void tdm__leases_fini(struct tdm__gpu *gpu);
 /* "task NAME" for a task function recorded by tdm__task_fn_now (its tdm_task_name, else its
  * symbol), "a thread outside any task" for 0 (streams.c). */
 void tdm__task_who(uintptr_t task, char *out, size_t len);
 /* tdm_gpu_destroy, past its drain of the leases' gate, has waited waited_s seconds: a line on
  * stderr for each lease still held (device, stream, the task that took it); returns how many. */
-unsigned tdm__leases_say(struct tdm_gpu *gpu, unsigned waited_s);
+unsigned tdm__leases_say(struct tdm__gpu *gpu, unsigned waited_s);
 /* The same for each device scheduler not destroyed (dsched.c). */
-unsigned tdm__dscheds_say(struct tdm_gpu *gpu, unsigned waited_s);
+unsigned tdm__dscheds_say(struct tdm__gpu *gpu, unsigned waited_s);
 
 /* layer.c */
 void tdm__device_fail(struct tdm__gdev *d);

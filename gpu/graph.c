@@ -9,10 +9,12 @@
  * thread only, so work and awaits check it with one load of a line they read anyway. A call the
  * capture refuses marks it abandoned (tdm__capture_refuse); its end then discards it.
  *
- * Graph handles: allocated once and kept until the layer goes, like lease handles, so that a
- * destroyed one is refused (-EINVAL) rather than read after a free; free ones are reused oldest
- * first. Each has a lock, taken by its launches, updates and destroy: the driver's graph objects
- * are not thread-safe, and a launch racing a destroy must find the graph dead, not freed.
+ * Graph handles: objects of the graphs' handle table (base/handle.h), never freed, so that a
+ * destroyed graph, or one of a destroyed layer, is refused (-EINVAL) by its word rather than read
+ * after a free; free ones are reused oldest first. Each has a lock, taken by its launches,
+ * updates and destroy: the driver's graph objects are not thread-safe, and a launch racing a
+ * destroy must find the graph dead, not freed. Its word changes only under that lock. A layer
+ * keeps its live graphs on a list (graph_lock), and its destroy destroys those left.
  *
  * The cache: (key, stream) -> entry, in a ConcurrencyKit hash table under one lock, with a list
  * in order of use for eviction. An entry counts the direct runs of its key until it is captured.
@@ -30,15 +32,42 @@
 #include "stamps.h"
 #include "tandem_graph.h"
 
-struct tdm_graph {
-	struct tdm_gpu *gpu;   /* for life */
-	pthread_mutex_t lock;  /* dev, src, exec, live */
-	struct tdm__gdev *dev; /* the device its capture ran on */
-	void *src, *exec;      /* the source graph (kept for updates) and the executable one */
-	bool live;
-	struct tdm_graph *next_free; /* free list (graph_lock) */
-	struct tdm_graph *next_all;  /* every handle (graph_lock) */
+struct tdm__graph {
+	struct tdm__hobj hobj; /* its word: the handle while live (changed under lock) */
+	pthread_mutex_t lock;  /* dev, src, exec, the word's changes */
+	struct tdm__gpu *gpu;
+	struct tdm__gdev *dev;          /* the device its capture ran on */
+	void *src, *exec;               /* the source graph (kept for updates) and the executable */
+	struct tdm__graph *next, *prev; /* the layer's live graphs (graph_lock) */
+	bool linked;
 };
+
+/* 64 graphs a chunk, a million at once. */
+#define GRAPH_TAG 0x1du
+#define GRAPH_SHIFT 6
+#define GRAPH_CHUNKS 16384
+static char *_Atomic graph_chunks[GRAPH_CHUNKS];
+static struct tdm__htable graph_handles = TDM__HTABLE_INIT(
+    "graph", GRAPH_TAG, GRAPH_SHIFT, GRAPH_CHUNKS, struct tdm__graph, graph_chunks);
+
+/* The graph handle h names if it is live now (one load of its word), else NULL. Acquire: pairs
+ * with the publication of the word in graph_new; its mutex is initialised. A caller locks it and
+ * checks again (graph_live): a destroy may come in between. */
+static struct tdm__graph *graph_of(const tdm_graph *h)
+{
+	struct tdm__graph *g = tdm__h_find(graph_chunks, GRAPH_TAG, GRAPH_SHIFT, GRAPH_CHUNKS,
+	                                   sizeof(struct tdm__graph), h);
+	if (g == NULL ||
+	    atomic_load_explicit(&g->hobj.h, memory_order_acquire) != (uint64_t)(uintptr_t)h)
+		return NULL;
+	return g;
+}
+
+/* Under g->lock: whether g is still h's. Relaxed: the word changes only under that lock. */
+static bool graph_live(struct tdm__graph *g, const tdm_graph *h)
+{
+	return atomic_load_explicit(&g->hobj.h, memory_order_relaxed) == (uint64_t)(uintptr_t)h;
+}
 
 struct gkey {
 	uint64_t key;
@@ -56,7 +85,7 @@ struct gentry {
 
 struct tdm__graphs {
 	pthread_mutex_t graph_lock; /* handles and open captures */
-	struct tdm_graph *all, *free_head, *free_tail;
+	struct tdm__graph *live;    /* the layer's live graphs */
 	struct tdm__capture *open;
 
 	pthread_mutex_t cache_lock; /* everything below */
@@ -78,7 +107,7 @@ int tdm__capture_refuse(struct tdm_stream *s)
 	return -EBUSY;
 }
 
-void tdm__capture_note_record(struct tdm_event *e, struct tdm_stream *s)
+void tdm__capture_note_record(struct tdm__event *e, struct tdm_stream *s)
 {
 	struct tdm__capture *c = s->cap;
 	if (c == NULL) {
@@ -89,7 +118,7 @@ void tdm__capture_note_record(struct tdm_event *e, struct tdm_stream *s)
 	e->cap_gen = c->root->cap_gen;
 }
 
-struct tdm__capture *tdm__capture_of_event(const struct tdm_event *e)
+struct tdm__capture *tdm__capture_of_event(const struct tdm__event *e)
 {
 	const struct tdm_stream *r = e->cap_root;
 	if (r == NULL)
@@ -132,7 +161,7 @@ static void unlink_open(struct tdm__graphs *gs, struct tdm__capture *c)
  * one); the backend's result, where -EINVAL (it had no capture to end) reads -ECANCELED. The
  * callers check the thread first: from another one the backend cannot end it (the sim keeps
  * it until its streams go, CUDA terminates it), and tandem's state is cleared all the same. */
-static int capture_finish(struct tdm_gpu *gpu, struct tdm__capture *c, void **src)
+static int capture_finish(struct tdm__gpu *gpu, struct tdm__capture *c, void **src)
 {
 	struct tdm_stream *root = c->root;
 	*src = NULL;
@@ -159,7 +188,7 @@ int tdm__capture_release(struct tdm_stream *s)
 		return 0;
 	if (c->root != s || !pthread_equal(c->thread, pthread_self()))
 		return -EBUSY;
-	struct tdm_gpu *gpu = s->dev->gpu;
+	struct tdm__gpu *gpu = s->dev->gpu;
 	void *src;
 	atomic_store_explicit(&c->abandoned, true, memory_order_relaxed);
 	capture_finish(gpu, c, &src);
@@ -176,7 +205,7 @@ int tdm_graph_capture_begin(tdm_stream *s)
 		return -EBUSY;
 	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
 		return -EIO;
-	struct tdm_gpu *gpu = s->dev->gpu;
+	struct tdm__gpu *gpu = s->dev->gpu;
 	if (gpu->ops->capture_begin == NULL)
 		return -ENOTSUP;
 	int rc = gpu->ops->capture_begin(gpu->b, s->bs);
@@ -199,40 +228,8 @@ int tdm_graph_capture_begin(tdm_stream *s)
 
 /* ---- graph handles --------------------------------------------------------------------- */
 
-static struct tdm_graph *handle_get(struct tdm_gpu *gpu)
-{
-	struct tdm__graphs *gs = gpu->graphs;
-	pthread_mutex_lock(&gs->graph_lock);
-	struct tdm_graph *g = gs->free_head;
-	if (g != NULL) {
-		gs->free_head = g->next_free;
-		if (gs->free_head == NULL)
-			gs->free_tail = NULL;
-	} else if ((g = calloc(1, sizeof(*g))) != NULL) {
-		g->gpu = gpu;
-		pthread_mutex_init(&g->lock, NULL);
-		g->next_all = gs->all;
-		gs->all = g;
-	}
-	pthread_mutex_unlock(&gs->graph_lock);
-	return g;
-}
-
-static void handle_put(struct tdm_gpu *gpu, struct tdm_graph *g)
-{
-	struct tdm__graphs *gs = gpu->graphs;
-	pthread_mutex_lock(&gs->graph_lock);
-	g->next_free = NULL;
-	if (gs->free_tail != NULL)
-		gs->free_tail->next_free = g;
-	else
-		gs->free_head = g;
-	gs->free_tail = g;
-	pthread_mutex_unlock(&gs->graph_lock);
-}
-
 /* A new graph handle for d from src: TDM_GRAPH_INSTANTIATED, or a negative errno (src freed). */
-static int graph_new(struct tdm_gpu *gpu, struct tdm__gdev *d, void *src, struct tdm_graph **out)
+static int graph_new(struct tdm__gpu *gpu, struct tdm__gdev *d, void *src, tdm_graph **out)
 {
 	void *exec;
 	int rc = gpu->ops->graph_instantiate(gpu->b, src, &exec);
@@ -240,30 +237,61 @@ static int graph_new(struct tdm_gpu *gpu, struct tdm__gdev *d, void *src, struct
 		gpu->ops->graph_free(gpu->b, src);
 		return rc;
 	}
-	struct tdm_graph *g = handle_get(gpu);
+	uint64_t h;
+	struct tdm__graph *g = tdm__h_take(&graph_handles, &h);
 	if (g == NULL) {
 		gpu->ops->graph_exec_free(gpu->b, exec);
 		gpu->ops->graph_free(gpu->b, src);
 		return -ENOMEM;
 	}
+	/* Relaxed: a word of 0 is an object never used, whose lock is made here once. */
+	if (atomic_load_explicit(&g->hobj.h, memory_order_relaxed) == 0)
+		pthread_mutex_init(&g->lock, NULL);
+	struct tdm__graphs *gs = gpu->graphs;
 	pthread_mutex_lock(&g->lock);
+	g->gpu = gpu;
 	g->dev = d;
 	g->src = src;
 	g->exec = exec;
-	g->live = true;
+	pthread_mutex_lock(&gs->graph_lock);
+	g->prev = NULL;
+	g->next = gs->live;
+	if (g->next != NULL)
+		g->next->prev = g;
+	gs->live = g;
+	g->linked = true;
+	pthread_mutex_unlock(&gs->graph_lock);
+	tdm__h_publish(&g->hobj, h);
 	pthread_mutex_unlock(&g->lock);
-	atomic_fetch_add_explicit(&gpu->graphs->n_inst, 1, memory_order_relaxed);
-	*out = g;
+	atomic_fetch_add_explicit(&gs->n_inst, 1, memory_order_relaxed);
+	*out = (tdm_graph *)(uintptr_t)h;
 	return TDM_GRAPH_INSTANTIATED;
+}
+
+/* Under g->lock, g live: frees its graphs and marks it dead; the caller gives it back to the
+ * table (graph_put) once the lock is dropped. Release: the frees happen before a check that
+ * reads the word dead. */
+static void graph_kill(struct tdm__graph *g)
+{
+	g->gpu->ops->graph_exec_free(g->gpu->b, g->exec);
+	g->gpu->ops->graph_free(g->gpu->b, g->src);
+	g->exec = g->src = NULL;
+	uint64_t w = atomic_load_explicit(&g->hobj.h, memory_order_relaxed);
+	atomic_store_explicit(&g->hobj.h, w | TDM__H_DEAD, memory_order_release);
 }
 
 /* g's work becomes src's: in place where the topology allows, else a new executable graph.
  * src is taken in every case. */
-static int graph_replace(struct tdm_gpu *gpu, struct tdm__gdev *d, struct tdm_graph *g, void *src)
+static int graph_replace(struct tdm__gpu *gpu, struct tdm__gdev *d, const tdm_graph *h, void *src)
 {
 	const struct tdm__backend_ops *ops = gpu->ops;
+	struct tdm__graph *g = graph_of(h);
+	if (g == NULL) {
+		ops->graph_free(gpu->b, src);
+		return -EINVAL;
+	}
 	pthread_mutex_lock(&g->lock);
-	if (!g->live || g->dev != d) {
+	if (!graph_live(g, h) || g->gpu != gpu || g->dev != d) {
 		pthread_mutex_unlock(&g->lock);
 		ops->graph_free(gpu->b, src);
 		return -EINVAL;
@@ -299,7 +327,7 @@ int tdm_graph_capture_end(tdm_stream *s, tdm_graph **g)
 	struct tdm__capture *c = s->cap; /* once: another thread's misuse may race the end */
 	if (c == NULL || c->root != s || !pthread_equal(c->thread, pthread_self()))
 		return -EINVAL;
-	struct tdm_gpu *gpu = s->dev->gpu;
+	struct tdm__gpu *gpu = s->dev->gpu;
 	bool abandoned = atomic_load_explicit(&c->abandoned, memory_order_relaxed);
 	void *src;
 	int rc = capture_finish(gpu, c, &src);
@@ -309,8 +337,6 @@ int tdm_graph_capture_end(tdm_stream *s, tdm_graph **g)
 		rc = -ECANCELED;
 	if (rc == 0 && atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
 		rc = -EIO;
-	if (rc == 0 && *g != NULL && (*g)->gpu != gpu)
-		rc = -EINVAL;
 	if (rc != 0) {
 		if (src != NULL)
 			gpu->ops->graph_free(gpu->b, src);
@@ -321,18 +347,19 @@ int tdm_graph_capture_end(tdm_stream *s, tdm_graph **g)
 	return graph_replace(gpu, s->dev, *g, src);
 }
 
-int tdm_graph_launch(tdm_stream *s, tdm_graph *g)
+int tdm_graph_launch(tdm_stream *s, tdm_graph *h)
 {
+	struct tdm__graph *g = graph_of(h); /* its word: one load */
 	if (s == NULL || g == NULL || !tdm__lease_held(s) || g->gpu != s->dev->gpu)
 		return -EINVAL;
 	if (s->cap != NULL)
 		return tdm__capture_refuse(s);
 	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
 		return -EIO;
-	struct tdm_gpu *gpu = s->dev->gpu;
+	struct tdm__gpu *gpu = s->dev->gpu;
 	pthread_mutex_lock(&g->lock);
 	int rc = -EINVAL;
-	if (g->live && g->dev == s->dev) {
+	if (graph_live(g, h) && g->dev == s->dev) {
 		tdm__launch_begin(s, TDM__SPAN_GRAPH, 0);
 		rc = gpu->ops->graph_launch(gpu->b, g->exec, s->bs);
 		tdm__launch_end(s);
@@ -341,22 +368,33 @@ int tdm_graph_launch(tdm_stream *s, tdm_graph *g)
 	return tdm__enqueued(s, rc);
 }
 
-int tdm_graph_destroy(tdm_graph *g)
+int tdm_graph_destroy(tdm_graph *h)
 {
+	struct tdm__graph *g = graph_of(h);
 	if (g == NULL)
-		return -EINVAL;
-	struct tdm_gpu *gpu = g->gpu;
+		return -EINVAL; /* NULL, destroyed (by a call or with its layer), or not a graph */
 	pthread_mutex_lock(&g->lock);
-	if (!g->live) {
+	if (!graph_live(g, h)) {
 		pthread_mutex_unlock(&g->lock);
 		return -EINVAL;
 	}
-	g->live = false;
-	gpu->ops->graph_exec_free(gpu->b, g->exec);
-	gpu->ops->graph_free(gpu->b, g->src);
-	g->exec = g->src = NULL;
+	/* Off the layer's list with g's lock held: the layer's destroy, which frees the list,
+	 * waits for this lock on every graph it took off the list before it frees anything. */
+	struct tdm__graphs *gs = g->gpu->graphs;
+	pthread_mutex_lock(&gs->graph_lock);
+	if (g->linked) {
+		if (g->prev != NULL)
+			g->prev->next = g->next;
+		else
+			gs->live = g->next;
+		if (g->next != NULL)
+			g->next->prev = g->prev;
+		g->linked = false;
+	}
+	pthread_mutex_unlock(&gs->graph_lock);
+	graph_kill(g);
 	pthread_mutex_unlock(&g->lock);
-	handle_put(gpu, g);
+	tdm__h_put(&graph_handles, &g->hobj);
 	return 0;
 }
 
@@ -532,7 +570,7 @@ int tdm_graph_run(tdm_stream *s, uint64_t key, tdm_graph_step step, void *arg, u
 		return tdm__capture_refuse(s);
 	if (atomic_load_explicit(&s->dev->failed, memory_order_relaxed))
 		return -EIO;
-	struct tdm_gpu *gpu = s->dev->gpu;
+	struct tdm__gpu *gpu = s->dev->gpu;
 	struct tdm__graphs *gs = gpu->graphs;
 	if (gpu->ops->capture_begin == NULL) {
 		int rc =
@@ -583,14 +621,14 @@ int tdm_graph_run(tdm_stream *s, uint64_t key, tdm_graph_step step, void *arg, u
 	return rc;
 }
 
-int tdm_graph_forget(tdm_gpu *gpu, uint64_t key)
+int tdm_graph_forget(tdm_gpu *h, uint64_t key)
 {
+	/* Through the layer's gate: destroy frees the cache after its drain. */
+	_Atomic unsigned *gate;
+	int rc;
+	struct tdm__gpu *gpu = tdm__gpu_enter(h, &gate, &rc);
 	if (gpu == NULL)
-		return -EINVAL;
-	/* Through the leases' gate: destroy frees the cache after its drain. */
-	_Atomic unsigned *gate = tdm__gate_enter(&gpu->leases, &gpu->stopping);
-	if (gate == NULL)
-		return -ESHUTDOWN;
+		return rc;
 	struct tdm__graphs *gs = gpu->graphs;
 	struct gentry *drop = NULL;
 	bool found = false;
@@ -618,13 +656,17 @@ int tdm_graph_forget(tdm_gpu *gpu, uint64_t key)
 	return found ? 0 : -ENOENT;
 }
 
-int tdm_graph_stats_get(tdm_gpu *gpu, tdm_graph_stats *out)
+int tdm_graph_stats_get(tdm_gpu *h, tdm_graph_stats *out)
 {
-	if (gpu == NULL || out == NULL)
+	_Atomic unsigned *gate;
+	int rc;
+	struct tdm__gpu *gpu = tdm__gpu_enter(h, &gate, &rc);
+	if (gpu == NULL)
+		return rc;
+	if (out == NULL) {
+		tdm__gate_leave(gate);
 		return -EINVAL;
-	_Atomic unsigned *gate = tdm__gate_enter(&gpu->leases, &gpu->stopping);
-	if (gate == NULL)
-		return -ESHUTDOWN;
+	}
 	struct tdm__graphs *gs = gpu->graphs;
 	*out = (tdm_graph_stats){
 	    .direct = atomic_load_explicit(&gs->n_direct, memory_order_relaxed),
@@ -643,7 +685,7 @@ int tdm_graph_stats_get(tdm_gpu *gpu, tdm_graph_stats *out)
 
 /* ---- the layer's life ------------------------------------------------------------------ */
 
-int tdm__graphs_init(struct tdm_gpu *gpu)
+int tdm__graphs_init(struct tdm__gpu *gpu)
 {
 	struct tdm__graphs *gs = calloc(1, sizeof(*gs));
 	if (gs == NULL)
@@ -662,7 +704,7 @@ int tdm__graphs_init(struct tdm_gpu *gpu)
 	return 0;
 }
 
-void tdm__graphs_fini(struct tdm_gpu *gpu)
+void tdm__graphs_fini(struct tdm__gpu *gpu)
 {
 	struct tdm__graphs *gs = gpu->graphs;
 	if (gs == NULL)
@@ -683,15 +725,30 @@ void tdm__graphs_fini(struct tdm_gpu *gpu)
 		entry_free(e);
 	}
 	ck_ht_destroy(&gs->ht);
-	while (gs->all != NULL) {
-		struct tdm_graph *g = gs->all;
-		gs->all = g->next_all;
-		if (g->live) {
-			gpu->ops->graph_exec_free(gpu->b, g->exec);
-			gpu->ops->graph_free(gpu->b, g->src);
+	/* The graphs left: destroyed here (tandem_graph.h), their handles refused from now. One
+	 * destroyed by its own call meanwhile is off the list already, or dead once its lock is
+	 * had. */
+	for (;;) {
+		pthread_mutex_lock(&gs->graph_lock);
+		struct tdm__graph *g = gs->live;
+		if (g != NULL) {
+			gs->live = g->next;
+			if (g->next != NULL)
+				g->next->prev = NULL;
+			g->linked = false;
 		}
-		pthread_mutex_destroy(&g->lock);
-		free(g);
+		pthread_mutex_unlock(&gs->graph_lock);
+		if (g == NULL)
+			break;
+		pthread_mutex_lock(&g->lock);
+		/* Relaxed: under the lock, as graph_live. */
+		bool live =
+		    (atomic_load_explicit(&g->hobj.h, memory_order_relaxed) & TDM__H_STATE) == 0;
+		if (live)
+			graph_kill(g);
+		pthread_mutex_unlock(&g->lock);
+		if (live)
+			tdm__h_put(&graph_handles, &g->hobj);
 	}
 	pthread_mutex_destroy(&gs->graph_lock);
 	pthread_mutex_destroy(&gs->cache_lock);

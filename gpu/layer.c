@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -74,7 +75,7 @@ static int pick_backend(tdm_gpu_config *cfg, const struct tdm__backend_ops **out
 	}
 }
 
-static void destroy_devices(struct tdm_gpu *gpu)
+static void destroy_devices(struct tdm__gpu *gpu)
 {
 	for (int i = 0; i < gpu->ndev; i++) {
 		struct tdm__gdev *d = &gpu->devs[i];
@@ -92,11 +93,7 @@ static void destroy_devices(struct tdm_gpu *gpu)
 			}
 			free(d->streams[c]);
 		}
-		for (unsigned k = 0; k < d->nall_events; k++) {
-			gpu->ops->event_destroy(gpu->b, d->all_events[k]->be);
-			free(d->all_events[k]);
-		}
-		free(d->all_events);
+		tdm__events_fini(d);
 		if (d->word_block != NULL)
 			gpu->ops->host_free(gpu->b, d->word_block);
 		/* After the streams: their host functions have run, or never will. */
@@ -109,7 +106,7 @@ static void destroy_devices(struct tdm_gpu *gpu)
 	gpu->devs = NULL;
 }
 
-static int init_device(struct tdm_gpu *gpu, int i)
+static int init_device(struct tdm__gpu *gpu, int i)
 {
 	struct tdm__gdev *d = &gpu->devs[i];
 	d->gpu = gpu;
@@ -243,12 +240,27 @@ int tdm_gpu_prepare(const tdm_gpu_config *cfg_in, unsigned workers)
 }
 
 /* What tdm_gpu_prepare did, for this layer's decisions. */
-static void read_connections(struct tdm_gpu *gpu)
+static void read_connections(struct tdm__gpu *gpu)
 {
 	pthread_mutex_lock(&connections_lock);
 	gpu->connections_by_tandem = connections_auto ? connections_set : 0;
 	gpu->connections_late = connections_late && connections_set == 0;
 	pthread_mutex_unlock(&connections_lock);
+}
+
+/* Every layer, in type-stable memory (base/handle.h): a call with a stale handle reads a word
+ * that says the layer is gone, never freed memory. */
+char *_Atomic tdm__gpu_chunks[TDM__GPU_CHUNKS];
+static struct tdm__htable gpu_handles = TDM__HTABLE_INIT(
+    "GPU layer", TDM__GPU_TAG, TDM__GPU_SHIFT, TDM__GPU_CHUNKS, struct tdm__gpu, tdm__gpu_chunks);
+
+/* gpu, its parts freed, back to the table: its handle says destroyed from here. Release: the
+ * frees before happen before a check that reads the word so (and before the object's reuse). */
+static void layer_put(struct tdm__gpu *gpu)
+{
+	uint64_t w = (uint64_t)(uintptr_t)gpu->self;
+	atomic_store_explicit(&gpu->hobj.h, w | TDM__H_DEAD, memory_order_release);
+	tdm__h_put(&gpu_handles, &gpu->hobj);
 }
 
 /* The default backend (cuda, TDM_BACKEND_AUTO) found no device: say so once, and that the
@@ -306,10 +318,13 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	rc = pick_backend(&cfg, &ops);
 	if (rc != 0)
 		return rc;
-	struct tdm_gpu *gpu = aligned_alloc(TDM__CACHELINE, sizeof(*gpu));
+	uint64_t handle;
+	struct tdm__gpu *gpu = tdm__h_take(&gpu_handles, &handle);
 	if (gpu == NULL)
 		return -ENOMEM;
-	memset(gpu, 0, sizeof(*gpu));
+	/* The part that calls with a stale handle may touch stays as it is (struct tdm__gpu). */
+	memset(&gpu->ex, 0, sizeof(*gpu) - offsetof(struct tdm__gpu, ex));
+	gpu->self = (tdm_gpu *)(uintptr_t)handle;
 	if (cfg.poll_spin_us == 0)
 		cfg.poll_spin_us = 200;
 	if (cfg.stall_us == 0)
@@ -327,7 +342,7 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 		if (rc == -ENODEV && by_default && ops == &tdm__backend_cuda)
 			no_gpu(ops);
 		if (rc != 0) {
-			free(gpu);
+			layer_put(gpu);
 			return rc;
 		}
 		gpu->ndev = ops->device_count(gpu->b);
@@ -370,7 +385,8 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg_in
 	/* Off by default: unmeasured on a machine of several NUMA nodes (docs/design/poller.md). */
 	if (cfg.pin_poller && gpu->ndev > 0 && gpu->devs[0].has_cpus)
 		pthread_setaffinity_np(gpu->poller, sizeof(cpu_set_t), &gpu->devs[0].cpus);
-	*out = gpu;
+	tdm__h_publish(&gpu->hobj, handle);
+	*out = gpu->self;
 	return 0;
 fail:
 	tdm__stamps_fini(gpu);
@@ -384,7 +400,7 @@ fail:
 		ops->close(gpu->b);
 	tdm__metrics_fini(gpu); /* after the stamps: their last flush feeds it */
 	tdm__topology_free(gpu->topo);
-	free(gpu);
+	layer_put(gpu);
 	return rc;
 }
 
@@ -393,7 +409,7 @@ fail:
 #define WAIT_SAY_EVERY_NS 10000000000ull
 
 /* Whether a stream of gpu is still leased. */
-static bool held_streams(struct tdm_gpu *gpu)
+static bool held_streams(struct tdm__gpu *gpu)
 {
 	for (int i = 0; i < gpu->ndev; i++)
 		for (int c = 0; c < TDM__PRIO_CLASSES; c++)
@@ -407,14 +423,26 @@ static bool held_streams(struct tdm_gpu *gpu)
 	return false;
 }
 
-int tdm_gpu_destroy(tdm_gpu *gpu)
+int tdm_gpu_destroy(tdm_gpu *h)
 {
+	struct tdm__gpu *gpu = tdm__gpu_find(h);
 	if (gpu == NULL)
 		return -EINVAL;
+	uint64_t live = (uint64_t)(uintptr_t)h;
+	/* Acquire: pairs with create's publication of the word; ex is this layer's. */
+	if (atomic_load_explicit(&gpu->hobj.h, memory_order_acquire) != live)
+		return -EINVAL; /* destroyed, being destroyed, or no layer's */
 	if (tdm_worker_index(gpu->ex) >= 0)
 		return -EDEADLK; /* the tasks it waits for may need this very worker */
-	/* Seq_cst: pairs with the registration in tdm__await_register (Dekker on active/stopping):
-	 * either the registrant sees stopping, or the poller sees its count. */
+	/* Closes the handle: of two destroys one gets here, the other says -EINVAL. Seq_cst: the
+	 * gate's Dekker pair (tdm__gate_enter_h: calls that enter after it see the word changed,
+	 * the drain below sees the others) and tdm__await_register's (either the registrant sees
+	 * the word changed, or the poller, which loads active after it sees stopping, sees its
+	 * count). */
+	if (!atomic_compare_exchange_strong_explicit(&gpu->hobj.h, &live, live | TDM__H_CLOSING,
+	                                             memory_order_seq_cst, memory_order_relaxed))
+		return -EINVAL;
+	/* Seq_cst: after the word's store in the same total order; the poller reads it. */
 	atomic_store_explicit(&gpu->stopping, 1, memory_order_seq_cst);
 	/* Leases in progress: let them finish, so that the scan of leases below sees theirs.
 	 * Nothing a lease waits for depends on this thread. */
@@ -441,15 +469,18 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 			         "(tdm_stream_release) or destroyed (tdm_dsched_destroy)");
 		next_say = now + WAIT_SAY_EVERY_NS;
 	}
-	/* Leases and awaits refused since the drain above still touch the gate, `stopping` and
-	 * `active` (an await counts itself before it sees `stopping`, and the poller may have
-	 * ended before): wait for their leaves and their drops of `active` (releases, paired with
-	 * the drain's loads and the acquire load here), so that their accesses happen before the
-	 * frees below. */
+	/* Awaits refused since the drain above still touch `active` (an await counts itself
+	 * before it sees the handle's word, and the poller may have ended before), and calls
+	 * refused at the gate touch it: both are kept with the object (struct tdm__gpu), but an
+	 * await that got in before the close must be done with the layer. Wait for their leaves
+	 * and their drops of `active` (releases, paired with the drain's loads and the acquire
+	 * load here), so that their accesses happen before the frees below. */
 	tdm__gate_drain(&gpu->leases);
 	while (atomic_load_explicit(&gpu->active, memory_order_acquire) != 0)
 		sched_yield();
-	/* Graphs before the streams: an open capture ends on its stream. */
+	/* DAGs first (each destroys its graph), graphs before the streams: an open capture ends
+	 * on its stream. */
+	tdm__dags_fini(gpu);
 	tdm__graphs_fini(gpu);
 	tdm__leases_fini(gpu); /* every handle is back: its lease's count was dropped after */
 	tdm__stamps_fini(gpu); /* no launch stamps now; its spans still in flight go in */
@@ -467,36 +498,63 @@ int tdm_gpu_destroy(tdm_gpu *gpu)
 	}
 	tdm__metrics_fini(gpu); /* last: the stamps' final flush (tdm__stamps_fini) feeds it */
 	tdm__topology_free(gpu->topo);
-	free(gpu);
+	layer_put(gpu);
 	return 0;
 }
 
-const char *tdm_gpu_backend_name(const tdm_gpu *gpu)
+const char *tdm_gpu_backend_name(const tdm_gpu *h)
 {
-	if (gpu == NULL || gpu->ops == NULL)
+	_Atomic unsigned *in;
+	int rc;
+	struct tdm__gpu *gpu = tdm__gpu_enter(h, &in, &rc);
+	if (gpu == NULL)
 		return "none";
-	return gpu->ops->name;
+	const char *name = gpu->ops != NULL ? gpu->ops->name : "none"; /* static strings */
+	tdm__gate_leave(in);
+	return name;
 }
 
-int tdm_gpu_device_count(const tdm_gpu *gpu)
+int tdm_gpu_device_count(const tdm_gpu *h)
 {
-	return gpu != NULL ? gpu->ndev : -EINVAL;
+	_Atomic unsigned *in;
+	int rc;
+	struct tdm__gpu *gpu = tdm__gpu_enter(h, &in, &rc);
+	if (gpu == NULL)
+		return rc;
+	rc = gpu->ndev;
+	tdm__gate_leave(in);
+	return rc;
 }
 
-int tdm_gpu_completion(const tdm_gpu *gpu, int device)
+int tdm_gpu_completion(const tdm_gpu *h, int device)
 {
-	if (gpu == NULL || device < 0 || device >= gpu->ndev)
+	_Atomic unsigned *in;
+	int rc;
+	struct tdm__gpu *gpu = tdm__gpu_enter(h, &in, &rc);
+	if (gpu == NULL)
+		return rc;
+	rc = -EINVAL;
+	if (device >= 0 && device < gpu->ndev) {
+		const struct tdm__gdev *d = &gpu->devs[device];
+		rc = !d->words     ? TDM_COMPLETION_EVENT
+		     : d->adaptive ? TDM_COMPLETION_ADAPTIVE
+		                   : TDM_COMPLETION_WORD;
+	}
+	tdm__gate_leave(in);
+	return rc;
+}
+
+int tdm_gpu_stats_get(const tdm_gpu *h, tdm_gpu_stats *out)
+{
+	_Atomic unsigned *in;
+	int rc;
+	struct tdm__gpu *gpu = tdm__gpu_enter(h, &in, &rc);
+	if (gpu == NULL)
+		return rc;
+	if (out == NULL) {
+		tdm__gate_leave(in);
 		return -EINVAL;
-	const struct tdm__gdev *d = &gpu->devs[device];
-	return !d->words     ? TDM_COMPLETION_EVENT
-	       : d->adaptive ? TDM_COMPLETION_ADAPTIVE
-	                     : TDM_COMPLETION_WORD;
-}
-
-int tdm_gpu_stats_get(const tdm_gpu *gpu, tdm_gpu_stats *out)
-{
-	if (gpu == NULL || out == NULL)
-		return -EINVAL;
+	}
 	/* Relaxed: counters, each with one writer (the poller) but n_direct (atomic adds by the
 	 * workers); a snapshot is all that is promised. */
 	out->awaits_word = atomic_load_explicit(&gpu->n_word, memory_order_relaxed);
@@ -509,6 +567,7 @@ int tdm_gpu_stats_get(const tdm_gpu *gpu, tdm_gpu_stats *out)
 	out->prewakes = atomic_load_explicit(&gpu->n_prewake, memory_order_relaxed);
 	out->direct = atomic_load_explicit(&gpu->n_direct, memory_order_relaxed);
 	out->awaits_word += out->direct;
+	tdm__gate_leave(in);
 	return 0;
 }
 

@@ -34,7 +34,7 @@ struct staging {
 
 _Static_assert(sizeof(struct staging) == 256, "the data after the head stays 256-aligned");
 
-int tdm__is_pinned(struct tdm_gpu *gpu, const void *p)
+int tdm__is_pinned(struct tdm__gpu *gpu, const void *p)
 {
 	if (tdm__pinned_owns(gpu, p))
 		return 1;
@@ -100,7 +100,7 @@ void tdm__staging_orphan(struct tdm__gdev *d)
 	pthread_mutex_lock(&d->stage_lock);
 	for (struct tdm__stage *n = d->staged; n != NULL; n = n->next)
 		if (n->st != NULL && !n->busy) {
-			tdm_pinned_free(d->gpu, n->st);
+			tdm__pinned_free(d->gpu, n->st);
 			n->st = NULL;
 		}
 	pthread_mutex_unlock(&d->stage_lock);
@@ -111,17 +111,17 @@ void tdm__staging_fini(struct tdm__gdev *d)
 	while (d->staged != NULL) {
 		struct staging *st = stage_unlink(d->staged);
 		if (st != NULL)
-			tdm_pinned_free(d->gpu, st);
+			tdm__pinned_free(d->gpu, st);
 	}
 }
 
 static void staging_release(void *arg)
 {
 	struct tdm__stage *n = arg;
-	struct tdm_gpu *gpu = n->d->gpu;
+	struct tdm__gpu *gpu = n->d->gpu;
 	struct staging *st = stage_unlink(n);
 	if (st != NULL)
-		tdm_pinned_free(gpu, st);
+		tdm__pinned_free(gpu, st);
 }
 
 /* Whether a device-to-host copy still pending on s writes into [p, p + bytes). */
@@ -175,16 +175,16 @@ static void staging_copy_in(void *arg)
 	if (drop) {
 		struct staging *back = stage_unlink(n);
 		if (back != NULL)
-			tdm_pinned_free(d->gpu, back);
+			tdm__pinned_free(d->gpu, back);
 	} else if (dead) {
-		tdm_pinned_free(d->gpu, st);
+		tdm__pinned_free(d->gpu, st);
 	}
 }
 
 static void staging_copy_out(void *arg)
 {
 	struct tdm__stage *n = arg;
-	struct tdm_gpu *gpu = n->d->gpu;
+	struct tdm__gpu *gpu = n->d->gpu;
 	/* Listed until the write is over: a copy to the device from the destination, made
 	 * meanwhile, must find it pending and read it in stream order, after this. */
 	struct staging *st = stage_busy(n, false);
@@ -192,12 +192,12 @@ static void staging_copy_out(void *arg)
 		memcpy(st->dst, st + 1, st->bytes);
 	st = stage_unlink(n);
 	if (st != NULL)
-		tdm_pinned_free(gpu, st);
+		tdm__pinned_free(gpu, st);
 }
 
 int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, tdm_copy_kind kind)
 {
-	struct tdm_gpu *gpu = s->dev->gpu;
+	struct tdm__gpu *gpu = s->dev->gpu;
 	const struct tdm__backend_ops *ops = gpu->ops;
 	if (gpu->cfg.pageable == TDM_PAGEABLE_REFUSE)
 		return -EFAULT;
@@ -209,12 +209,12 @@ int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, 
 	struct staging *st;
 	if (bytes > SIZE_MAX - sizeof(*st))
 		return -ENOMEM; /* the block's size would wrap, and the memcpy overrun it */
-	int rc = tdm_pinned_alloc(gpu, sizeof(*st) + bytes, (void **)&st);
+	int rc = tdm__pinned_alloc(gpu, sizeof(*st) + bytes, (void **)&st);
 	if (rc != 0)
 		return rc;
 	struct tdm__stage *n = malloc(sizeof(*n));
 	if (n == NULL) {
-		tdm_pinned_free(gpu, st);
+		tdm__pinned_free(gpu, st);
 		return -ENOMEM;
 	}
 	memset(n, 0, sizeof(*n));
@@ -269,7 +269,7 @@ int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, 
 	if (rc != 0 && !queued) {
 		struct staging *back = stage_unlink(n);
 		if (back != NULL)
-			tdm_pinned_free(gpu, back);
+			tdm__pinned_free(gpu, back);
 	}
 	return rc;
 }
@@ -283,12 +283,12 @@ int tdm__memcpy_staged(tdm_stream *s, void *dst, const void *src, size_t bytes, 
 			return -ENOTSUP;                                                           \
 	} while (0)
 
-static bool dev_ok(struct tdm_gpu *gpu, int device)
+static bool dev_ok(struct tdm__gpu *gpu, int device)
 {
 	return gpu != NULL && device >= 0 && device < gpu->ndev;
 }
 
-int tdm_device_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out)
+int tdm__device_alloc(struct tdm__gpu *gpu, int device, size_t bytes, void **out)
 {
 	if (gpu == NULL || out == NULL || bytes == 0)
 		return -EINVAL;
@@ -299,7 +299,7 @@ int tdm_device_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out)
 	return gpu->ops->device_alloc(gpu->b, device, bytes, out);
 }
 
-int tdm_device_free(tdm_gpu *gpu, int device, void *p)
+int tdm__device_free(struct tdm__gpu *gpu, int device, void *p)
 {
 	if (gpu == NULL || device < 0 || device >= gpu->ndev)
 		return -EINVAL;
@@ -310,7 +310,7 @@ int tdm_device_free(tdm_gpu *gpu, int device, void *p)
 	return gpu->ops->device_free(gpu->b, device, p);
 }
 
-int tdm_host_alloc(tdm_gpu *gpu, size_t bytes, void **out)
+static int host_alloc(struct tdm__gpu *gpu, size_t bytes, void **out)
 {
 	if (gpu == NULL || out == NULL || bytes == 0)
 		return -EINVAL;
@@ -319,7 +319,7 @@ int tdm_host_alloc(tdm_gpu *gpu, size_t bytes, void **out)
 	return gpu->ops->host_alloc(gpu->b, bytes, out);
 }
 
-int tdm_host_free(tdm_gpu *gpu, void *p)
+static int host_free(struct tdm__gpu *gpu, void *p)
 {
 	if (gpu == NULL)
 		return -EINVAL;
@@ -338,7 +338,7 @@ int tdm_device_alloc_async(tdm_stream *s, size_t bytes, void **out)
 {
 	if (s == NULL || !tdm__lease_held(s) || out == NULL || bytes == 0)
 		return -EINVAL;
-	struct tdm_gpu *gpu = s->dev->gpu;
+	struct tdm__gpu *gpu = s->dev->gpu;
 	NEED(gpu, malloc_async);
 	if (s->cap != NULL)
 		return tdm__capture_refuse(s);
@@ -353,14 +353,14 @@ int tdm_device_free_async(tdm_stream *s, void *p)
 		return -EINVAL;
 	if (p == NULL)
 		return 0;
-	struct tdm_gpu *gpu = s->dev->gpu;
+	struct tdm__gpu *gpu = s->dev->gpu;
 	NEED(gpu, free_async);
 	if (s->cap != NULL)
 		return tdm__capture_refuse(s);
 	return tdm__enqueued(s, gpu->ops->free_async(gpu->b, s->bs, p));
 }
 
-int tdm_managed_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out)
+static int managed_alloc(struct tdm__gpu *gpu, int device, size_t bytes, void **out)
 {
 	if (out == NULL || bytes == 0)
 		return -EINVAL;
@@ -380,7 +380,7 @@ int tdm_managed_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out)
 	return gpu->ops->managed_alloc(gpu->b, device, bytes, out);
 }
 
-int tdm_managed_free(tdm_gpu *gpu, void *p)
+static int managed_free(struct tdm__gpu *gpu, void *p)
 {
 	if (gpu == NULL)
 		return -EINVAL;
@@ -396,7 +396,7 @@ int tdm_mem_prefetch(tdm_stream *s, const void *p, size_t bytes, int device)
 {
 	if (s == NULL || !tdm__lease_held(s) || p == NULL || bytes == 0)
 		return -EINVAL;
-	struct tdm_gpu *gpu = s->dev->gpu;
+	struct tdm__gpu *gpu = s->dev->gpu;
 	if (device >= gpu->ndev)
 		return -EINVAL;
 	NEED(gpu, prefetch);
@@ -406,7 +406,8 @@ int tdm_mem_prefetch(tdm_stream *s, const void *p, size_t bytes, int device)
 	                     gpu->ops->prefetch(gpu->b, s->bs, p, bytes, device < 0 ? -1 : device));
 }
 
-int tdm_mem_advise(tdm_gpu *gpu, const void *p, size_t bytes, tdm_mem_advice advice, int device)
+static int mem_advise(struct tdm__gpu *gpu, const void *p, size_t bytes, tdm_mem_advice advice,
+                      int device)
 {
 	if (gpu == NULL || p == NULL || bytes == 0 || advice < TDM_ADVISE_READ_MOSTLY ||
 	    advice > TDM_ADVISE_ACCESSED_BY)
@@ -424,7 +425,7 @@ int tdm_memcpy_peer_async(tdm_stream *s, void *dst, int dst_device, const void *
 {
 	if (s == NULL || !tdm__lease_held(s) || dst == NULL || src == NULL)
 		return -EINVAL;
-	struct tdm_gpu *gpu = s->dev->gpu;
+	struct tdm__gpu *gpu = s->dev->gpu;
 	if (!dev_ok(gpu, dst_device) || !dev_ok(gpu, src_device) ||
 	    (s->dev->index != dst_device && s->dev->index != src_device))
 		return -EINVAL;
@@ -435,7 +436,7 @@ int tdm_memcpy_peer_async(tdm_stream *s, void *dst, int dst_device, const void *
 	    s, gpu->ops->memcpy_peer_async(gpu->b, s->bs, dst, dst_device, src, src_device, bytes));
 }
 
-int tdm_host_register(tdm_gpu *gpu, void *p, size_t bytes)
+static int host_register(struct tdm__gpu *gpu, void *p, size_t bytes)
 {
 	if (gpu == NULL || p == NULL || bytes == 0)
 		return -EINVAL;
@@ -446,7 +447,7 @@ int tdm_host_register(tdm_gpu *gpu, void *p, size_t bytes)
 	return gpu->ops->host_register(gpu->b, p, bytes);
 }
 
-int tdm_host_unregister(tdm_gpu *gpu, void *p)
+static int host_unregister(struct tdm__gpu *gpu, void *p)
 {
 	if (gpu == NULL || p == NULL)
 		return -EINVAL;
@@ -455,4 +456,51 @@ int tdm_host_unregister(tdm_gpu *gpu, void *p)
 	if (gpu->ops->host_unregister == NULL)
 		return -ENOTSUP;
 	return gpu->ops->host_unregister(gpu->b, p);
+}
+
+/* The API's entries: each through the layer's gate (gpu_internal.h, TDM__GPU_CALL). */
+
+int tdm_device_alloc(tdm_gpu *h, int device, size_t bytes, void **out)
+{
+	TDM__GPU_CALL(h, tdm__device_alloc(gpu, device, bytes, out));
+}
+
+int tdm_device_free(tdm_gpu *h, int device, void *p)
+{
+	TDM__GPU_CALL(h, tdm__device_free(gpu, device, p));
+}
+
+int tdm_host_alloc(tdm_gpu *h, size_t bytes, void **out)
+{
+	TDM__GPU_CALL(h, host_alloc(gpu, bytes, out));
+}
+
+int tdm_host_free(tdm_gpu *h, void *p)
+{
+	TDM__GPU_CALL(h, host_free(gpu, p));
+}
+
+int tdm_managed_alloc(tdm_gpu *h, int device, size_t bytes, void **out)
+{
+	TDM__GPU_CALL(h, managed_alloc(gpu, device, bytes, out));
+}
+
+int tdm_managed_free(tdm_gpu *h, void *p)
+{
+	TDM__GPU_CALL(h, managed_free(gpu, p));
+}
+
+int tdm_mem_advise(tdm_gpu *h, const void *p, size_t bytes, tdm_mem_advice advice, int device)
+{
+	TDM__GPU_CALL(h, mem_advise(gpu, p, bytes, advice, device));
+}
+
+int tdm_host_register(tdm_gpu *h, void *p, size_t bytes)
+{
+	TDM__GPU_CALL(h, host_register(gpu, p, bytes));
+}
+
+int tdm_host_unregister(tdm_gpu *h, void *p)
+{
+	TDM__GPU_CALL(h, host_unregister(gpu, p));
 }

@@ -127,7 +127,7 @@ struct tdm__metrics {
 	_Atomic uint64_t hist[HIST_BUCKETS];
 };
 
-int tdm__metrics_init(struct tdm_gpu *gpu)
+int tdm__metrics_init(struct tdm__gpu *gpu)
 {
 	struct tdm__metrics *m = aligned_alloc(TDM__CACHELINE, sizeof(*m));
 	if (m == NULL)
@@ -139,7 +139,7 @@ int tdm__metrics_init(struct tdm_gpu *gpu)
 	return 0;
 }
 
-void tdm__metrics_fini(struct tdm_gpu *gpu)
+void tdm__metrics_fini(struct tdm__gpu *gpu)
 {
 	struct tdm__metrics *m = gpu->metrics;
 	if (m == NULL)
@@ -170,7 +170,7 @@ void tdm__metrics_fini(struct tdm_gpu *gpu)
 	gpu->metrics = NULL;
 }
 
-bool tdm__metrics_on(const struct tdm_gpu *gpu)
+bool tdm__metrics_on(const struct tdm__gpu *gpu)
 {
 	const struct tdm__metrics *m = gpu->metrics;
 	/* Relaxed: a hint (tdm__metrics_span and the await table load their state with acquire). */
@@ -178,7 +178,7 @@ bool tdm__metrics_on(const struct tdm_gpu *gpu)
 }
 
 /* The state of the first start; m->lock held. */
-static int make_state(struct tdm_gpu *gpu, struct tdm__metrics *m)
+static int make_state(struct tdm__gpu *gpu, struct tdm__metrics *m)
 {
 	/* Relaxed: m->lock held, under which it is stored. */
 	if (atomic_load_explicit(&m->devs, memory_order_relaxed) != NULL)
@@ -214,7 +214,7 @@ fail:
 	return -ENOMEM;
 }
 
-static int metrics_start(tdm_gpu *gpu)
+static int metrics_start(struct tdm__gpu *gpu)
 {
 	struct tdm__metrics *m = gpu->metrics;
 	pthread_mutex_lock(&m->lock);
@@ -267,7 +267,7 @@ static int metrics_start(tdm_gpu *gpu)
 	return 0;
 }
 
-static int metrics_stop(tdm_gpu *gpu)
+static int metrics_stop(struct tdm__gpu *gpu)
 {
 	struct tdm__metrics *m = gpu->metrics;
 	pthread_mutex_lock(&m->lock);
@@ -294,7 +294,7 @@ static int metrics_stop(tdm_gpu *gpu)
 	return 0;
 }
 
-static int metrics_peak(tdm_gpu *gpu, int device, double h2d_gbps, double d2h_gbps)
+static int metrics_peak(struct tdm__gpu *gpu, int device, double h2d_gbps, double d2h_gbps)
 {
 	struct tdm__metrics *m = gpu->metrics;
 	if (device < 0 || device >= m->ndev || !isfinite(h2d_gbps) || !isfinite(d2h_gbps) ||
@@ -348,7 +348,7 @@ static void add_span(struct mdev *d, const struct tdm__span *sp)
 	}
 }
 
-void tdm__metrics_span(struct tdm_gpu *gpu, const struct tdm__span *sp)
+void tdm__metrics_span(struct tdm__gpu *gpu, const struct tdm__span *sp)
 {
 	struct tdm__metrics *m = gpu->metrics;
 	if (m == NULL || sp == NULL || sp->device < 0 || sp->device >= m->ndev)
@@ -365,7 +365,7 @@ void tdm__metrics_span(struct tdm_gpu *gpu, const struct tdm__span *sp)
 
 /* ---- awaits ---- */
 
-void tdm__metrics_await(struct tdm_gpu *gpu, uint64_t latency_ns)
+void tdm__metrics_await(struct tdm__gpu *gpu, uint64_t latency_ns)
 {
 	struct tdm__metrics *m = gpu->metrics;
 	if (m == NULL)
@@ -380,14 +380,14 @@ void tdm__metrics_await(struct tdm_gpu *gpu, uint64_t latency_ns)
 	}
 }
 
-static struct aw_shard *aw_table(struct tdm_gpu *gpu)
+static struct aw_shard *aw_table(struct tdm__gpu *gpu)
 {
 	struct tdm__metrics *m = gpu->metrics;
 	/* Acquire: pairs with the release store in make_state. */
 	return m != NULL ? atomic_load_explicit(&m->aw, memory_order_acquire) : NULL;
 }
 
-void tdm__metrics_await_begin(struct tdm_gpu *gpu, const struct tdm__task *t, uint64_t t0_ns)
+void tdm__metrics_await_begin(struct tdm__gpu *gpu, const struct tdm__task *t, uint64_t t0_ns)
 {
 	struct aw_shard *aw = aw_table(gpu);
 	if (aw == NULL)
@@ -409,7 +409,7 @@ void tdm__metrics_await_begin(struct tdm_gpu *gpu, const struct tdm__task *t, ui
 	pthread_mutex_unlock(&sh->lock);
 }
 
-void tdm__metrics_await_end(struct tdm_gpu *gpu, const struct tdm__task *t)
+void tdm__metrics_await_end(struct tdm__gpu *gpu, const struct tdm__task *t)
 {
 	struct aw_shard *aw = aw_table(gpu);
 	if (aw == NULL)
@@ -540,7 +540,7 @@ static void read_awaits(struct tdm__metrics *m, tdm_await_metrics *o)
 	o->untimed = atomic_load_explicit(&m->untimed, memory_order_relaxed);
 }
 
-static int metrics_get(tdm_gpu *gpu, tdm_gpu_metrics *out)
+static int metrics_get(struct tdm__gpu *gpu, tdm_gpu_metrics *out)
 {
 	struct tdm__metrics *m = gpu->metrics;
 	pthread_mutex_lock(&m->lock);
@@ -571,44 +571,26 @@ static int metrics_get(tdm_gpu *gpu, tdm_gpu_metrics *out)
 }
 
 /*
- * The calls, through the layer's gate (base/gate.h), as the graph statistics go: a call that
- * races tdm_gpu_destroy either enters before the destroy closes the gate, and the destroy waits
- * for it to leave before it frees anything, or sees the gate closed and says -ESHUTDOWN.
+ * The calls, through the layer's gate (TDM__GPU_CALL): a call that races tdm_gpu_destroy either
+ * enters before the destroy closes the handle, and the destroy waits for it to leave before it
+ * frees anything, or is refused with -ESHUTDOWN.
  */
-#define GATED(gpu, call)                                                                           \
-	do {                                                                                       \
-		_Atomic unsigned *gate_ = tdm__gate_enter(&(gpu)->leases, &(gpu)->stopping);       \
-		if (gate_ == NULL)                                                                 \
-			return -ESHUTDOWN;                                                         \
-		int rc_ = (call);                                                                  \
-		tdm__gate_leave(gate_);                                                            \
-		return rc_;                                                                        \
-	} while (0)
-
-int tdm_gpu_metrics_start(tdm_gpu *gpu)
+int tdm_gpu_metrics_start(tdm_gpu *h)
 {
-	if (gpu == NULL)
-		return -EINVAL;
-	GATED(gpu, metrics_start(gpu));
+	TDM__GPU_CALL(h, metrics_start(gpu));
 }
 
-int tdm_gpu_metrics_stop(tdm_gpu *gpu)
+int tdm_gpu_metrics_stop(tdm_gpu *h)
 {
-	if (gpu == NULL)
-		return -EINVAL;
-	GATED(gpu, metrics_stop(gpu));
+	TDM__GPU_CALL(h, metrics_stop(gpu));
 }
 
-int tdm_gpu_metrics_peak(tdm_gpu *gpu, int device, double h2d_gbps, double d2h_gbps)
+int tdm_gpu_metrics_peak(tdm_gpu *h, int device, double h2d_gbps, double d2h_gbps)
 {
-	if (gpu == NULL)
-		return -EINVAL;
-	GATED(gpu, metrics_peak(gpu, device, h2d_gbps, d2h_gbps));
+	TDM__GPU_CALL(h, metrics_peak(gpu, device, h2d_gbps, d2h_gbps));
 }
 
-int tdm_gpu_metrics_get(tdm_gpu *gpu, tdm_gpu_metrics *out)
+int tdm_gpu_metrics_get(tdm_gpu *h, tdm_gpu_metrics *out)
 {
-	if (gpu == NULL || out == NULL)
-		return -EINVAL;
-	GATED(gpu, metrics_get(gpu, out));
+	TDM__GPU_CALL(h, out == NULL ? -EINVAL : metrics_get(gpu, out));
 }

@@ -21,13 +21,13 @@ struct tdm__task;
 
 /* t's await, made at t0_ns, is timed: its time is kept until its completion. Called before t is
  * handed to whoever completes it. A full table leaves it untimed (counted). Any thread. */
-void tdm__metrics_await_begin(struct tdm_gpu *gpu, const struct tdm__task *t, uint64_t t0_ns);
+void tdm__metrics_await_begin(struct tdm__gpu *gpu, const struct tdm__task *t, uint64_t t0_ns);
 /* t's await completed, seen now: its round trip goes to the histogram if it was timed. */
-void tdm__metrics_await_end(struct tdm_gpu *gpu, const struct tdm__task *t);
+void tdm__metrics_await_end(struct tdm__gpu *gpu, const struct tdm__task *t);
 
 /* At an await call: the time to keep for it, 0 while the layer's metrics are off. Off, it costs
  * one relaxed load of tdm__obs (unless another observer is on). */
-static inline uint64_t tdm__metrics_await_t0(const struct tdm_gpu *gpu)
+static inline uint64_t tdm__metrics_await_t0(const struct tdm__gpu *gpu)
 {
 	if (!tdm__observing() || !tdm__metrics_on(gpu))
 		return 0;
@@ -37,7 +37,7 @@ static inline uint64_t tdm__metrics_await_t0(const struct tdm_gpu *gpu)
 /* At a completion of t's await, however it ended. Off, one relaxed load of tdm__obs. An await
  * timed while on that completes after tdm_gpu_metrics_stop keeps its entry until the next start
  * clears the table. */
-static inline void tdm__metrics_await_done(struct tdm_gpu *gpu, const struct tdm__task *t)
+static inline void tdm__metrics_await_done(struct tdm__gpu *gpu, const struct tdm__task *t)
 {
 	if (tdm__observing() && tdm__metrics_on(gpu))
 		tdm__metrics_await_end(gpu, t);

@@ -404,7 +404,7 @@ static int free_dedicated(struct tdm__pinned *pool, struct pin_cache *mine, stru
 	return 0;
 }
 
-int tdm_pinned_alloc(tdm_gpu *gpu, size_t bytes, void **out)
+int tdm__pinned_alloc(struct tdm__gpu *gpu, size_t bytes, void **out)
 {
 	if (gpu == NULL || out == NULL || bytes == 0)
 		return -EINVAL;
@@ -455,7 +455,7 @@ int tdm_pinned_alloc(tdm_gpu *gpu, size_t bytes, void **out)
 	return 0;
 }
 
-int tdm_pinned_free(tdm_gpu *gpu, void *p)
+int tdm__pinned_free(struct tdm__gpu *gpu, void *p)
 {
 	if (gpu == NULL || p == NULL)
 		return -EINVAL;
@@ -498,7 +498,7 @@ int tdm_pinned_free(tdm_gpu *gpu, void *p)
 	return 0;
 }
 
-int tdm_pinned_stats_get(tdm_gpu *gpu, tdm_pinned_stats *out)
+int tdm__pinned_stats_get(struct tdm__gpu *gpu, tdm_pinned_stats *out)
 {
 	if (gpu == NULL || out == NULL)
 		return -EINVAL;
@@ -527,7 +527,7 @@ int tdm_pinned_stats_get(tdm_gpu *gpu, tdm_pinned_stats *out)
 	return 0;
 }
 
-int tdm__pinned_owns(struct tdm_gpu *gpu, const void *p)
+int tdm__pinned_owns(struct tdm__gpu *gpu, const void *p)
 {
 	struct tdm__pinned *pool = gpu != NULL ? gpu->pinned : NULL;
 	return pool != NULL && p != NULL && radix_get(pool, p) != NULL;
@@ -535,7 +535,7 @@ int tdm__pinned_owns(struct tdm_gpu *gpu, const void *p)
 
 /* ---- life ---- */
 
-int tdm__pinned_init(struct tdm_gpu *gpu)
+int tdm__pinned_init(struct tdm__gpu *gpu)
 {
 	size_t chunk =
 	    gpu->cfg.pinned_chunk_bytes != 0 ? gpu->cfg.pinned_chunk_bytes : PIN_DEFAULT_CHUNK;
@@ -606,7 +606,7 @@ int tdm__pinned_init(struct tdm_gpu *gpu)
 	return 0;
 }
 
-void tdm__pinned_fini(struct tdm_gpu *gpu)
+void tdm__pinned_fini(struct tdm__gpu *gpu)
 {
 	struct tdm__pinned *pool = gpu->pinned;
 	if (pool == NULL)
@@ -639,4 +639,19 @@ void tdm__pinned_fini(struct tdm_gpu *gpu)
 	free(pool->caches);
 	free(pool);
 	gpu->pinned = NULL;
+}
+
+int tdm_pinned_alloc(tdm_gpu *h, size_t bytes, void **out)
+{
+	TDM__GPU_CALL(h, tdm__pinned_alloc(gpu, bytes, out));
+}
+
+int tdm_pinned_free(tdm_gpu *h, void *p)
+{
+	TDM__GPU_CALL(h, tdm__pinned_free(gpu, p));
+}
+
+int tdm_pinned_stats_get(tdm_gpu *h, tdm_pinned_stats *out)
+{
+	TDM__GPU_CALL(h, tdm__pinned_stats_get(gpu, out));
 }

@@ -107,7 +107,7 @@ struct radix_mid {
 };
 
 struct tdm__pinned {
-	struct tdm_gpu *gpu;
+	struct tdm__gpu *gpu;
 	tdm_executor *ex;  /* compared with, never read: the executor may be destroyed first */
 	unsigned nworkers; /* ex's, copied at init */
 	size_t chunk_bytes, cap, max_class;

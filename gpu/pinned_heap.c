@@ -145,7 +145,7 @@ char *tdm__pin_heap_take_locked(struct tdm__pinned *pool, unsigned c)
  * leaves *raw and *base as they were. */
 static int pin_host_alloc(struct tdm__pinned *pool, size_t bytes, void **raw, char **base)
 {
-	struct tdm_gpu *gpu = pool->gpu;
+	struct tdm__gpu *gpu = pool->gpu;
 	void *p = NULL;
 	/* Relaxed: a hint; at worst one more try at the exact size. */
 	if (!atomic_load_explicit(&pool->misaligned, memory_order_relaxed)) {

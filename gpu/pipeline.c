@@ -74,11 +74,11 @@ struct slot {
 	struct pstream *ps; /* the current batch's stream while its order lock is held, else NULL */
 	tdm_stream *home;   /* where its device buffers were allocated and are freed */
 	bool dev_async;     /* dev_in and dev_out are stream-ordered (on home) */
-	struct tdm_event *ev; /* primed: recorded after the batch's work, awaited instead of the
+	struct tdm__event *ev; /* primed: recorded after the batch's work, awaited instead of the
 	                         stream (the caller enqueued the batch, its task awaits it) */
-	struct tdm_event *ev_left; /* an event whose await failed at once: the teardown waits for
+	struct tdm__event *ev_left; /* an event whose await failed at once: the teardown waits for
 	                              it (its work may still run), then gives it back */
-	bool primed;               /* the current batch was taken and enqueued by slot_prime */
+	bool primed;                /* the current batch was taken and enqueued by slot_prime */
 	bool busy;     /* carries a batch that prepare gave and that is not finished yet */
 	bool enqueued; /* the current batch put work on the stream */
 	bool waited;   /* the current batch's await suspended: the poller saw its work end */
@@ -86,7 +86,8 @@ struct slot {
 };
 
 struct pipe {
-	tdm_gpu *gpu;
+	struct tdm__gpu *gpu;
+	tdm_gpu *handle; /* the layer's, for the leases */
 	tdm_pipeline_config cfg;
 	unsigned n; /* slots */
 	unsigned nstreams;
@@ -211,9 +212,9 @@ static int batch_await(tdm_task *t, struct slot *s)
 		/* Primed: the event covers the batch's work. Done already (0, or the work's
 		 * error) counts as waited; failing at once (-ESHUTDOWN) leaves the work running.
 		 * slot_prime gave the order lock back already. */
-		struct tdm_event *ev = s->ev;
+		struct tdm__event *ev = s->ev;
 		s->waited = true;
-		int rc = tdm_await_event(t, ev);
+		int rc = tdm__await_event(t, ev);
 		if (rc != TDM_SUSPENDED && rc != 0 && rc != -EIO)
 			s->waited = false;
 		return rc;
@@ -403,7 +404,8 @@ static int streams_lease(struct pipe *p, unsigned want)
 		struct pstream *ps = &p->streams[k];
 		int rc = -EBUSY;
 		if (tdm__streams_open(d, 0) >= 2)
-			rc = tdm_stream_lease(p->gpu, p->cfg.device, TDM_STREAM_EXCLUSIVE, &ps->s);
+			rc = tdm_stream_lease(p->handle, p->cfg.device, TDM_STREAM_EXCLUSIVE,
+			                      &ps->s);
 		/* Another holder took one meanwhile, and this took the last open stream: give it
 		 * back (two racing pipelines may both do so, and share: never none left). */
 		if (rc == 0 && tdm__streams_open(d, 0) == 0) {
@@ -411,7 +413,7 @@ static int streams_lease(struct pipe *p, unsigned want)
 			rc = -EBUSY;
 		}
 		if (rc == -EBUSY)
-			rc = tdm_stream_lease(p->gpu, p->cfg.device, TDM_STREAM_SHARED, &ps->s);
+			rc = tdm_stream_lease(p->handle, p->cfg.device, TDM_STREAM_SHARED, &ps->s);
 		if (rc == -EBUSY && k > 0)
 			break;
 		if (rc != 0)
@@ -440,9 +442,9 @@ static void drain_step(uint64_t since)
 }
 
 /* Waits until e's work is done, and gives e back; 0 or the work's error. */
-static int event_finish(struct tdm_event *e)
+static int event_finish(struct tdm__event *e)
 {
-	struct tdm_gpu *gpu = e->dev->gpu;
+	struct tdm__gpu *gpu = e->dev->gpu;
 	uint64_t since = tdm_now_ns();
 	int rc;
 	while ((rc = gpu->ops->event_query(gpu->b, e->be)) == -EAGAIN)
@@ -461,8 +463,8 @@ static int event_finish(struct tdm_event *e)
 static void stream_drain(tdm_stream *s)
 {
 	struct tdm__gdev *d = s->dev;
-	struct tdm_gpu *gpu = d->gpu;
-	struct tdm_event *e;
+	struct tdm__gpu *gpu = d->gpu;
+	struct tdm__event *e;
 	uint64_t since = tdm_now_ns();
 
 	if (tdm__event_take(d, &e) != 0) {
@@ -470,7 +472,7 @@ static void stream_drain(tdm_stream *s)
 			drain_step(since);
 		return;
 	}
-	if (tdm_event_record(e, s) == 0)
+	if (tdm__event_record(e, s) == 0)
 		(void)event_finish(e);
 	else
 		tdm__event_give(e);
@@ -490,7 +492,7 @@ static int slot_device_alloc(struct slot *s, size_t bytes, void **out)
 			return rc;
 		s->dev_async = false;
 	}
-	return tdm_device_alloc(p->gpu, p->cfg.device, bytes, out);
+	return tdm__device_alloc(p->gpu, p->cfg.device, bytes, out);
 }
 
 static void slot_device_free(struct slot *s, void *ptr)
@@ -500,7 +502,7 @@ static void slot_device_free(struct slot *s, void *ptr)
 	 * batch's await resumed, and a retired slot's stream was drained). A refused free (a
 	 * failed device) leaves it to us. */
 	if (!s->dev_async || tdm_device_free_async(s->home, ptr) != 0)
-		tdm_device_free(p->gpu, p->cfg.device, ptr);
+		tdm__device_free(p->gpu, p->cfg.device, ptr);
 }
 
 static int slot_setup(struct pipe *p, unsigned k)
@@ -512,8 +514,8 @@ static int slot_setup(struct pipe *p, unsigned k)
 	s->p = p;
 	s->home = p->streams[k % p->nstreams].s;
 	s->dev_async = true;
-	if ((rc = tdm_pinned_alloc(p->gpu, p->cfg.in_bytes, &b->host_in)) != 0 ||
-	    (rc = tdm_pinned_alloc(p->gpu, p->cfg.out_bytes, &b->host_out)) != 0 ||
+	if ((rc = tdm__pinned_alloc(p->gpu, p->cfg.in_bytes, &b->host_in)) != 0 ||
+	    (rc = tdm__pinned_alloc(p->gpu, p->cfg.out_bytes, &b->host_out)) != 0 ||
 	    (rc = slot_device_alloc(s, p->cfg.in_bytes, &b->dev_in)) != 0)
 		return rc;
 	if (p->cfg.compute == NULL)
@@ -541,9 +543,9 @@ static void slot_teardown(struct slot *s)
 	if (s->ev_left != NULL)
 		event_finish(s->ev_left);
 	if (b->host_in != NULL)
-		tdm_pinned_free(p->gpu, b->host_in);
+		tdm__pinned_free(p->gpu, b->host_in);
 	if (b->host_out != NULL)
-		tdm_pinned_free(p->gpu, b->host_out);
+		tdm__pinned_free(p->gpu, b->host_out);
 	if (b->dev_out != NULL && b->dev_out != b->dev_in)
 		slot_device_free(s, b->dev_out);
 	if (b->dev_in != NULL)
@@ -560,7 +562,7 @@ static void slot_teardown(struct slot *s)
 static void slot_prime(struct slot *s)
 {
 	struct tdm__gdev *d = &s->p->gpu->devs[s->p->cfg.device];
-	struct tdm_event *ev;
+	struct tdm__event *ev;
 
 	if (tdm__event_take(d, &ev) != 0)
 		return;
@@ -572,7 +574,7 @@ static void slot_prime(struct slot *s)
 	if (s->b.status == 0)
 		batch_enqueue(s);
 	if (s->enqueued) {
-		int rc = tdm_event_record(ev, s->b.stream);
+		int rc = tdm__event_record(ev, s->b.stream);
 		if (rc == 0) {
 			s->ev = ev;
 			ev = NULL;
@@ -631,12 +633,11 @@ static int pipe_run(struct pipe *p)
 	return rc;
 }
 
-int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_stats *stats)
+/* tdm_pipeline_run inside the layer's gate (below): the layer stays while it runs. */
+static int pipeline_run(struct tdm__gpu *gpu, const tdm_pipeline_config *cfg,
+                        tdm_pipeline_stats *stats)
 {
-	if (stats != NULL)
-		memset(stats, 0, sizeof(*stats));
-	tdm__detail_begin("tdm_pipeline_run");
-	if (gpu == NULL || cfg == NULL)
+	if (cfg == NULL)
 		return -EINVAL;
 	if (cfg->prepare == NULL)
 		return tdm__refuse(-EINVAL, "tdm_pipeline_config.prepare=NULL: required");
@@ -667,6 +668,7 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 	if (p == NULL)
 		return -ENOMEM;
 	p->gpu = gpu;
+	p->handle = gpu->self;
 	p->cfg = *cfg;
 	p->n = n;
 	pthread_mutex_init(&p->prep_lock, NULL);
@@ -737,4 +739,14 @@ int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_
 	pthread_mutex_destroy(&p->prep_lock);
 	free(p);
 	return rc;
+}
+
+int tdm_pipeline_run(tdm_gpu *h, const tdm_pipeline_config *cfg, tdm_pipeline_stats *stats)
+{
+	if (stats != NULL)
+		memset(stats, 0, sizeof(*stats));
+	tdm__detail_begin("tdm_pipeline_run");
+	/* Inside the gate for the whole run: a destroy that begins meanwhile refuses the run's
+	 * leases and awaits (its batches fail with -ESHUTDOWN), and waits for it to return. */
+	TDM__GPU_CALL(h, pipeline_run(gpu, cfg, stats));
 }

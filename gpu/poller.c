@@ -69,7 +69,7 @@
  * it parks, executor/worker.c): a due spin for one wakes a worker first. */
 #define TDM__PREWAKE_NS 100000ull
 
-void tdm__poller_submit(struct tdm_gpu *gpu, struct tdm__task *t)
+void tdm__poller_submit(struct tdm__gpu *gpu, struct tdm__task *t)
 {
 	tdm__stack_push(&gpu->submit, &TDM__AW(t)->link);
 	/* ck_ec32_inc is a plain atomic add unless the poller sleeps; it orders the push above
@@ -93,7 +93,7 @@ static int grow(void **arr, unsigned *cap, size_t elem, unsigned need)
 	return 0;
 }
 
-static void add_wake(struct tdm_gpu *gpu, struct tdm__task *t, int rc)
+static void add_wake(struct tdm__gpu *gpu, struct tdm__task *t, int rc)
 {
 	tdm__metrics_await_done(gpu, t); /* every completion the poller sees comes through here */
 	/* capwake is both arrays' capacity: it moves only once both have grown (were it to move
@@ -113,7 +113,7 @@ static void add_wake(struct tdm_gpu *gpu, struct tdm__task *t, int rc)
 
 /* ---- deadlines: a binary min-heap on their slots' seq ---- */
 
-static void heap_push(struct tdm_gpu *gpu, struct tdm__task *t)
+static void heap_push(struct tdm__gpu *gpu, struct tdm__task *t)
 {
 	if (grow((void **)&gpu->heap, &gpu->capheap, sizeof(*gpu->heap), gpu->nheap + 1) != 0) {
 		add_wake(gpu, t, -ENOMEM);
@@ -127,7 +127,7 @@ static void heap_push(struct tdm_gpu *gpu, struct tdm__task *t)
 	gpu->heap[i] = t;
 }
 
-static struct tdm__task *heap_pop(struct tdm_gpu *gpu)
+static struct tdm__task *heap_pop(struct tdm__gpu *gpu)
 {
 	struct tdm__task *top = gpu->heap[0], *last = gpu->heap[--gpu->nheap];
 	unsigned i = 0, n = gpu->nheap;
@@ -155,10 +155,10 @@ static uint64_t aw_seq(struct tdm__task *t)
 {
 	if (TDM__AW_KIND(t) == TDM__AW_STREAM_WORD)
 		return TDM__AW(t)->seq;
-	return ((const struct tdm_event *)(uintptr_t)TDM__AW(t)->seq)->seq;
+	return ((const struct tdm__event *)(uintptr_t)TDM__AW(t)->seq)->seq;
 }
 
-static void stream_insert(struct tdm_gpu *gpu, struct tdm__stream *s, struct tdm__task *t,
+static void stream_insert(struct tdm__gpu *gpu, struct tdm__stream *s, struct tdm__task *t,
                           uint64_t now)
 {
 	TDM__AW(t)->link.next = NULL;
@@ -196,7 +196,7 @@ static void count_one(_Atomic uint64_t *c)
 	                      memory_order_relaxed);
 }
 
-static void intake(struct tdm_gpu *gpu, uint64_t now)
+static void intake(struct tdm__gpu *gpu, uint64_t now)
 {
 	/* Newest first; reverse so that FIFOs fill in submission order. */
 	struct tdm__link *l = tdm__stack_take_all(&gpu->submit), *rev = NULL;
@@ -266,20 +266,20 @@ static void intake(struct tdm_gpu *gpu, uint64_t now)
 #define TDM__LOOK_MAX_NS 1000000ull
 #define TDM__LOOK_MIN_NS 2000ull /* near the due window: a look's poller time stays small */
 
-static void fail_stream_awaits(struct tdm_gpu *gpu, struct tdm__stream *s, int rc)
+static void fail_stream_awaits(struct tdm__gpu *gpu, struct tdm__stream *s, int rc)
 {
 	while (s->head != NULL) {
 		struct tdm__task *t = s->head;
 		s->head = (struct tdm__task *)(void *)TDM__AW(t)->link.next;
 		if (TDM__AW_KIND(t) == TDM__AW_STREAM_EVENT)
-			tdm__event_give((struct tdm_event *)(uintptr_t)TDM__AW(t)->seq);
+			tdm__event_give((struct tdm__event *)(uintptr_t)TDM__AW(t)->seq);
 		add_wake(gpu, t, rc);
 	}
 	s->tail = NULL;
 }
 
 /* Returns whether anything completed. */
-static bool sweep_stream(struct tdm_gpu *gpu, struct tdm__stream *s, uint64_t now)
+static bool sweep_stream(struct tdm__gpu *gpu, struct tdm__stream *s, uint64_t now)
 {
 	struct tdm__gdev *d = s->dev;
 	const struct tdm__backend_ops *ops = gpu->ops;
@@ -310,7 +310,7 @@ static bool sweep_stream(struct tdm_gpu *gpu, struct tdm__stream *s, uint64_t no
 			         ? ops->word_status(gpu->b, s->bs, TDM__AW(t)->seq)
 			         : 0;
 		} else {
-			struct tdm_event *e = (struct tdm_event *)(uintptr_t)TDM__AW(t)->seq;
+			struct tdm__event *e = (struct tdm__event *)(uintptr_t)TDM__AW(t)->seq;
 			/*
 			 * Queried even when a later word has passed its number: the work is done
 			 * then, but only the event can say whether it failed (an operation's error
@@ -391,7 +391,7 @@ static uint64_t due_late(const struct tdm__stream *s)
 
 /* The earliest due completion over the busy streams, leaving out those overdue past due_late
  * (their estimate was wrong; sleep steps see them). */
-static void note_due(struct tdm_gpu *gpu, const struct tdm__stream *s, uint64_t now)
+static void note_due(struct tdm__gpu *gpu, const struct tdm__stream *s, uint64_t now)
 {
 	if (s->typical_ns == 0)
 		return;
@@ -407,7 +407,7 @@ static void note_due(struct tdm_gpu *gpu, const struct tdm__stream *s, uint64_t 
 /* How long before a due completion the poller stops sleeping: TDM__DUE_LEAD_NS plus how late
  * its sleep steps typically wake (on some machines far more than the slack),
  * at most TDM__DUE_MAX_NS. */
-static uint64_t due_lead(const struct tdm_gpu *gpu)
+static uint64_t due_lead(const struct tdm__gpu *gpu)
 {
 	uint64_t lead = TDM__DUE_LEAD_NS + gpu->sleep_over_ns;
 	return lead < TDM__DUE_MAX_NS ? lead : TDM__DUE_MAX_NS;
@@ -420,7 +420,7 @@ static bool in_due_window(uint64_t now, uint64_t due, uint64_t lead, uint64_t la
 }
 
 /* Whether stream s's await is due now (the window due_soon spins through, for this stream). */
-static bool stream_due(const struct tdm_gpu *gpu, const struct tdm__stream *s, uint64_t now)
+static bool stream_due(const struct tdm__gpu *gpu, const struct tdm__stream *s, uint64_t now)
 {
 	return s->typical_ns != 0 &&
 	       in_due_window(now, s->moved_ns + s->typical_ns, due_lead(gpu), due_late(s));
@@ -452,7 +452,7 @@ uint64_t tdm__look_step(uint64_t now, uint64_t moved_ns, uint64_t typical_ns, ui
 }
 
 /* A completion is due within due_lead, or was within its due_late. */
-static bool due_soon(const struct tdm_gpu *gpu, uint64_t now)
+static bool due_soon(const struct tdm__gpu *gpu, uint64_t now)
 {
 	return gpu->due_ns != UINT64_MAX &&
 	       in_due_window(now, gpu->due_ns, due_lead(gpu), gpu->due_late_ns);
@@ -466,7 +466,7 @@ static bool due_soon(const struct tdm_gpu *gpu, uint64_t now)
  * An await's end is the poller's last access to its scheduler (the scheduler's destroy waits
  * for its awaits, then frees it); the scheduler's other awaits still in the list keep it alive.
  */
-static bool sweep_dsched(struct tdm_gpu *gpu, uint64_t now)
+static bool sweep_dsched(struct tdm__gpu *gpu, uint64_t now)
 {
 	bool progress = false, check = now - gpu->ds_alive_ns > TDM__CHECK_NS;
 	if (check)
@@ -474,7 +474,7 @@ static bool sweep_dsched(struct tdm_gpu *gpu, uint64_t now)
 	struct tdm__task **tp = &gpu->ds_head;
 	while (*tp != NULL) {
 		struct tdm__task *t = *tp;
-		struct tdm_dsched *ds = TDM__AW_PTR(t);
+		struct tdm__dsched *ds = TDM__AW_PTR(t);
 		if (check)
 			tdm__dsched_health(ds, now);
 		int rc;
@@ -492,7 +492,7 @@ static bool sweep_dsched(struct tdm_gpu *gpu, uint64_t now)
 	return progress;
 }
 
-static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
+static bool sweep(struct tdm__gpu *gpu, uint64_t now, bool spinning)
 {
 	bool progress = false;
 	count_one(&gpu->n_sweep);
@@ -544,7 +544,7 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 	struct tdm__task **tp = &gpu->ev_head;
 	while (*tp != NULL) {
 		struct tdm__task *t = *tp;
-		struct tdm_event *e = TDM__AW_PTR(t);
+		struct tdm__event *e = TDM__AW_PTR(t);
 		int rc = gpu->ops->event_query(gpu->b, e->be);
 		if (rc == -EAGAIN) {
 			tp = (struct tdm__task **)&TDM__AW(t)->link.next;
@@ -565,7 +565,7 @@ static bool sweep(struct tdm_gpu *gpu, uint64_t now, bool spinning)
 	return progress;
 }
 
-static void flush_wakes(struct tdm_gpu *gpu)
+static void flush_wakes(struct tdm__gpu *gpu)
 {
 	if (gpu->nwake == 0)
 		return;
@@ -573,14 +573,14 @@ static void flush_wakes(struct tdm_gpu *gpu)
 	gpu->nwake = 0;
 }
 
-static bool outstanding(struct tdm_gpu *gpu)
+static bool outstanding(struct tdm__gpu *gpu)
 {
 	return gpu->busy != NULL || gpu->ev_head != NULL || gpu->nheap > 0 || gpu->ds_head != NULL;
 }
 
 void *tdm__poller_main(void *arg)
 {
-	struct tdm_gpu *gpu = arg;
+	struct tdm__gpu *gpu = arg;
 	uint64_t spin_ns = (uint64_t)gpu->cfg.poll_spin_us * 1000ull;
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
 	pthread_setname_np(pthread_self(), "tdm-poller");

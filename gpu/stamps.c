@@ -115,7 +115,7 @@ struct tdm__stamps {
 	_Atomic bool started;
 };
 
-static bool stamping(const struct tdm_gpu *gpu)
+static bool stamping(const struct tdm__gpu *gpu)
 {
 	return !gpu->stamps->off && (tdm__tracing() || tdm__metrics_on(gpu));
 }
@@ -164,7 +164,7 @@ static void learn(struct devclock *c, int64_t sample, uint64_t now)
 }
 
 /* The device time of timer t (base + t - ref): 0, or the backend's error. */
-static int dev_time(struct tdm_gpu *gpu, const struct devclock *c, void *t, int64_t *out)
+static int dev_time(struct tdm__gpu *gpu, const struct devclock *c, void *t, int64_t *out)
 {
 	int64_t d = 0;
 	int rc = gpu->ops->timer_elapsed(gpu->b, c->ref, t, &d);
@@ -176,7 +176,7 @@ static int dev_time(struct tdm_gpu *gpu, const struct devclock *c, void *t, int6
 /* st's first timer ran (sampled): the device's reference becomes it when there is none yet or
  * the one there is getting old (a float of milliseconds loses microseconds past seconds). The
  * old reference, or a new timer, takes its place in st. */
-static void maybe_rebase(struct tdm_gpu *gpu, struct devclock *c, struct stamp *st, int dev)
+static void maybe_rebase(struct tdm__gpu *gpu, struct devclock *c, struct stamp *st, int dev)
 {
 	if (c->ref != NULL && st->host_t0 - c->ref_host < REF_AGE_NS)
 		return;
@@ -202,7 +202,7 @@ static void maybe_rebase(struct tdm_gpu *gpu, struct devclock *c, struct stamp *
  * the clocks' difference), so that a launch reaches the device at the moment its call returned,
  * and its span never begins before its launch on the host's timeline.
  */
-static int resolve_one(struct tdm_gpu *gpu, struct tdm__stream *s, struct stamp *st,
+static int resolve_one(struct tdm__gpu *gpu, struct tdm__stream *s, struct stamp *st,
                        uint64_t *start_out, uint64_t *end_out)
 {
 	struct devclock *c = &gpu->stamps->clk[s->dev->index];
@@ -256,7 +256,8 @@ static int resolve_one(struct tdm_gpu *gpu, struct tdm__stream *s, struct stamp 
 
 /* Resolves s's queue as far as its work has run; resolve held. wait: until all of it has (at
  * most WAIT_MAX_NS), or its device failed. */
-static void resolve_stream(struct tdm_gpu *gpu, struct tdm__stream *s, bool wait, uint64_t deadline)
+static void resolve_stream(struct tdm__gpu *gpu, struct tdm__stream *s, bool wait,
+                           uint64_t deadline)
 {
 	pthread_mutex_lock(&s->sq.lock);
 	struct stamp *q = s->sq.head;
@@ -314,7 +315,7 @@ static void resolve_stream(struct tdm_gpu *gpu, struct tdm__stream *s, bool wait
 	pthread_mutex_unlock(&s->sq.lock);
 }
 
-static void sample_counters(struct tdm_gpu *gpu)
+static void sample_counters(struct tdm__gpu *gpu)
 {
 	struct tdm__stamps *ss = gpu->stamps;
 	if (!tdm__observing() || !tdm__tracing())
@@ -330,7 +331,7 @@ static void sample_counters(struct tdm_gpu *gpu)
 	tdm__trace_track_counter(ss->counters, TDM__CTR_AWAITS, now,
 	                         active > 0 ? (uint64_t)active : 0);
 	tdm_pinned_stats ps;
-	if (gpu->pinned != NULL && tdm_pinned_stats_get(gpu, &ps) == 0)
+	if (gpu->pinned != NULL && tdm__pinned_stats_get(gpu, &ps) == 0)
 		tdm__trace_track_counter(ss->counters, TDM__CTR_PINNED, now, ps.bytes_in_use);
 	uint64_t sw = atomic_load_explicit(&gpu->n_sweep, memory_order_relaxed);
 	uint64_t sl = atomic_load_explicit(&gpu->n_sleep, memory_order_relaxed);
@@ -351,7 +352,7 @@ static void sample_counters(struct tdm_gpu *gpu)
 				if (((s) = atomic_load_explicit(&(gpu)->devs[i_].streams[c_][k_],  \
 				                                memory_order_acquire)) != NULL)
 
-void tdm__stamps_flush(struct tdm_gpu *gpu, bool wait)
+void tdm__stamps_flush(struct tdm__gpu *gpu, bool wait)
 {
 	struct tdm__stamps *ss = gpu->stamps;
 	if (ss == NULL || gpu->ops == NULL || gpu->ops->timer_create == NULL)
@@ -371,7 +372,7 @@ void tdm__stamps_flush(struct tdm_gpu *gpu, bool wait)
  * last period's launch rate. Each timing event costs the launching thread a driver call, which
  * at a million launches a second is most of what a launch costs (docs/design/observe.md).
  */
-static void pace(struct tdm_gpu *gpu, uint64_t now)
+static void pace(struct tdm__gpu *gpu, uint64_t now)
 {
 	struct tdm__stamps *ss = gpu->stamps;
 	uint64_t n = 0;
@@ -395,7 +396,7 @@ static void pace(struct tdm_gpu *gpu, uint64_t now)
 }
 
 /* Says once per layer what was lost, and why. */
-static void report_lost(struct tdm_gpu *gpu)
+static void report_lost(struct tdm__gpu *gpu)
 {
 	struct tdm__stamps *ss = gpu->stamps;
 	/* Relaxed, both: counts for a report. */
@@ -421,7 +422,7 @@ static void report_lost(struct tdm_gpu *gpu)
 /* The trace's stop asks (tdm__trace_flusher_add): what has run goes in, what runs now too. */
 static void flush_for_trace(void *arg)
 {
-	struct tdm_gpu *gpu = arg;
+	struct tdm__gpu *gpu = arg;
 	tdm__stamps_flush(gpu, true);
 	pthread_mutex_lock(&gpu->stamps->resolve);
 	sample_counters(gpu);
@@ -431,7 +432,7 @@ static void flush_for_trace(void *arg)
 
 static void *resolver_main(void *arg)
 {
-	struct tdm_gpu *gpu = arg;
+	struct tdm__gpu *gpu = arg;
 	struct tdm__stamps *ss = gpu->stamps;
 	pthread_setname_np(pthread_self(), "tdm-stamps");
 	tdm__observe_thread("tandem stamps");
@@ -468,7 +469,7 @@ static void *resolver_main(void *arg)
 /* ---- stamping a launch ---- */
 
 /* A free stamp of s, or a new one: NULL when s has MAX_STAMPS out, or none can be made. */
-static struct stamp *take(struct tdm_gpu *gpu, struct tdm__stream *s, bool *sample, bool *untimed)
+static struct stamp *take(struct tdm__gpu *gpu, struct tdm__stream *s, bool *sample, bool *untimed)
 {
 	/* Relaxed: a hint; metrics time every launch (their figures are sums over all). */
 	unsigned every = atomic_load_explicit(&gpu->stamps->every, memory_order_relaxed);
@@ -518,7 +519,7 @@ static struct stamp *take(struct tdm_gpu *gpu, struct tdm__stream *s, bool *samp
 	return NULL;
 }
 
-static void start_thread(struct tdm__stamps *ss, struct tdm_gpu *gpu)
+static void start_thread(struct tdm__stamps *ss, struct tdm__gpu *gpu)
 {
 	pthread_mutex_lock(&ss->tlock);
 	/* Relaxed, both: written under tlock, which orders them; launches read it as a hint. */
@@ -544,7 +545,7 @@ static uint64_t launch_id(void)
 
 void tdm__stamp_begin(struct tdm_stream *s, enum tdm__span_kind kind, uint64_t bytes)
 {
-	struct tdm_gpu *gpu = s->dev->gpu;
+	struct tdm__gpu *gpu = s->dev->gpu;
 	struct tdm__stamps *ss = gpu->stamps;
 	s->stamp = NULL;
 	if (ss == NULL || gpu->ops->timer_create == NULL || !stamping(gpu) ||
@@ -587,7 +588,7 @@ void tdm__stamp_end(struct tdm_stream *s)
 	if (st == NULL)
 		return;
 	s->stamp = NULL;
-	struct tdm_gpu *gpu = s->dev->gpu;
+	struct tdm__gpu *gpu = s->dev->gpu;
 	struct tdm__stream *q = s->st;
 	st->next = NULL;
 	st->host_end = tdm__now_ns();
@@ -606,7 +607,7 @@ void tdm__stamp_end(struct tdm_stream *s)
 	pthread_mutex_unlock(&q->sq.lock);
 }
 
-uint64_t tdm__stamps_lost(struct tdm_gpu *gpu)
+uint64_t tdm__stamps_lost(struct tdm__gpu *gpu)
 {
 	/* Relaxed: a count. */
 	return gpu->stamps != NULL
@@ -614,7 +615,7 @@ uint64_t tdm__stamps_lost(struct tdm_gpu *gpu)
 	           : 0;
 }
 
-uint64_t tdm__stamps_untimed(struct tdm_gpu *gpu)
+uint64_t tdm__stamps_untimed(struct tdm__gpu *gpu)
 {
 	/* Relaxed: a count. */
 	return gpu->stamps != NULL
@@ -624,7 +625,7 @@ uint64_t tdm__stamps_untimed(struct tdm_gpu *gpu)
 
 /* ---- life ---- */
 
-int tdm__stamps_init(struct tdm_gpu *gpu)
+int tdm__stamps_init(struct tdm__gpu *gpu)
 {
 	struct tdm__stamps *ss = calloc(1, sizeof(*ss));
 	if (ss == NULL)
@@ -675,7 +676,7 @@ int tdm__stamps_init(struct tdm_gpu *gpu)
 
 /* After the last lease is back: no launch stamps any more. Waits for the spans in flight, so
  * that a trace still recording gets them, then frees every timer. */
-void tdm__stamps_fini(struct tdm_gpu *gpu)
+void tdm__stamps_fini(struct tdm__gpu *gpu)
 {
 	struct tdm__stamps *ss = gpu->stamps;
 	if (ss == NULL)

@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct tdm_gpu;
+struct tdm__gpu;
 struct tdm_stream;
 struct tdm__stream;
 
@@ -44,15 +44,15 @@ struct tdm__span {
 
 /* A span resolved while metrics are on; called in each stream's order (one stream's spans come
  * in order of start), from any thread, for any stream at once. */
-void tdm__metrics_span(struct tdm_gpu *gpu, const struct tdm__span *sp);
+void tdm__metrics_span(struct tdm__gpu *gpu, const struct tdm__span *sp);
 /* An await of the layer completed latency_ns after it was made (the await call to the moment
  * its completion was seen); any thread. */
-void tdm__metrics_await(struct tdm_gpu *gpu, uint64_t latency_ns);
+void tdm__metrics_await(struct tdm__gpu *gpu, uint64_t latency_ns);
 /* The layer's metrics state: made with the layer, freed with it. */
-int tdm__metrics_init(struct tdm_gpu *gpu);
-void tdm__metrics_fini(struct tdm_gpu *gpu);
+int tdm__metrics_init(struct tdm__gpu *gpu);
+void tdm__metrics_fini(struct tdm__gpu *gpu);
 /* Whether the layer's metrics are on (tdm_gpu_metrics_start .. stop): a relaxed load. */
-bool tdm__metrics_on(const struct tdm_gpu *gpu);
+bool tdm__metrics_on(const struct tdm__gpu *gpu);
 
 /* ---- stamps.c ---- */
 
@@ -63,12 +63,12 @@ void tdm__stamp_end(struct tdm_stream *s);
 /* Resolves the stamps of the layer that have happened (the layer's stamps thread every
  * millisecond while stamping, the trace's stop and tdm_gpu_metrics_get before they read); wait:
  * also those still pending, waiting for them up to 2 s in all (stop, destroy). */
-void tdm__stamps_flush(struct tdm_gpu *gpu, bool wait);
+void tdm__stamps_flush(struct tdm__gpu *gpu, bool wait);
 /* Spans lost since the layer began: a monotonic count (the metrics take their window's). */
-uint64_t tdm__stamps_lost(struct tdm_gpu *gpu);
+uint64_t tdm__stamps_lost(struct tdm__gpu *gpu);
 /* Launches a trace left untimed (its pace) since the layer began: a monotonic count. */
-uint64_t tdm__stamps_untimed(struct tdm_gpu *gpu);
-int tdm__stamps_init(struct tdm_gpu *gpu);
-void tdm__stamps_fini(struct tdm_gpu *gpu);
+uint64_t tdm__stamps_untimed(struct tdm__gpu *gpu);
+int tdm__stamps_init(struct tdm__gpu *gpu);
+void tdm__stamps_fini(struct tdm__gpu *gpu);
 
 #endif /* TDM_GPU_STAMPS_H */

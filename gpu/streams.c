@@ -39,7 +39,7 @@ static int stream_at(struct tdm__gdev *d, int c, unsigned k, struct tdm__stream 
 		*out = s;
 		return 0;
 	}
-	struct tdm_gpu *gpu = d->gpu;
+	struct tdm__gpu *gpu = d->gpu;
 	int rc = 0;
 	bool made = false; /* by this call: named for a profiler (class 1 is the high one) */
 	pthread_mutex_lock(&d->lock);
@@ -122,7 +122,7 @@ static bool device_failed(struct tdm__gdev *d)
 /* The device for a TDM_DEVICE_ANY lease: among those that have not failed (a failed one would
  * refuse the lease; least loaded picked it every time, its leases all released); when every
  * one has failed, any (the lease says -ENODEV). */
-static int place(struct tdm_gpu *gpu)
+static int place(struct tdm__gpu *gpu)
 {
 	unsigned n = (unsigned)gpu->ndev;
 	unsigned rr = atomic_fetch_add_explicit(&gpu->place_rr, 1, memory_order_relaxed);
@@ -239,7 +239,7 @@ static void list_move(struct tdm__lease_list *from, struct tdm__lease_list *to, 
 		list_push(to, h);
 }
 
-int tdm__leases_init(struct tdm_gpu *gpu)
+int tdm__leases_init(struct tdm__gpu *gpu)
 {
 	int workers = tdm_executor_workers(gpu->ex);
 	unsigned n = workers > 0 ? (unsigned)workers : 0;
@@ -255,14 +255,41 @@ int tdm__leases_init(struct tdm_gpu *gpu)
 	return 0;
 }
 
-void tdm__leases_fini(struct tdm_gpu *gpu)
+/*
+ * Chunks of layers destroyed, for later layers: lease handles are never freed, like the objects of
+ * base/handle.h, so that a stale handle kept past its layer's destroy reads `held` false and is
+ * refused (-EINVAL) rather than read after a free. Every handle of a chunk here is released.
+ */
+static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tdm__lease_chunk *spare_chunks; /* spare_lock */
+
+/* A chunk for a layer's handles: a spare one, else a new one zeroed. NULL: no memory. */
+static struct tdm__lease_chunk *chunk_get(void)
+{
+	pthread_mutex_lock(&spare_lock);
+	struct tdm__lease_chunk *ch = spare_chunks;
+	if (ch != NULL)
+		spare_chunks = ch->next;
+	pthread_mutex_unlock(&spare_lock);
+	if (ch != NULL)
+		return ch; /* its handles as their releases left them: not held */
+	ch = aligned_alloc(TDM__CACHELINE, sizeof(*ch));
+	if (ch != NULL)
+		memset(ch, 0, sizeof(*ch));
+	return ch;
+}
+
+void tdm__leases_fini(struct tdm__gpu *gpu)
 {
 	if (gpu->lease_cache == NULL)
 		return; /* never initialised */
 	while (gpu->lease_chunks != NULL) {
 		struct tdm__lease_chunk *ch = gpu->lease_chunks;
 		gpu->lease_chunks = ch->next;
-		free(ch);
+		pthread_mutex_lock(&spare_lock);
+		ch->next = spare_chunks;
+		spare_chunks = ch;
+		pthread_mutex_unlock(&spare_lock);
 	}
 	free(gpu->lease_cache);
 	gpu->lease_cache = NULL;
@@ -281,7 +308,7 @@ void tdm__task_who(uintptr_t task, char *out, size_t len)
 	snprintf(out, len, "task %s", name);
 }
 
-unsigned tdm__leases_say(struct tdm_gpu *gpu, unsigned waited_s)
+unsigned tdm__leases_say(struct tdm__gpu *gpu, unsigned waited_s)
 {
 	unsigned n = 0;
 	/* The chunks hold every handle ever made; none is made past the destroy's drain of the
@@ -310,22 +337,21 @@ unsigned tdm__leases_say(struct tdm_gpu *gpu, unsigned waited_s)
 }
 
 /* The calling thread's list when it is a worker of gpu's executor, else NULL. */
-static struct tdm__lease_list *lease_cache(struct tdm_gpu *gpu, int wi)
+static struct tdm__lease_list *lease_cache(struct tdm__gpu *gpu, int wi)
 {
 	return wi >= 0 && (unsigned)wi < gpu->nlease_cache ? &gpu->lease_cache[wi].l : NULL;
 }
 
 /* A handle off the shared list (a new chunk's, when it is empty), and for a worker a batch more
  * onto its list c. NULL: no memory. */
-static struct tdm_stream *handle_get_slow(struct tdm_gpu *gpu, struct tdm__lease_list *c)
+static struct tdm_stream *handle_get_slow(struct tdm__gpu *gpu, struct tdm__lease_list *c)
 {
 	pthread_mutex_lock(&gpu->lease_lock);
 	if (gpu->lease_free.head == NULL) {
 		pthread_mutex_unlock(&gpu->lease_lock);
-		struct tdm__lease_chunk *ch = aligned_alloc(TDM__CACHELINE, sizeof(*ch));
+		struct tdm__lease_chunk *ch = chunk_get();
 		if (ch == NULL)
 			return NULL;
-		memset(ch, 0, sizeof(*ch));
 		pthread_mutex_lock(&gpu->lease_lock);
 		ch->next = gpu->lease_chunks;
 		gpu->lease_chunks = ch;
@@ -339,7 +365,7 @@ static struct tdm_stream *handle_get_slow(struct tdm_gpu *gpu, struct tdm__lease
 	return h;
 }
 
-static struct tdm_stream *handle_get(struct tdm_gpu *gpu, int wi)
+static struct tdm_stream *handle_get(struct tdm__gpu *gpu, int wi)
 {
 	struct tdm__lease_list *c = lease_cache(gpu, wi);
 	struct tdm_stream *h = c != NULL ? list_pop(c) : NULL;
@@ -348,7 +374,7 @@ static struct tdm_stream *handle_get(struct tdm_gpu *gpu, int wi)
 
 /* h back on the calling thread's list; a worker's list past two batches gives its oldest batch
  * to the shared list. */
-static void handle_put(struct tdm_gpu *gpu, int wi, struct tdm_stream *h)
+static void handle_put(struct tdm__gpu *gpu, int wi, struct tdm_stream *h)
 {
 	struct tdm__lease_list *c = lease_cache(gpu, wi);
 	if (c != NULL) {
@@ -364,20 +390,24 @@ static void handle_put(struct tdm_gpu *gpu, int wi, struct tdm_stream *h)
 	pthread_mutex_unlock(&gpu->lease_lock);
 }
 
-static int lease(struct tdm_gpu *gpu, int device, unsigned flags, int wi, struct tdm__stream **out);
+static int lease(struct tdm__gpu *gpu, int device, unsigned flags, int wi,
+                 struct tdm__stream **out);
 
-int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
+int tdm_stream_lease(tdm_gpu *handle, int device, unsigned flags, tdm_stream **out)
 {
-	if (gpu == NULL || out == NULL ||
+	if (out == NULL ||
 	    (flags & ~(unsigned)(TDM_STREAM_EXCLUSIVE | TDM_STREAM_HIGH_PRIORITY)) != 0)
 		return -EINVAL;
-	/* Through the gate, before any other access to gpu: a lease that missed stopping is
-	 * waited for, and what it took is then seen by destroy's scan of the leases; one refused
-	 * is waited for before the free. */
-	_Atomic unsigned *n = tdm__gate_enter(&gpu->leases, &gpu->stopping);
-	if (n == NULL)
-		return -ESHUTDOWN;
-	int rc, wi = tdm__worker_index(gpu->ex);
+	/* Through the gate, before any other access to the layer: the handle's check is the
+	 * gate's load (tdm__gpu_enter). A lease that entered before the destroy closed the handle
+	 * is waited for, and what it took is then seen by destroy's scan of the leases; one refused
+	 * touched only the layer's type-stable part. */
+	_Atomic unsigned *n;
+	int rc;
+	struct tdm__gpu *gpu = tdm__gpu_enter(handle, &n, &rc);
+	if (gpu == NULL)
+		return rc;
+	int wi = tdm__worker_index(gpu->ex);
 	struct tdm_stream *h = NULL;
 	struct tdm__stream *st = NULL;
 	if (gpu->ndev == 0)
@@ -406,13 +436,13 @@ int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out)
 	return rc;
 }
 
-static int lease_on(struct tdm_gpu *gpu, int device, unsigned flags, int wi,
+static int lease_on(struct tdm__gpu *gpu, int device, unsigned flags, int wi,
                     struct tdm__stream **out);
 
 /* TDM_DEVICE_ANY: the placement's device first; when it has no stream to give (-EBUSY) or failed
  * since (-ENODEV), the other live devices in turn, so that the lease says -EBUSY only when no
  * device could take it, and -ENODEV only when every device failed. */
-static int lease(struct tdm_gpu *gpu, int device, unsigned flags, int wi, struct tdm__stream **out)
+static int lease(struct tdm__gpu *gpu, int device, unsigned flags, int wi, struct tdm__stream **out)
 {
 	if (device != TDM_DEVICE_ANY)
 		return lease_on(gpu, device, flags, wi, out);
@@ -435,7 +465,7 @@ static int lease(struct tdm_gpu *gpu, int device, unsigned flags, int wi, struct
  * backend's own flag where it has one (sim), read on every lease; else (cuda) a query of s,
  * the stream just leased (-EIO: a sticky error), at most once per TDM__CHECK_NS per device,
  * by the lease that moves the check's time on. Found dead, d is failed for the layer. */
-static bool found_dead(struct tdm_gpu *gpu, struct tdm__gdev *d, struct tdm__stream *s)
+static bool found_dead(struct tdm__gpu *gpu, struct tdm__gdev *d, struct tdm__stream *s)
 {
 	const struct tdm__backend_ops *ops = gpu->ops;
 	bool dead;
@@ -466,10 +496,10 @@ static void lease_undo(struct tdm__stream *s, unsigned flags)
 	                          memory_order_release);
 }
 
-static int lease_take(struct tdm_gpu *gpu, struct tdm__gdev *d, unsigned flags, int wi,
+static int lease_take(struct tdm__gpu *gpu, struct tdm__gdev *d, unsigned flags, int wi,
                       struct tdm__stream **out);
 
-static int lease_on(struct tdm_gpu *gpu, int device, unsigned flags, int wi,
+static int lease_on(struct tdm__gpu *gpu, int device, unsigned flags, int wi,
                     struct tdm__stream **out)
 {
 	struct tdm__gdev *d = &gpu->devs[device];
@@ -487,7 +517,7 @@ static int lease_on(struct tdm_gpu *gpu, int device, unsigned flags, int wi,
 }
 
 /* A stream of d leased, in *out: 0, -EBUSY (none to give), or an error making one. */
-static int lease_take(struct tdm_gpu *gpu, struct tdm__gdev *d, unsigned flags, int wi,
+static int lease_take(struct tdm__gpu *gpu, struct tdm__gdev *d, unsigned flags, int wi,
                       struct tdm__stream **out)
 {
 	(void)gpu;
@@ -542,7 +572,7 @@ int tdm_stream_release(tdm_stream *s)
 	if (!atomic_exchange_explicit(&s->held, false, memory_order_acq_rel))
 		return -EINVAL;
 	struct tdm__stream *st = s->st;
-	struct tdm_gpu *gpu = st->dev->gpu;
+	struct tdm__gpu *gpu = st->dev->gpu;
 	int n = s->exclusive ? TDM__EXCLUSIVE : 1;
 	/* The handle goes back before the count drops: tdm_gpu_destroy frees the lists once every
 	 * count is 0. */

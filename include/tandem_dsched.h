@@ -166,7 +166,8 @@ void tdm_dsched_config_init(tdm_dsched_config *cfg);
  * or the device cannot reach pinned host memory (cuda).
  * A refused field of cfg or of the table, and the -ENOTSUP, is named with its value on stderr and
  * in tdm_error_detail (tandem.h).  -ENODEV: no device (backend none), or
- * it failed.  -ESHUTDOWN: the GPU layer is being destroyed.  -ENOMEM, -EAGAIN (sim: no thread).
+ * it failed.  -ESHUTDOWN: the GPU layer is being destroyed, or was.  -EINVAL also: gpu is no GPU
+ * layer's handle.  -ENOMEM, -EAGAIN (sim: no thread).
  * -EIO: the launch failed (the launcher's CUDA error).
  */
 int tdm_dsched_create(tdm_gpu *gpu, int device, const tdm_dsched_config *cfg, tdm_dsched **out);
@@ -202,7 +203,8 @@ typedef struct tdm_dsched_stats {
  * resumed, with 0, -ECANCELED, or -EIO where the device failed. out (may be NULL) gets the
  * final counts, which say how many items completed, were cancelled or failed. Calls racing it
  * must be done before an item they await is over (the contract of tdm_gpu_destroy).
- * -EINVAL: ds is NULL, or how is neither TDM_DSCHED_DRAIN nor TDM_DSCHED_CANCEL (nothing done).
+ * -EINVAL: ds is NULL or no scheduler's handle, its destroy began already (a second destroy, or
+ * one racing the first), or how is neither TDM_DSCHED_DRAIN nor TDM_DSCHED_CANCEL (nothing done).
  */
 int tdm_dsched_destroy(tdm_dsched *ds, int how, tdm_dsched_stats *out);
 
@@ -215,10 +217,11 @@ int tdm_dsched_destroy(tdm_dsched *ds, int how, tdm_dsched_stats *out);
  * memory: with TDM_DSCHED_SCOPE_SYSTEM, or tdm_dsched_fence_system() in the handler). Items start
  * in about ticket order; with one runner in all (blocks and warps 1) they run one at a time in
  * ticket order, else several run at once and complete in any order. Any thread.
- * -EINVAL: ds is NULL, handler not below the table's count, args NULL with size > 0.
- * -EMSGSIZE: size above TDM_DSCHED_ARGS_MAX.  -EAGAIN: the queue has no room (capacity items
- * submitted and not completed): nothing pushed; await an earlier item, or try again.
- * -EIO: the device failed.  -ESHUTDOWN: tdm_dsched_destroy began.
+ * -EINVAL: ds is NULL, destroyed or no scheduler's handle, handler not below the table's count,
+ * args NULL with size > 0.  -EMSGSIZE: size above TDM_DSCHED_ARGS_MAX.  -EAGAIN: the queue has no
+ * room (capacity items submitted and not completed): nothing pushed; await an earlier item, or try
+ * again. -EIO: the device failed.  -ESHUTDOWN: tdm_dsched_destroy began (and has not returned: once
+ * it has, -EINVAL).
  */
 int tdm_dsched_submit(tdm_dsched *ds, unsigned handler, const void *args, size_t size,
                       uint64_t *ticket);
@@ -247,18 +250,19 @@ int tdm_dsched_submit_batch(tdm_dsched *ds, const tdm_dsched_item *items, unsign
  * on the device's streams do not (CUDA ends every kernel of a dead context). Awaiting a batch:
  * await its tickets in turn (those over already return at once). Any number of tasks may await
  * one ticket.
- * -EINVAL: t is NULL or not the task running on the calling thread, ds NULL or of another
- * executor's GPU layer, ticket 0 or not handed out yet.  -ESHUTDOWN: the GPU layer or the
- * scheduler is being destroyed.
+ * -EINVAL: t is NULL or not the task running on the calling thread, ds NULL, destroyed, no
+ * scheduler's handle or of another executor's GPU layer, ticket 0 or not handed out yet.
+ * -ESHUTDOWN: the GPU layer or the scheduler is being destroyed.
  */
 int tdm_await_dsched(tdm_task *t, tdm_dsched *ds, uint64_t ticket);
 
 /* Whether item `ticket` is over, without waiting: 0 (completed), -EAGAIN (not yet),
- * -ECANCELED, -EIO (the device failed).  -EINVAL: ds NULL, ticket 0 or not handed out yet.
- * -ESHUTDOWN: tdm_dsched_destroy began. */
+ * -ECANCELED, -EIO (the device failed).  -EINVAL: ds NULL, destroyed or no scheduler's handle,
+ * ticket 0 or not handed out yet.  -ESHUTDOWN: tdm_dsched_destroy began (and has not returned). */
 int tdm_dsched_query(tdm_dsched *ds, uint64_t ticket);
 
-/* -EINVAL: ds or out is NULL. Not racing tdm_dsched_destroy. */
+/* -EINVAL: ds or out is NULL, ds destroyed or no scheduler's handle.  -ESHUTDOWN: its destroy
+ * runs. */
 int tdm_dsched_stats_get(const tdm_dsched *ds, tdm_dsched_stats *out);
 
 #if defined(__GNUC__)

@@ -9,6 +9,15 @@
  * run. Every call returns 0 or a negative errno (tdm_strerror); tdm_await_* return TDM_SUSPENDED
  * or, when the task can go on at once, its result. The reasons and measurements behind the
  * defaults are in docs/design/ (gpu-streams.md, poller.md, memory.md, pipeline.md, topology.md).
+ *
+ * Handles (since 0.6.0): a tdm_gpu, a tdm_event, and tandem_graph.h's tdm_graph and tdm_dag and
+ * tandem_dsched.h's tdm_dsched are handles, not addresses: each carries a generation, and every
+ * call checks it, as CUDA checks its own (docs/design/handles.md). A call with a handle of a
+ * destroyed object is refused (-EINVAL; a GPU layer's: -ESHUTDOWN), and so is a second destroy
+ * (-EINVAL), a call racing the destroy (the errno, or it completes as if it came first), NULL, a
+ * handle of another type, and a value that was never a handle (-EINVAL, but for a value made up
+ * to look like a live handle, at odds of about 1 in 2^40): none reads freed memory. A lease's
+ * tdm_stream is refused once released, its layer destroyed or not (tdm_stream_lease).
  */
 #ifndef TANDEM_GPU_H
 #define TANDEM_GPU_H
@@ -164,34 +173,35 @@ int tdm_gpu_create(tdm_gpu **out, tdm_executor *ex, const tdm_gpu_config *cfg);
 /*
  * Waits until every outstanding GPU await has completed and its task was handed back, resumes
  * tasks awaiting deadlines with -ECANCELED, stops the poller, waits until every stream lease was
- * released and every device scheduler destroyed (tandem_dsched.h), and frees streams, events and
- * the pools' memory. Leases and awaits after the call
- * began fail with -ESHUTDOWN; a lease already in progress is waited for, and then its release.
- * Tasks and other threads may go on leasing and awaiting while it runs: it frees gpu only after
- * every lease and await call that reached gpu has returned, refused ones included. It cannot
- * wait for a call it never saw: none may begin once the destroy may have returned, so a caller
- * that leases or awaits while a destroy runs must be done with that call before something the
- * destroy waits for is over (a lease still held, its own or another's; an await outstanding).
- * A task that releases its last lease and then leases or awaits again, say, may find gpu freed.
- * Other calls on gpu (device, managed and pinned memory, events) must not race it: make them
- * before it begins, or while holding a lease (it frees nothing before every lease is released).
- * Either order of tdm_gpu_destroy and tdm_executor_destroy works.
+ * released and every device scheduler destroyed (tandem_dsched.h), destroys the graphs and DAGs
+ * left (tandem_graph.h), and frees streams, events and the pools' memory. Every call with gpu
+ * made once it began, and every one after it returned, is refused with -ESHUTDOWN (a second
+ * destroy: -EINVAL); a call already in progress is waited for (a lease: and then its release).
+ * Tasks and other threads may go on calling while it runs: a task that releases its last lease
+ * and leases again gets -ESHUTDOWN, never freed memory (the handles above). Events not put back
+ * go with it: their handles are refused from then on. Either order of tdm_gpu_destroy and
+ * tdm_executor_destroy works.
  * A lease never released, or a scheduler never destroyed, makes it wait for ever: once it has
  * waited a second for them it says on stderr which, a line each, and again every 10 s while it
  * waits: "tandem: tdm_gpu_destroy waits for a stream lease not released (1 s so far): device 0,
  * stream normal 3, exclusive, taken by task NAME" (NAME: tdm_resumable_name's, else the task
  * function's symbol; "a thread outside any task" for a lease taken outside one), and "... waits
  * for a device scheduler not destroyed (1 s so far): device 0, made by ...". It goes on waiting.
- * -EINVAL: gpu is NULL.  -EDEADLK: called from a worker of the executor.
+ * -EINVAL: gpu is NULL or not a GPU layer's handle, or its destroy began already (a second
+ * destroy, or one racing the first).  -EDEADLK: called from a worker of the executor.
  */
 int tdm_gpu_destroy(tdm_gpu *gpu);
 
-/* "cuda", "sim" or "none" ("none" also for a NULL gpu). */
+/* "cuda", "sim" or "none" ("none" also for a NULL gpu, one that is no GPU layer's handle, or a
+ * layer being or already destroyed). */
 const char *tdm_gpu_backend_name(const tdm_gpu *gpu);
-/* Devices the backend sees (0 for TDM_BACKEND_NONE). -EINVAL: gpu is NULL. */
+/* Every call below that takes a gpu also says -EINVAL when gpu is NULL or no GPU layer's handle,
+ * and -ESHUTDOWN when the layer is being destroyed, or was (tdm_gpu_destroy). */
+
+/* Devices the backend sees (0 for TDM_BACKEND_NONE). -EINVAL, -ESHUTDOWN: gpu (above). */
 int tdm_gpu_device_count(const tdm_gpu *gpu);
 /* The completion in use on a device: TDM_COMPLETION_WORD, _EVENT or _ADAPTIVE. -EINVAL: gpu is
- * NULL or device out of range (any device, on a GPU layer without devices). */
+ * NULL or device out of range (any device, on a GPU layer without devices).  -ESHUTDOWN. */
 int tdm_gpu_completion(const tdm_gpu *gpu, int device);
 
 /* Counts since tdm_gpu_create, read with relaxed loads (a snapshot, not a consistent cut). */
@@ -206,7 +216,7 @@ typedef struct tdm_gpu_stats {
 	uint64_t prewakes;     /* due spins that first woke a parked worker to take the task */
 	uint64_t direct;       /* word awaits their own worker saw complete (also awaits_word) */
 } tdm_gpu_stats;
-/* -EINVAL: gpu or out is NULL. */
+/* -EINVAL: gpu or out is NULL.  -ESHUTDOWN. */
 int tdm_gpu_stats_get(const tdm_gpu *gpu, tdm_gpu_stats *out);
 
 /* ---- streams (docs/design/gpu-streams.md) ---- */
@@ -221,7 +231,8 @@ enum {
  * Leases a stream of `device` from its bounded set; for TDM_DEVICE_ANY, of the device the
  * placement picks, then of the others that have not failed. A task keeps its device across
  * awaits by keeping its lease (tdm_stream_device says which). Shared leases never wait.
- * -EINVAL: gpu or out is NULL, device out of range (and not TDM_DEVICE_ANY), an unknown flag.
+ * -EINVAL: gpu or out is NULL (or gpu no GPU layer's handle), device out of range (and not
+ * TDM_DEVICE_ANY), an unknown flag.
  * -ENODEV: the device failed, or there is none (TDM_DEVICE_ANY: every device failed). A device
  * that died with nothing awaited since (a trapping kernel, a handler's trap) is found by the
  * leases after it: on sim the next one, on cuda within a millisecond (a lease queries the
@@ -229,12 +240,13 @@ enum {
  * -EBUSY: exclusive, and every stream of the set is in use; shared, and every one is held
  * exclusively (tdm_pipeline_run leaves one to shared leases; your own exclusive leases can take
  * them all); TDM_DEVICE_ANY: no device had a stream to give.  -ESHUTDOWN: the GPU layer is being
- * destroyed.  -ENOMEM, -EAGAIN, -EIO: the stream, made on its first lease, could not be (no
+ * destroyed, or was.  -ENOMEM, -EAGAIN, -EIO: the stream, made on its first lease, could not be (no
  * memory, no thread for it on sim, or the driver failed); -ENOMEM also: no memory for the
  * lease's handle.
  * *out is this lease's own handle: two leases of one stream are two handles. Once released, a
  * handle is refused by every call that takes a stream (-EINVAL, nothing enqueued) until a later
  * lease gets it again: handles are reused, oldest first, and a stale one then names that lease.
+ * A handle kept past its layer's destroy reads as released (lease handles are never freed).
  */
 int tdm_stream_lease(tdm_gpu *gpu, int device, unsigned flags, tdm_stream **out);
 /* Gives a lease back, after the last await on it. A graph capture begun on s (tandem_graph.h) is
@@ -313,6 +325,8 @@ int tdm_launch_scale(tdm_stream *s, float *y, const float *x, float a, size_t n)
  * (TDM_BACKEND_NONE).  -ENOMEM.  -EIO from the driver.
  * tdm_host_free: -EINVAL: gpu is NULL, or p is not a live block of tdm_host_alloc (never
  * allocated, freed already, or tdm_pinned_alloc's).  -ENODEV: no backend.
+ * Each: -ESHUTDOWN: the layer is being destroyed, or was (a destroyed layer's memory went with
+ * it).
  */
 int tdm_device_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out);
 int tdm_device_free(tdm_gpu *gpu, int device, void *p);
@@ -322,7 +336,8 @@ int tdm_host_free(tdm_gpu *gpu, void *p);
 /* The pinned host pool: blocks carved from chunks pinned once (grown on demand up to the cap),
  * with a cache per worker; they count as pinned for copies; any thread may free any block.
  * -ENOMEM: past the cap (never a fallback to pageable memory).  -EINVAL: a NULL argument, a zero
- * size, or a pointer not from the pool.  -ENODEV: a layer without devices (TDM_BACKEND_NONE). */
+ * size, or a pointer not from the pool.  -ENODEV: a layer without devices (TDM_BACKEND_NONE).
+ * -ESHUTDOWN: the layer is being destroyed, or was. */
 int tdm_pinned_alloc(tdm_gpu *gpu, size_t bytes, void **out);
 int tdm_pinned_free(tdm_gpu *gpu, void *p);
 
@@ -333,13 +348,14 @@ typedef struct tdm_pinned_stats {
 	uint64_t chunks;
 } tdm_pinned_stats;
 
-/* -EINVAL: gpu or out is NULL.  -ENODEV: a layer without a backend (TDM_BACKEND_NONE). */
+/* -EINVAL: gpu or out is NULL.  -ENODEV: a layer without a backend (TDM_BACKEND_NONE).
+ * -ESHUTDOWN. */
 int tdm_pinned_stats_get(tdm_gpu *gpu, tdm_pinned_stats *out);
 
 /* Page-locks (and unlocks) a buffer the caller owns, so that copies from it are async.
  * -EINVAL: a NULL pointer, zero bytes, or unregistering memory not registered.  -EEXIST: the
  * range overlaps one registered.  -ENODEV: no devices.  -ENOTSUP: the backend cannot.
- * -ENOMEM, -EIO from the driver. */
+ * -ENOMEM, -EIO from the driver.  -ESHUTDOWN: the layer is being destroyed, or was. */
 int tdm_host_register(tdm_gpu *gpu, void *p, size_t bytes);
 int tdm_host_unregister(tdm_gpu *gpu, void *p);
 
@@ -368,7 +384,8 @@ typedef enum tdm_mem_advice {
  * NULL pointer, a released s, zero bytes, a device out of range, an unknown advice, or for
  * tdm_managed_free a p that is not live device memory (never allocated, or freed already; any
  * device memory is taken, as cudaFree takes it).  -ENODEV: no devices.  -ENOTSUP: the backend has
- * no managed memory. -EIO from the driver.
+ * no managed memory. -EIO from the driver.  tdm_managed_alloc, _free, tdm_mem_advise: -ESHUTDOWN:
+ * the layer is being destroyed, or was.
  */
 int tdm_managed_alloc(tdm_gpu *gpu, int device, size_t bytes, void **out);
 int tdm_managed_free(tdm_gpu *gpu, void *p);
@@ -383,16 +400,19 @@ int tdm_memcpy_peer_async(tdm_stream *s, void *dst, int dst_device, const void *
 
 /* ---- events (pooled, timing disabled) ---- */
 
-/* An event of `device` from its pool (made when the pool has none). -EINVAL: gpu or out is NULL,
- * device out of range.  -ENODEV: no devices.  -ENOMEM, -EIO: a new event could not be made (no
- * memory; the device or driver failed). */
+/* An event of `device` from its pool (made when the pool has none), under a handle of its own:
+ * the handles of its earlier owners stay refused. -EINVAL: gpu or out is NULL, device out of
+ * range.  -ENODEV: no devices.  -ENOMEM, -EIO: a new event could not be made (no memory; the
+ * device or driver failed).  -ESHUTDOWN: the layer is being destroyed, or was. */
 int tdm_event_get(tdm_gpu *gpu, int device, tdm_event **out);
-/* Gives e back to its pool, once, after its last await. -EINVAL: e is NULL, or in the pool
- * already (a second put is refused and changes nothing). */
+/* Gives e back to its pool, once, after its last await; its handle is refused from then on.
+ * -EINVAL: e is NULL or no event's handle, put back already (a second put changes nothing), or of
+ * a destroyed GPU layer (its events went with it). A put while the layer is destroyed is 0: the
+ * destroy takes the event back. */
 int tdm_event_put(tdm_event *e);
 /* Captures the work enqueued on s so far. -EINVAL: e or s is NULL, s is released, their devices
- * differ, or e is in the pool (once taken again, by another owner or a stream await, a stale handle
- * is not caught).  -EIO: the device failed, or the driver refused.  -ENOMEM: no memory to queue it
+ * differ, or e is put back or of a destroyed layer (its handle is refused, also once the event is
+ * taken again).  -EIO: the device failed, or the driver refused.  -ENOMEM: no memory to queue it
  * (sim). */
 int tdm_event_record(tdm_event *e, tdm_stream *s);
 /*
@@ -401,7 +421,7 @@ int tdm_event_record(tdm_event *e, tdm_stream *s);
  * (cudaStreamWaitEvent). An event never recorded, or last recorded on s's own stream, has
  * nothing to add: 0, nothing enqueued. If the captured work failed, the work after the edge fails
  * too: the await that covers it resumes with -EIO. docs/design/graphs.md.
- * -EINVAL: s or e is NULL, s is released, e is in the pool, or e is of another GPU layer.
+ * -EINVAL: s or e is NULL, s is released, e is put back, or of another GPU layer.
  * -EIO: s's device failed, or the driver refused.  -ENOMEM: no memory to queue it (sim).
  * -ENOTSUP: a backend without edges.
  */
@@ -410,9 +430,10 @@ int tdm_stream_wait_event(tdm_stream *s, tdm_event *e);
 /* ---- awaits ---- */
 
 /* Each await below fails at once, setting the task's result to the same errno, with -EINVAL: t
- * is NULL or not the task running on the calling thread, or its stream, event or gpu is NULL or
- * of a GPU layer of another executor, or its stream's lease was released, or its event was put back
- * (as far as tdm_event_record catches it); -ESHUTDOWN: the GPU layer is being destroyed. */
+ * is NULL or not the task running on the calling thread, or its stream, event or gpu is NULL, no
+ * handle of its type, or of a GPU layer of another executor, or its stream's lease was released,
+ * or its event was put back (or went with its layer); -ESHUTDOWN: the GPU layer is being
+ * destroyed (tdm_await_deadline: or was). */
 
 /* Resumes t once all work enqueued on s so far has finished; result 0 or -EIO. At once also
  * -EIO: s's device failed, or the completion could not be enqueued; -ENOMEM: no memory for it. */
@@ -518,7 +539,8 @@ typedef struct tdm_pipeline_stats {
  * run could lease its streams.  -EBUSY: no stream of the device could be leased.  -EAGAIN: a
  * stream could not be made (sim: its thread did not start).  -ENOMEM: no buffers could be had;
  * -EIO: none because the device failed.  -ESHUTDOWN: the executor or the GPU layer is being
- * destroyed.
+ * destroyed (the layer: or was; a destroy that begins during the run fails the batches left and
+ * waits for the run to return).  -EINVAL also: gpu is no GPU layer's handle.
  */
 int tdm_pipeline_run(tdm_gpu *gpu, const tdm_pipeline_config *cfg, tdm_pipeline_stats *stats);
 
@@ -576,7 +598,8 @@ typedef struct tdm_device_info {
 
 /*
  * The facts and decisions for `device`, gathered once by tdm_gpu_create; any thread may ask.
- * -EINVAL: bad gpu, device or out.  -ENODEV: no device (backend none).
+ * -EINVAL: bad gpu, device or out.  -ENODEV: no device (backend none).  -ESHUTDOWN: the layer
+ * is being destroyed, or was.
  */
 int tdm_gpu_device_info(const tdm_gpu *gpu, int device, tdm_device_info *out);
 
@@ -672,8 +695,8 @@ typedef struct tdm_gpu_metrics {
 /*
  * Starts the window now and turns the stamps on for this layer; on a layer whose metrics run,
  * starts it over (every figure back to zero). Peaks set stay.
- * -EINVAL: gpu is NULL.  -ESHUTDOWN: the layer is being destroyed.  -ENOMEM: no memory for the
- * metrics' state (taken at the first start).
+ * -EINVAL: gpu is NULL.  -ESHUTDOWN: the layer is being destroyed, or was.  -ENOMEM: no memory
+ * for the metrics' state (taken at the first start).
  */
 int tdm_gpu_metrics_start(tdm_gpu *gpu);
 /* Ends the window now and turns the stamps off; the figures stay readable until the next start.

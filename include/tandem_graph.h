@@ -81,7 +81,8 @@ int tdm_graph_capture_end(tdm_stream *s, tdm_graph **g);
  * per stream to run a step on several streams at once). One exception: after a capture end
  * re-instantiated g (TDM_GRAPH_INSTANTIATED into an existing graph), its next replay is ordered
  * after the earlier ones only on the same stream. Await it as any work on s.
- * -EINVAL: s or g is NULL, s is released, g is destroyed, of another device or GPU layer.
+ * -EINVAL: s or g is NULL, s is released, g is destroyed (also with its layer), no graph's
+ * handle, or of another device or GPU layer.
  * -EBUSY: s is capturing (the capture is abandoned).  -EIO: the device failed, or the driver
  * refused.  -ENOMEM: no memory to queue it (sim).
  */
@@ -90,8 +91,9 @@ int tdm_graph_launch(tdm_stream *s, tdm_graph *g);
 /*
  * Destroys g. Replays in flight run to their end; their resources are freed then (the driver's
  * cudaGraphExecDestroy; the sim likewise): never blocks, never -EBUSY. Graphs left at
- * tdm_gpu_destroy are destroyed there. -EINVAL: g is NULL or destroyed already (as far as a
- * handle reused by a later capture is not a new graph: handles are recycled oldest first).
+ * tdm_gpu_destroy are destroyed there. -EINVAL: g is NULL or no graph's handle, or destroyed
+ * already (by a call, or with its GPU layer; also once a later capture reused its memory: handles
+ * carry a generation, tandem_gpu.h).
  */
 int tdm_graph_destroy(tdm_graph *g);
 
@@ -124,7 +126,8 @@ enum {
 int tdm_graph_run(tdm_stream *s, uint64_t key, tdm_graph_step step, void *arg, unsigned flags);
 
 /* Drops every cached graph of key (on every stream) from gpu's cache: 0, or -ENOENT: none was
- * cached or counted.  -EINVAL: gpu is NULL.  -ESHUTDOWN: the GPU layer is being destroyed. */
+ * cached or counted.  -EINVAL: gpu is NULL or no GPU layer's handle.  -ESHUTDOWN: the GPU layer
+ * is being destroyed, or was. */
 int tdm_graph_forget(tdm_gpu *gpu, uint64_t key);
 
 typedef struct tdm_graph_stats {
@@ -137,7 +140,8 @@ typedef struct tdm_graph_stats {
 	uint64_t abandoned;    /* captures abandoned or invalidated */
 	unsigned cached;       /* cache entries now: graphs, and keys counted toward capture */
 } tdm_graph_stats;
-/* -EINVAL: gpu or out is NULL.  -ESHUTDOWN: the GPU layer is being destroyed. */
+/* -EINVAL: gpu or out is NULL, or gpu no GPU layer's handle.  -ESHUTDOWN: the GPU layer is
+ * being destroyed, or was. */
 int tdm_graph_stats_get(tdm_gpu *gpu, tdm_graph_stats *out);
 
 /* ---- DAGs of GPU steps ---- */
@@ -161,30 +165,33 @@ int tdm_graph_stats_get(tdm_gpu *gpu, tdm_graph_stats *out);
  * one structure, the next run captures that lowering into a graph (tandem_graph.h's capture),
  * and later runs replay the graph on s alone; after a parameter change (tdm_dag_set_*) the next
  * run captures again and updates the graph in place. Nodes are numbered 0, 1, 2... as they are
- * added and depend only on earlier ones, so a DAG has no cycle. A DAG is one thread's at a time:
- * its calls must not race one another (a run racing a run says -EBUSY). Destroy every DAG of a
- * GPU layer before tdm_gpu_destroy.
+ * added and depend only on earlier ones, so a DAG has no cycle. Each call on a DAG holds it while
+ * it runs: a call that finds it held says -EBUSY, whether it races another thread's call or is
+ * made by one of the DAG's own node callbacks during a run. DAGs left at tdm_gpu_destroy are
+ * destroyed there. Every call below that takes a DAG says -EINVAL when d is NULL, no DAG's
+ * handle, or destroyed (by a call, or with its layer), and -EBUSY when another call holds d.
  */
 typedef struct tdm_dag tdm_dag;
 
 /* A kernel node: enqueues its work on s (tandem's launches and copies, or your own on
  * tdm_stream_native(s)) and nothing else, since it may run inside a capture; 0 or a negative
  * errno. Called by the runs that lower or capture the DAG, never by a replay. While it runs, its
- * DAG is running: tdm_dag_destroy, tdm_dag_run, adding a node and tdm_dag_set_* on that DAG say
- * -EBUSY and change nothing (tdm_dag_stats_get answers). */
+ * run holds the DAG: every call on that DAG (tdm_dag_destroy, tdm_dag_run, adding a node,
+ * tdm_dag_set_*, tdm_dag_stats_get) says -EBUSY and changes nothing. */
 typedef int (*tdm_dag_fn)(tdm_stream *s, void *arg);
 
 /* At most this many streams run one DAG at once, s among them. */
 #define TDM_DAG_MAX_STREAMS 16
 
-/* An empty DAG for gpu's devices. -EINVAL: gpu or out is NULL.  -ESHUTDOWN: the GPU layer is
- * being destroyed.  -ENOMEM. */
+/* An empty DAG for gpu's devices. -EINVAL: gpu or out is NULL, or gpu no GPU layer's handle.
+ * -ESHUTDOWN: the GPU layer is being destroyed, or was.  -ENOMEM. */
 int tdm_dag_create(tdm_gpu *gpu, tdm_dag **out);
 
 /*
  * Destroys d and its graph. Never blocks: work of a run still in flight runs to its end, and the
  * DAG's events and graph are freed once it has (as tdm_graph_destroy's replays).
- * -EINVAL: d is NULL.  -EBUSY: d is running (a call from one of its callbacks); nothing changes.
+ * -EINVAL: d is NULL, no DAG's handle, or destroyed already.  -EBUSY: another call holds d (its
+ * run, from one of its node callbacks, say); d stays.
  */
 int tdm_dag_destroy(tdm_dag *d);
 
@@ -194,9 +201,9 @@ int tdm_dag_destroy(tdm_dag *d);
  * copy (as tdm_memcpy_async: pageable host memory is staged, which a capture refuses, so a DAG
  * with such a copy stays lowered), or a memset (as tdm_memset_async). Returns the node's id, >= 0.
  * Adding a node changes the structure: the next runs lower it again, and the capture after them
- * instantiates a new graph. -EINVAL: d is NULL, deps is NULL with ndeps > 0, an id is not an
- * earlier node's; fn, dst or src NULL; an unknown copy kind.  -EBUSY: d is running (a call from
- * one of its callbacks); nothing added.  -ENOMEM.
+ * instantiates a new graph. -EINVAL: d is NULL or destroyed, deps is NULL with ndeps > 0, an id
+ * is not an earlier node's; fn, dst or src NULL; an unknown copy kind.  -EBUSY: another call holds
+ * d (its run, from one of its callbacks, say); nothing added.  -ENOMEM.
  */
 int tdm_dag_kernel(tdm_dag *d, tdm_dag_fn fn, void *arg, const int *deps, unsigned ndeps);
 int tdm_dag_copy(tdm_dag *d, void *dst, const void *src, size_t bytes, tdm_copy_kind kind,
@@ -207,9 +214,9 @@ int tdm_dag_memset(tdm_dag *d, void *dst, int value, size_t bytes, const int *de
  * Changes a node's parameters; the structure stays. A lowered run uses them as they are; once the
  * DAG is captured, the next run captures it again and updates the graph in place
  * (TDM_GRAPH_UPDATED), or instantiates it anew where the driver cannot update it. Setting the
- * values a node has already changes nothing. A copy keeps its kind. -EINVAL: d is NULL, node is
- * not a node of d of that kind, dst or src is NULL.  -EBUSY: d is running (a call from one of
- * its callbacks); nothing changes.
+ * values a node has already changes nothing. A copy keeps its kind. -EINVAL: d is NULL or
+ * destroyed, node is not a node of d of that kind, dst or src is NULL.  -EBUSY: another call
+ * holds d (its run, from one of its callbacks, say); nothing changes.
  */
 int tdm_dag_set_kernel_arg(tdm_dag *d, int node, void *arg);
 int tdm_dag_set_copy(tdm_dag *d, int node, void *dst, const void *src, size_t bytes);
@@ -231,11 +238,11 @@ int tdm_dag_set_memset(tdm_dag *d, int node, void *dst, int value, size_t bytes)
  * other lease taken). A run may follow the previous one on s before that one is done (stream
  * order keeps them apart); on another root stream, only once it is done.
  * At once, the task's result set to the same errno: -EINVAL: t is not the task running on this
- * thread, s or d is NULL, s is released, shared or of another GPU layer.  -EBUSY: s is capturing
- * (its capture is abandoned), or d is running (another thread's run, or a call from one of its
- * callbacks).  A callback's negative result, or an
- * enqueue's error (-EIO, -ENOMEM, -EINVAL): the work enqueued before it was joined into s, so an
- * await of s covers it; await it before reusing the nodes' memory.  The errors of
+ * thread, s or d is NULL, d destroyed or no DAG's handle, s is released, shared or of another GPU
+ * layer.  -EBUSY: s is capturing (its capture is abandoned), or another call holds d (a run on
+ * another thread, or a call from one of this run's own callbacks).  A callback's negative
+ * result, or an enqueue's error (-EIO, -ENOMEM, -EINVAL): the work enqueued before it was joined
+ * into s, so an await of s covers it; await it before reusing the nodes' memory.  The errors of
  * tdm_await_stream.
  */
 int tdm_dag_run(tdm_task *t, tdm_stream *s, tdm_dag *d);
@@ -252,7 +259,7 @@ typedef struct tdm_dag_stats {
 	uint64_t updated;  /* ... as TDM_GRAPH_UPDATED */
 	uint64_t replayed; /* ... as TDM_GRAPH_REPLAYED */
 } tdm_dag_stats;
-/* From d's thread. -EINVAL: d or out is NULL. */
+/* -EINVAL: d or out is NULL, d destroyed.  -EBUSY: another call holds d. */
 int tdm_dag_stats_get(const tdm_dag *d, tdm_dag_stats *out);
 
 #if defined(__GNUC__)

@@ -66,8 +66,9 @@ int tdm_sim_gate_open(tdm_sim_gate *g)
 	return sem_post(&g->open) == 0 ? 0 : -errno;
 }
 
-int tdm_dsched_sim_inject(tdm_dsched *ds, tdm_sim_fault fault)
+int tdm_dsched_sim_inject(tdm_dsched *h, tdm_sim_fault fault)
 {
+	struct tdm__dsched *ds = tdm__dsched_of(h);
 	if (ds == NULL || fault != TDM_SIM_FAULT_STICKY || ds->gpu->ops->sim_inject == NULL)
 		return -EINVAL;
 	return ds->gpu->ops->sim_inject(ds->gpu->b, ds->bs, fault);
@@ -78,11 +79,15 @@ const void *tdm_lease_stream(const tdm_stream *s)
 	return s != NULL && tdm__lease_held(s) ? (const void *)s->st : NULL;
 }
 
-int tdm_gpu_debug(tdm_gpu *gpu, const char *lease_balance, const char *worker_watch)
+int tdm_gpu_debug(tdm_gpu *h, const char *lease_balance, const char *worker_watch)
 {
 	int balance = TDM__BALANCE_SLOW;
 	bool direct = true;
-	if (gpu == NULL)
+	struct tdm__gpu *gpu = tdm__gpu_find(h);
+	/* Acquire: pairs with create's publication of the word. Set before the layer is used
+	 * (testing/tandem_sim.h): no gate. */
+	if (gpu == NULL ||
+	    atomic_load_explicit(&gpu->hobj.h, memory_order_acquire) != (uint64_t)(uintptr_t)h)
 		return -EINVAL;
 	if (lease_balance != NULL && strcmp(lease_balance, "never") == 0)
 		balance = TDM__BALANCE_NEVER;

@@ -571,13 +571,13 @@ static void trapping_handler_fails_the_device(struct env *e, const tdm_dsched_ha
 /* ---- destroy with items outstanding ---- */
 
 struct releaser {
-	tdm_dsched *ds;
+	const struct tdm__dsched *ds; /* type-stable: readable while its destroy runs */
 	uint32_t *release;
 };
 
 /* Whether the destroy has told every block of ds's kernel to stop: each stop word moved off
  * "none yet" (gpu/dsched.c, set_stop). */
-static bool told_to_stop(const tdm_dsched *ds)
+static bool told_to_stop(const struct tdm__dsched *ds)
 {
 	for (unsigned k = 0; k < ds->blocks; k++)
 		/* Acquire: pairs with set_stop's release stores. */
@@ -628,7 +628,8 @@ static void destroy_with_items_outstanding(struct env *e, const tdm_dsched_handl
 			break;
 		sched_yield();
 	}
-	struct releaser r = {ds, &mem[1]};
+	struct releaser r = {tdm__dsched_of(ds), &mem[1]};
+	cr_assert_not_null(r.ds);
 	pthread_t th;
 	cr_assert_eq(pthread_create(&th, NULL, release_after_destroy_began, &r), 0);
 	tdm_dsched_stats st;

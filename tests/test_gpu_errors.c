@@ -583,7 +583,7 @@ Test(gpu_errors, destroy_waits_for_a_lease_in_progress, .timeout = TDM_TEST_TIME
 	cr_assert(env_open(&e, TDM_BACKEND_SIM, TDM_COMPLETION_AUTO, 2));
 	static struct lease_in_progress l;
 	l.gpu = e.gpu;
-	struct tdm__gdev *d = &e.gpu->devs[0];
+	struct tdm__gdev *d = &tdm__gpu_find(e.gpu)->devs[0];
 	for (unsigned k = 0; k < d->nstreams; k++)
 		cr_assert_null(atomic_load(&d->streams[0][k]), "stream %u made before a lease", k);
 	pthread_mutex_lock(&d->lock);

@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gpu_internal.h" /* struct tdm_gpu's stopping: a layer being destroyed */
+#include "gpu_internal.h" /* struct tdm__gpu's word: a layer being destroyed */
 #include "metrics.h"
 #include "stamps.h"
 
@@ -81,12 +81,14 @@ Test(metrics, a_layer_being_destroyed_says_eshutdown)
 	open_sim(&e);
 	cr_assert_eq(tdm_gpu_metrics_start(e.gpu), 0);
 	/* What a call sees while tdm_gpu_destroy runs; put back before the real destroy. */
-	atomic_store(&e.gpu->stopping, 1);
+	struct tdm__gpu *gpu = tdm__gpu_find(e.gpu);
+	uint64_t live = atomic_load(&gpu->hobj.h);
+	atomic_store(&gpu->hobj.h, live | TDM__H_CLOSING);
 	cr_assert_eq(tdm_gpu_metrics_start(e.gpu), -ESHUTDOWN);
 	cr_assert_eq(tdm_gpu_metrics_stop(e.gpu), -ESHUTDOWN);
 	cr_assert_eq(tdm_gpu_metrics_get(e.gpu, &mx), -ESHUTDOWN);
 	cr_assert_eq(tdm_gpu_metrics_peak(e.gpu, 0, 1, 1), -ESHUTDOWN);
-	atomic_store(&e.gpu->stopping, 0);
+	atomic_store(&gpu->hobj.h, live);
 	env_close(&e); /* with the metrics still on: the destroy turns them off */
 }
 
@@ -114,7 +116,7 @@ Test(metrics, await_percentiles_come_from_the_round_trips)
 	cr_assert_eq(tdm_gpu_metrics_start(e.gpu), 0);
 	/* 1 us .. 100 us, one each. */
 	for (uint64_t v = 1000; v <= 100000; v += 1000)
-		tdm__metrics_await(e.gpu, v);
+		tdm__metrics_await(tdm__gpu_find(e.gpu), v);
 	get(e.gpu);
 	cr_assert_eq(mx.awaits.count, 100);
 	cr_assert_eq(mx.awaits.max_ns, 100000, "the max is exact");
@@ -129,7 +131,7 @@ Test(metrics, await_percentiles_come_from_the_round_trips)
 	/* A start begins again; below 32 ns every value has a bucket of its own. */
 	cr_assert_eq(tdm_gpu_metrics_start(e.gpu), 0);
 	for (uint64_t v = 1; v <= 20; v++)
-		tdm__metrics_await(e.gpu, v);
+		tdm__metrics_await(tdm__gpu_find(e.gpu), v);
 	get(e.gpu);
 	cr_assert_eq(mx.awaits.count, 20, "the restart dropped the earlier ones");
 	cr_assert_eq(mx.awaits.p50_ns, 10);
@@ -145,7 +147,7 @@ static void span(tdm_gpu *gpu, uint64_t base, unsigned stream, enum tdm__span_ki
 {
 	struct tdm__span sp = {
 	    base + start_us * 1000, base + end_us * 1000, bytes, 0, stream, kind};
-	tdm__metrics_span(gpu, &sp);
+	tdm__metrics_span(tdm__gpu_find(gpu), &sp);
 }
 
 /* The metrics' window began at least 10 ms ago: spans from its start + 1 ms on are inside. */
@@ -242,18 +244,18 @@ Test(metrics, spans_are_cut_at_the_window_edges)
 	uint64_t start = mx.start_ns;
 	/* Half before the start: half its time and half its bytes count. */
 	struct tdm__span sp = {start - 1000, start + 1000, 2000, 0, 0, TDM__SPAN_H2D};
-	tdm__metrics_span(e.gpu, &sp);
+	tdm__metrics_span(tdm__gpu_find(e.gpu), &sp);
 	struct tdm__span before = {start - 3000, start - 2000, 0, 0, 0, TDM__SPAN_KERNEL};
-	tdm__metrics_span(e.gpu, &before);
+	tdm__metrics_span(tdm__gpu_find(e.gpu), &before);
 	tdm_test_sleep_us(1000);
 	cr_assert_eq(tdm_gpu_metrics_stop(e.gpu), 0);
 	get(e.gpu);
 	uint64_t end = mx.end_ns;
 	/* After the stop: what lies in the window still counts, the rest not. */
 	struct tdm__span late = {end - 500, end + 500, 0, 0, 0, TDM__SPAN_KERNEL};
-	tdm__metrics_span(e.gpu, &late);
+	tdm__metrics_span(tdm__gpu_find(e.gpu), &late);
 	struct tdm__span after = {end + 1000, end + 2000, 0, 0, 0, TDM__SPAN_KERNEL};
-	tdm__metrics_span(e.gpu, &after);
+	tdm__metrics_span(tdm__gpu_find(e.gpu), &after);
 	get(e.gpu);
 	const tdm_device_metrics *d = &mx.devices[0];
 	cr_assert_eq(d->h2d_ns, 1000);
@@ -272,7 +274,7 @@ Test(metrics, past_the_interval_bound_late_spans_count_from_the_fold)
 	 * device keeps, so the older half is folded into a sum (exact so far). */
 	for (uint64_t i = 0; i < 5000; i++) {
 		struct tdm__span sp = {b + 20 * i, b + 20 * i + 10, 0, 0, 0, TDM__SPAN_KERNEL};
-		tdm__metrics_span(e.gpu, &sp);
+		tdm__metrics_span(tdm__gpu_find(e.gpu), &sp);
 	}
 	get(e.gpu);
 	cr_assert_eq(mx.devices[0].busy_ns, 50000);
@@ -280,7 +282,7 @@ Test(metrics, past_the_interval_bound_late_spans_count_from_the_fold)
 	/* A span of stream 1 over the first 100 of them comes late: their time was folded, so it
 	 * is not counted (the true union would be 1000 ns more), and says so. */
 	struct tdm__span late = {b, b + 2000, 0, 0, 1, TDM__SPAN_KERNEL};
-	tdm__metrics_span(e.gpu, &late);
+	tdm__metrics_span(tdm__gpu_find(e.gpu), &late);
 	get(e.gpu);
 	cr_assert_eq(mx.devices[0].busy_ns, 50000);
 	cr_assert_eq(mx.devices[0].unplaced_ns, 2000);

@@ -400,12 +400,12 @@ static void pool_memory_counts_as_pinned(tdm_backend backend)
 	cr_assert_not_null(heap);
 	cr_assert_eq(tdm_pinned_alloc(e.gpu, 1000, (void **)&small), 0);
 	cr_assert_eq(tdm_pinned_alloc(e.gpu, 2 * MIB, (void **)&big), 0);
-	cr_assert(tdm__pinned_owns(e.gpu, small));
-	cr_assert(tdm__pinned_owns(e.gpu, small + 999));
-	cr_assert(tdm__pinned_owns(e.gpu, big));
-	cr_assert(tdm__pinned_owns(e.gpu, big + 2 * MIB - 1));
-	cr_assert(!tdm__pinned_owns(e.gpu, heap));
-	cr_assert(!tdm__pinned_owns(e.gpu, NULL));
+	cr_assert(tdm__pinned_owns(tdm__gpu_find(e.gpu), small));
+	cr_assert(tdm__pinned_owns(tdm__gpu_find(e.gpu), small + 999));
+	cr_assert(tdm__pinned_owns(tdm__gpu_find(e.gpu), big));
+	cr_assert(tdm__pinned_owns(tdm__gpu_find(e.gpu), big + 2 * MIB - 1));
+	cr_assert(!tdm__pinned_owns(tdm__gpu_find(e.gpu), heap));
+	cr_assert(!tdm__pinned_owns(tdm__gpu_find(e.gpu), NULL));
 	cr_assert(!tdm__pinned_owns(NULL, small));
 	cr_assert_eq(tdm_pinned_free(e.gpu, small), 0);
 	cr_assert_eq(tdm_pinned_free(e.gpu, big), 0);

@@ -772,7 +772,7 @@ static tdm_gpu *open_gpu(tdm_executor *ex, const tdm_gpu_config *cfg)
 {
 	tdm_gpu *gpu = NULL;
 	cr_assert_eq(tdm_gpu_create(&gpu, ex, cfg), 0);
-	cr_assert_not_null(gpu->topo);
+	cr_assert_not_null(tdm__gpu_find(gpu)->topo);
 	return gpu;
 }
 
@@ -820,7 +820,7 @@ Test(topology, device_info_without_devices_is_enodev)
 	tdm_gpu *gpu = open_gpu(ex, &cfg);
 	tdm_device_info info;
 	cr_assert_eq(tdm_gpu_device_info(gpu, 0, &info), -ENODEV);
-	cr_assert_eq(gpu->topo->ndev, 0);
+	cr_assert_eq(tdm__gpu_find(gpu)->topo->ndev, 0);
 	close_gpu(gpu, ex);
 }
 

@@ -14,7 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "stamps.h" /* tdm__stamps_untimed: how far a trace's pace has got */
+#include "gpu_internal.h" /* tdm__gpu_find: the layer a handle names */
+#include "stamps.h"       /* tdm__stamps_untimed: how far a trace's pace has got */
 
 TDM_TEST_SUITE(trace);
 
@@ -807,8 +808,8 @@ int burst_task(tdm_task *t, void *arg)
 	struct burster *b = arg;
 	TDM_BEGIN(t);
 	cr_assert_eq(tdm_stream_lease(b->gpu, 0, TDM_STREAM_EXCLUSIVE, &b->s), 0);
-	for (b->bursts = 0;
-	     b->bursts < BURSTS || (b->until_untimed && tdm__stamps_untimed(b->gpu) == 0);
+	for (b->bursts = 0; b->bursts < BURSTS ||
+	                    (b->until_untimed && tdm__stamps_untimed(tdm__gpu_find(b->gpu)) == 0);
 	     b->bursts++) {
 		for (int k = 0; k < BURST; k++)
 			cr_assert_eq(tdm_launch_spin(b->s, 0), 0);

@@ -25,7 +25,7 @@ _Static_assert(FIELD_SIZE(tdm_device_info, why_streams) == TDM__TOPO_WHY, "why s
 /* ---- the GPU layer's topology ------------------------------------------------------------- */
 
 /* Facts from the backend itself: the sim's devices, or cuda's when live discovery disagrees. */
-static int from_backend(struct tdm_gpu *gpu, const char *why, bool sim, struct tdm__topology **out)
+static int from_backend(struct tdm__gpu *gpu, const char *why, bool sim, struct tdm__topology **out)
 {
 	struct tdm__topology *t = tdm__topo_new(gpu->ops->name);
 	if (t == NULL)
@@ -75,7 +75,7 @@ static int from_backend(struct tdm_gpu *gpu, const char *why, bool sim, struct t
 	return 0;
 }
 
-int tdm__topology_for_backend(struct tdm_gpu *gpu)
+int tdm__topology_for_backend(struct tdm__gpu *gpu)
 {
 	struct tdm__topology *t = NULL;
 	char why[TDM__TOPO_NOTE];
@@ -117,9 +117,9 @@ int tdm__topology_for_backend(struct tdm_gpu *gpu)
 	return 0;
 }
 
-int tdm_gpu_device_info(const tdm_gpu *gpu, int device, tdm_device_info *out)
+static int device_info(const struct tdm__gpu *gpu, int device, tdm_device_info *out)
 {
-	if (gpu == NULL || out == NULL)
+	if (out == NULL)
 		return -EINVAL;
 	const struct tdm__topology *t = gpu->topo;
 	if (gpu->ndev == 0 || t == NULL || t->ndev == 0 || t->plans == NULL)
@@ -161,4 +161,9 @@ int tdm_gpu_device_info(const tdm_gpu *gpu, int device, tdm_device_info *out)
 	out->dsched_blocks = p->dsched_blocks;
 	tdm__topo_copy(out->why_dsched, sizeof(out->why_dsched), p->why_dsched);
 	return 0;
+}
+
+int tdm_gpu_device_info(const tdm_gpu *h, int device, tdm_device_info *out)
+{
+	TDM__GPU_CALL(h, device_info(gpu, device, out));
 }
