@@ -103,6 +103,22 @@ static inline void *tdm__h_find(char *_Atomic *chunk, uint64_t tag, unsigned shi
 	return c + ((h >> 8) & ((1u << shift) - 1)) * tdm__h_stride(size);
 }
 
+/*
+ * The object handle h names if it is live and h's now, else NULL: tdm__h_find, then one load of
+ * the object's word, which must be its first member (a struct tdm__hobj). Acquire: pairs with
+ * tdm__h_publish's release, so what the object's creator set before publishing is seen. For
+ * lookups outside a gate; a gate loads the word itself (tdm__gate_enter_h).
+ */
+static inline void *tdm__h_live(char *_Atomic *chunk, uint64_t tag, unsigned shift,
+                                unsigned nchunks, size_t size, const void *handle)
+{
+	struct tdm__hobj *o = tdm__h_find(chunk, tag, shift, nchunks, size, handle);
+	if (o == NULL ||
+	    atomic_load_explicit(&o->h, memory_order_acquire) != (uint64_t)(uintptr_t)handle)
+		return NULL;
+	return o;
+}
+
 /* Why a check of handle h against o's word `now` (loaded by that check) failed. */
 enum tdm__h_why {
 	TDM__H_NOT_HANDLE, /* not a handle of this kind: another kind's, never handed out, garbage

@@ -154,14 +154,11 @@ static struct tdm__dsched *ds_find(const tdm_dsched *h)
 	return tdm__h_find(ds_chunks, DS_TAG, DS_SHIFT, DS_CHUNKS, sizeof(struct tdm__dsched), h);
 }
 
+_Static_assert(offsetof(struct tdm__dsched, hobj) == 0, "tdm__h_live reads the word first");
+
 struct tdm__dsched *tdm__dsched_of(const tdm_dsched *h)
 {
-	struct tdm__dsched *ds = ds_find(h);
-	/* Acquire: pairs with create's publication of the word. */
-	if (ds == NULL ||
-	    atomic_load_explicit(&ds->hobj.h, memory_order_acquire) != (uint64_t)(uintptr_t)h)
-		return NULL;
-	return ds;
+	return tdm__h_live(ds_chunks, DS_TAG, DS_SHIFT, DS_CHUNKS, sizeof(struct tdm__dsched), h);
 }
 
 /*

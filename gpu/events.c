@@ -6,6 +6,7 @@
  * and the layer's destroy change, so that a stale handle is refused rather than read freed.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,16 +20,13 @@ static char *_Atomic event_chunks[EVENT_CHUNKS];
 static struct tdm__htable event_handles = TDM__HTABLE_INIT(
     "event", EVENT_TAG, EVENT_SHIFT, EVENT_CHUNKS, struct tdm__event, event_chunks);
 
+_Static_assert(offsetof(struct tdm__event, hobj) == 0, "tdm__h_live reads the word first");
+
+/* The event h names if it is live (its word published by tdm_event_get), else NULL. */
 struct tdm__event *tdm__event_of(const tdm_event *h)
 {
-	struct tdm__event *e = tdm__h_find(event_chunks, EVENT_TAG, EVENT_SHIFT, EVENT_CHUNKS,
-	                                   sizeof(struct tdm__event), h);
-	/* Acquire: pairs with the release store of the word in tdm_event_get; the fields it set
-	 * are seen. */
-	if (e == NULL ||
-	    atomic_load_explicit(&e->hobj.h, memory_order_acquire) != (uint64_t)(uintptr_t)h)
-		return NULL;
-	return e;
+	return tdm__h_live(event_chunks, EVENT_TAG, EVENT_SHIFT, EVENT_CHUNKS,
+	                   sizeof(struct tdm__event), h);
 }
 
 /* e back to the table, its word dead (a handle it had is refused from here). Release: what was

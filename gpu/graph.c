@@ -23,6 +23,7 @@
  * held exclusively).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,13 +56,10 @@ static struct tdm__htable graph_handles = TDM__HTABLE_INIT(
  * checks again (graph_live): a destroy may come in between. */
 static struct tdm__graph *graph_of(const tdm_graph *h)
 {
-	struct tdm__graph *g = tdm__h_find(graph_chunks, GRAPH_TAG, GRAPH_SHIFT, GRAPH_CHUNKS,
-	                                   sizeof(struct tdm__graph), h);
-	if (g == NULL ||
-	    atomic_load_explicit(&g->hobj.h, memory_order_acquire) != (uint64_t)(uintptr_t)h)
-		return NULL;
-	return g;
+	return tdm__h_live(graph_chunks, GRAPH_TAG, GRAPH_SHIFT, GRAPH_CHUNKS,
+	                   sizeof(struct tdm__graph), h);
 }
+_Static_assert(offsetof(struct tdm__graph, hobj) == 0, "tdm__h_live reads the word first");
 
 /* Under g->lock: whether g is still h's. Relaxed: the word changes only under that lock. */
 static bool graph_live(struct tdm__graph *g, const tdm_graph *h)
