@@ -262,24 +262,6 @@ static int dag_check(const tdm_dag *h)
 }
 
 /* Frees d's parts and gives it back to the table, its word dead; d is held (dag_hold). */
-static void dag_free(struct tdm__dag *d)
-{
-	if (d->g != NULL)
-		(void)tdm_graph_destroy(d->g); /* replays in flight run to their end */
-	events_free(d);
-	free(d->node);
-	free(d->deps);
-	free(d->ev);
-	free(d->wstart);
-	free(d->waits);
-	free(d->joins);
-	free(d->rec);
-	/* Release: the frees happen before a check that reads the word dead, and the reuse. */
-	uint64_t w = atomic_load_explicit(&d->hobj.h, memory_order_relaxed) & ~TDM__H_STATE;
-	atomic_store_explicit(&d->hobj.h, w | TDM__H_DEAD, memory_order_release);
-	tdm__h_put(&dag_handles, &d->hobj);
-}
-
 /* Off its layer's list, unless the layer's destroy took it off first (and waits for it). */
 static void dag_unlink(struct tdm__dag *d)
 {
@@ -297,13 +279,34 @@ static void dag_unlink(struct tdm__dag *d)
 	pthread_mutex_unlock(&gpu->lease_lock);
 }
 
+static void dag_free(struct tdm__dag *d)
+{
+	if (d->g != NULL)
+		(void)tdm_graph_destroy(d->g); /* replays in flight run to their end */
+	events_free(d);
+	free(d->node);
+	free(d->deps);
+	free(d->ev);
+	free(d->wstart);
+	free(d->waits);
+	free(d->joins);
+	free(d->rec);
+	/* Off the list only now, its parts freed: the layer's destroy either finds it on the
+	 * list and waits for this hold, or returns after these frees, never before them (they
+	 * read the layer's backend). */
+	dag_unlink(d);
+	/* Release: the frees happen before a check that reads the word dead, and the reuse. */
+	uint64_t w = atomic_load_explicit(&d->hobj.h, memory_order_relaxed) & ~TDM__H_STATE;
+	atomic_store_explicit(&d->hobj.h, w | TDM__H_DEAD, memory_order_release);
+	tdm__h_put(&dag_handles, &d->hobj);
+}
+
 int tdm_dag_destroy(tdm_dag *h)
 {
 	int rc;
 	struct tdm__dag *d = dag_hold(h, &rc);
 	if (d == NULL)
 		return rc;
-	dag_unlink(d);
 	dag_free(d);
 	return 0;
 }

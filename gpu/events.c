@@ -148,19 +148,24 @@ int tdm_event_put(tdm_event *h)
 	struct tdm__event *e = tdm__event_of(h);
 	if (e == NULL)
 		return -EINVAL; /* NULL, put back already, of a destroyed layer, or not an event */
-	/* Acq_rel: of two puts of one handle, racing or not, one changes the word; its release
-	 * orders the owner's use before the event's next owner, its acquire reads e->layer as
-	 * the get published it. */
-	uint64_t want = (uint64_t)(uintptr_t)h;
-	if (!atomic_compare_exchange_strong_explicit(&e->hobj.h, &want, want | TDM__H_DEAD,
-	                                             memory_order_acq_rel, memory_order_relaxed))
-		return -EINVAL;
-	/* Into its pool inside the layer's gate, which keeps the pool alive. A layer being
-	 * destroyed refuses: the event stays out of the pool, and the destroy, which takes back
-	 * every event its layer made, destroys it with the others. */
+	/* Its layer's gate first: while this put is inside it, the layer's destroy cannot take
+	 * the event back and hand it to another layer, so the pool given to below is the one
+	 * the event came from. e->layer is as tdm_event_get published it (the acquire in
+	 * tdm__event_of); a layer being destroyed refuses, and its destroy, which takes back
+	 * every event its layer made, destroys this one with the others. */
 	_Atomic unsigned *in;
 	int rc;
-	if (tdm__gpu_enter(e->layer, &in, &rc) != NULL) {
+	bool inside = tdm__gpu_enter(e->layer, &in, &rc) != NULL;
+	/* Acq_rel: of two puts of one handle, racing or not, one changes the word; its release
+	 * orders the owner's use before the event's next owner. */
+	uint64_t want = (uint64_t)(uintptr_t)h;
+	if (!atomic_compare_exchange_strong_explicit(&e->hobj.h, &want, want | TDM__H_DEAD,
+	                                             memory_order_acq_rel, memory_order_relaxed)) {
+		if (inside)
+			tdm__gate_leave(in);
+		return -EINVAL;
+	}
+	if (inside) {
 		tdm__event_give(e);
 		tdm__gate_leave(in);
 	}

@@ -376,8 +376,10 @@ int tdm_graph_destroy(tdm_graph *h)
 		pthread_mutex_unlock(&g->lock);
 		return -EINVAL;
 	}
-	/* Off the layer's list with g's lock held: the layer's destroy, which frees the list,
-	 * waits for this lock on every graph it took off the list before it frees anything. */
+	/* Killed first, then off the layer's list, g's lock held throughout: the layer's destroy
+	 * either finds g on the list and waits for this lock, or returns after the kill, never
+	 * before it (the kill reads the layer's backend). */
+	graph_kill(g);
 	struct tdm__graphs *gs = g->gpu->graphs;
 	pthread_mutex_lock(&gs->graph_lock);
 	if (g->linked) {
@@ -390,7 +392,6 @@ int tdm_graph_destroy(tdm_graph *h)
 		g->linked = false;
 	}
 	pthread_mutex_unlock(&gs->graph_lock);
-	graph_kill(g);
 	pthread_mutex_unlock(&g->lock);
 	tdm__h_put(&graph_handles, &g->hobj);
 	return 0;
