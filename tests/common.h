@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "tandem.h"
@@ -188,6 +189,15 @@ static inline int tdm_test_await_stream(tdm_executor *ex, tdm_stream *s)
 }
 
 /* Every worker's counters added up. */
+/* A new empty file /tmp/PREFIX-XXXXXX, its path in out (len >= strlen(prefix) + 13). */
+static inline void tdm_test_temp_path(const char *prefix, char *out, size_t len)
+{
+	snprintf(out, len, "/tmp/%s-XXXXXX", prefix);
+	int fd = mkstemp(out);
+	cr_assert_geq(fd, 0, "mkstemp %s", out);
+	close(fd);
+}
+
 static inline tdm_worker_stats tdm_test_stats_total(const tdm_executor *ex)
 {
 	tdm_worker_stats total = {0};

@@ -257,13 +257,7 @@ static struct trace read_trace(const char *path)
 	return r;
 }
 
-static void temp_path(char *out, size_t len)
-{
-	snprintf(out, len, "/tmp/tandem-trace-XXXXXX");
-	int fd = mkstemp(out);
-	cr_assert_geq(fd, 0);
-	close(fd);
-}
+#define temp_path(out, len) tdm_test_temp_path("tandem-trace", (out), (len))
 
 /* A counter of tdm_worker_stats (its offset), summed over ex's workers. */
 static uint64_t stat_sum(tdm_executor *ex, size_t off)

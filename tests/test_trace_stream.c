@@ -23,13 +23,7 @@ TDM_TEST_SUITE(trace_stream);
 
 extern char **environ;
 
-static void temp_path(char *out, size_t len)
-{
-	snprintf(out, len, "/tmp/tandem-stream-XXXXXX");
-	int fd = mkstemp(out);
-	cr_assert_geq(fd, 0);
-	close(fd);
-}
+#define temp_path(out, len) tdm_test_temp_path("tandem-stream", (out), (len))
 
 /* Lines of the file at path that hold both a and b (b NULL: a alone); -1: no file. */
 static long count_lines(const char *path, const char *a, const char *b)
@@ -76,7 +70,7 @@ static void run_tasks(tdm_executor *ex, tdm_fn fn, int n)
 
 #define SEEN 100 /* the victim's task spans the file holds before the kill */
 
-Test(trace_stream, killed_program_leaves_a_readable_trace)
+Test(trace_stream, killed_program_leaves_a_readable_trace, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	char path[64];
 	temp_path(path, sizeof(path));
@@ -107,7 +101,7 @@ Test(trace_stream, killed_program_leaves_a_readable_trace)
 	unlink(path);
 }
 
-Test(trace_stream, flush_writes_what_ran)
+Test(trace_stream, flush_writes_what_ran, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	tdm_executor *ex = tdm_test_create(2);
 	char path[64];
@@ -130,7 +124,7 @@ Test(trace_stream, flush_writes_what_ran)
 	unlink(path);
 }
 
-Test(trace_stream, flush_errors)
+Test(trace_stream, flush_errors, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	tdm_executor *ex = tdm_test_create(1);
 	tdm_executor *other = tdm_test_create(1);
@@ -169,7 +163,7 @@ Test(trace_stream, flush_errors)
 /* Tiny chunks and a writer that makes no pass: each thread drops what comes after its
  * WAITING_MAX + 1 chunks of 16 events; counted in the file and on stderr, and what is written
  * is well formed. */
-Test(trace_stream, drops_are_counted)
+Test(trace_stream, drops_are_counted, .timeout = TDM_TEST_TIMEOUT(60))
 {
 	cr_assert_eq(setenv("TANDEM_TRACE_EVENTS", "16", 1), 0);
 	char err[64];

@@ -6,7 +6,9 @@
  * ends it.
  */
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
+#include <signal.h>
 #include <stdatomic.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include "tandem.h"
@@ -21,6 +23,9 @@ static void victim_task(void *arg)
 
 int main(void)
 {
+	/* Never outlives the test that kills it, even one that fails before its kill. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+		return 1;
 	tdm_config cfg;
 	tdm_config_init(&cfg);
 	cfg.workers = 2;
