@@ -1022,18 +1022,14 @@ int tdm_trace_start(tdm_executor *ex, const char *path)
 	emit(HEAD_RUN "\n", (int)sizeof(HEAD_RUN)); /* a trace killed now is an empty array */
 	put_process_name(",\n"); /* for a file cut before the stop's; the stop's ends the array */
 	out_flush();
+	if (w.err != 0) { /* before the writer exists: the lock is never let go on the way out */
+		rc = w.err;
+		goto fail;
+	}
 	/* The writer waits for lock, which this holds until the session is published. */
 	int e = pthread_create(&w.thread, NULL, writer_main, (void *)(uintptr_t)s);
-	if (e != 0 || w.err != 0) {
-		if (e == 0) {
-			rc = w.err;
-			w.s = 0; /* the thread finds no trace of its session and ends */
-			pthread_mutex_unlock(&lock);
-			pthread_join(w.thread, NULL);
-			pthread_mutex_lock(&lock);
-		} else {
-			rc = -e;
-		}
+	if (e != 0) {
+		rc = -e;
 		goto fail;
 	}
 	owner = ex;

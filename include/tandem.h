@@ -331,15 +331,15 @@ int tdm_trace_start(tdm_executor *ex, const char *path);
  * point that a crash or a kill after it cannot take from the trace. A run still open is written
  * at its end, a flow once both its ends are in. Any thread, a task's too.
  * -EINVAL: ex is NULL or runs no trace.  write's errors, negated (-ENOSPC, -EIO, ...): the
- * file's first error, which the stop returns too.  -ENOMEM: some flows were left out.
+ * file's first error, which the stop returns too.  -ENOMEM: this flush left some flows out.
  */
 int tdm_trace_flush(tdm_executor *ex);
 
 /*
  * Stops the trace ex started and ends its file (a destroy does both for a trace ex still
  * owns). The trace stops even when the file fails.  -EINVAL: ex is NULL or runs no trace.
- * write's errors, negated (-ENOSPC, -EFBIG, -EIO, ...): the file's first error.  -ENOMEM: no
- * memory to sort the trace's flows.
+ * write's errors, negated (-ENOSPC, -EFBIG, -EIO, ...): the file's first error. A flow left
+ * out for want of memory is not an error of the stop (tdm_trace_flush reports its own).
  */
 int tdm_trace_stop(tdm_executor *ex);
 
